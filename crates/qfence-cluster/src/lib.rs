@@ -1,0 +1,1 @@
+//! qfence-cluster: see the crate description in Cargo.toml. Not yet built.

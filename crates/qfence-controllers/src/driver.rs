@@ -1,0 +1,252 @@
+//! The driver contract. See `docs/specs/controller.md` for the MUST/SHOULD rules.
+
+use std::collections::BTreeMap;
+use std::fmt;
+use std::future::Future;
+use std::time::SystemTime;
+
+use qfence_model::{ControllerId, ControllerType, Grade, OrchestratorId, SiteId, Verdict};
+use serde::Serialize;
+use tokio::time::Instant;
+use tokio_util::sync::CancellationToken;
+
+/// What every call carries: when it must be done by, how to cancel it, and who makes it (for
+/// evidence).
+#[derive(Debug, Clone)]
+pub struct CallContext {
+    /// The call fails with [`ErrorKind::Timeout`] if not done by then.
+    pub deadline: Instant,
+    /// Cancelled when the leadership or operation that started the call ends.
+    pub cancel: CancellationToken,
+    /// The orchestrator making the call, recorded in evidence.
+    pub orchestrator: OrchestratorId,
+}
+
+impl CallContext {
+    /// A context that expires `timeout` from now, with a fresh cancellation token.
+    pub fn with_timeout(orchestrator: OrchestratorId, timeout: std::time::Duration) -> Self {
+        Self {
+            deadline: Instant::now() + timeout,
+            cancel: CancellationToken::new(),
+            orchestrator,
+        }
+    }
+
+    /// Runs `fut` under this context's deadline and cancellation, naming `call` in the error.
+    pub async fn run<T>(
+        &self,
+        controller: &ControllerId,
+        call: &str,
+        fut: impl Future<Output = Result<T, DriverError>>,
+    ) -> Result<T, DriverError> {
+        tokio::select! {
+            biased;
+            () = self.cancel.cancelled() => Err(DriverError::new(
+                ErrorKind::Cancelled, controller, call, "cancelled", true)),
+            () = tokio::time::sleep_until(self.deadline) => Err(DriverError::new(
+                ErrorKind::Timeout, controller, call, "deadline passed", true)),
+            r = fut => r,
+        }
+    }
+}
+
+/// What one binding's capability acts on.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct Target {
+    /// The capability's name (`power.off`).
+    pub capability: String,
+    /// The resource the binding names (`pve-dc1-01/101`).
+    pub resource: String,
+    /// The binding's capability parameters.
+    pub params: BTreeMap<String, String>,
+    /// The site the action is for: the binding's site, or for a service binding the site that
+    /// should own it.
+    pub site: SiteId,
+}
+
+/// A read of a capability's condition.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct Reading {
+    /// Whether the condition holds (host off, VM running, VIP at this site, replica fresh).
+    pub holds: bool,
+    /// What was read, in words an operator can check ("PowerState=Off").
+    pub detail: String,
+    /// When it was read.
+    pub at: SystemTime,
+    /// Which orchestrator read it.
+    pub by: OrchestratorId,
+}
+
+impl Reading {
+    /// The fence verdict this reading gives: FENCED when the condition holds, FAILED when not.
+    pub fn verdict(&self) -> Verdict {
+        if self.holds {
+            Verdict::Fenced
+        } else {
+            Verdict::Failed
+        }
+    }
+}
+
+/// The verdict of a fence check: UNKNOWN whenever the read failed.
+pub fn fence_verdict(result: &Result<Reading, DriverError>) -> Verdict {
+    match result {
+        Ok(r) => r.verdict(),
+        Err(_) => Verdict::Unknown,
+    }
+}
+
+/// The kind of a driver error; it decides what the caller may conclude.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum ErrorKind {
+    /// The deadline passed.
+    Timeout,
+    /// The target could not be reached (connection refused, no route, DNS, TLS handshake).
+    Unreachable,
+    /// Credentials were refused or the secret could not be resolved.
+    Auth,
+    /// The target answered and refused the request.
+    Rejected,
+    /// The target or driver does not offer this.
+    Unsupported,
+    /// The target answered something that does not follow its protocol.
+    Protocol,
+    /// The call was cancelled.
+    Cancelled,
+}
+
+/// An error from a driver call, naming the controller and the call.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, thiserror::Error)]
+#[error("{controller}: {call}: {message}")]
+pub struct DriverError {
+    pub kind: ErrorKind,
+    pub controller: ControllerId,
+    /// The call, such as `power.off` or `GET /redfish/v1/Systems/1`.
+    pub call: String,
+    /// What went wrong. Never contains a secret.
+    pub message: String,
+    /// Whether the target's state may have changed without us knowing (a fence sent whose
+    /// answer was lost). Callers must read it back before relying on it.
+    pub state_unknown: bool,
+}
+
+impl DriverError {
+    /// Makes an error.
+    pub fn new(
+        kind: ErrorKind,
+        controller: &ControllerId,
+        call: impl Into<String>,
+        message: impl Into<String>,
+        state_unknown: bool,
+    ) -> Self {
+        Self {
+            kind,
+            controller: controller.clone(),
+            call: call.into(),
+            message: message.into(),
+            state_unknown,
+        }
+    }
+}
+
+/// What a controller says it is, read by a connectivity test.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct Identity {
+    /// A value that is the same for every controller pointing at the same system (a Redfish
+    /// service UUID, a Proxmox cluster name, an engine ID). Two controllers with the same
+    /// identity are warned of.
+    pub id: String,
+    /// Further facts worth showing (vendor, version, serial).
+    pub facts: BTreeMap<String, String>,
+    /// For TLS targets: the SHA-256 fingerprint of the certificate it showed, to compare and pin.
+    pub tls_fingerprint: Option<String>,
+}
+
+/// One capability's grade after a probe.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct CapabilityGrade {
+    pub capability: String,
+    pub grade: Grade,
+    /// Why that grade, in a sentence.
+    pub reason: String,
+}
+
+/// The result of a probe: identity and every capability graded. A probe changes nothing.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct Probe {
+    pub identity: Identity,
+    pub grades: Vec<CapabilityGrade>,
+    /// Things the operator should know that are not errors.
+    pub warnings: Vec<String>,
+}
+
+/// A resource a capability can act on, found by discovery.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct Discovered {
+    pub capability: String,
+    pub resource: String,
+    /// A short description (`VM 101 "erp-db" on pve-dc1-01, running`).
+    pub description: String,
+}
+
+/// The driver contract. Implementations are built without I/O from a validated controller
+/// configuration and a resolved secret; every method honours the context's deadline and
+/// cancellation, and no task it starts outlives the call.
+pub trait Driver: Send + Sync + fmt::Debug {
+    /// The controller type this driver serves.
+    fn controller_type(&self) -> ControllerType;
+
+    /// The controller's name, for errors and evidence.
+    fn id(&self) -> &ControllerId;
+
+    /// Reads identity and grades every capability, without side effects. Never fences to test
+    /// a permission.
+    fn probe(&self, ctx: &CallContext) -> impl Future<Output = Result<Probe, DriverError>> + Send;
+
+    /// Lists the resources each capability can act on.
+    fn discover(
+        &self,
+        ctx: &CallContext,
+    ) -> impl Future<Output = Result<Vec<Discovered>, DriverError>> + Send;
+
+    /// Checks what a binding needs from the bound resource (it exists, the VM is on the named
+    /// node), without side effects. Returns the problems found; empty means fine. Runs when a
+    /// binding names the resource and, the cheap part, before every fence.
+    fn check_binding(
+        &self,
+        ctx: &CallContext,
+        target: &Target,
+    ) -> impl Future<Output = Result<Vec<String>, DriverError>> + Send;
+
+    /// Reads whether the capability's condition holds. No side effects.
+    fn check(
+        &self,
+        ctx: &CallContext,
+        target: &Target,
+    ) -> impl Future<Output = Result<Reading, DriverError>> + Send;
+
+    /// Makes the condition hold (fence, start, promote, own the VIP, raise the shield, arm the
+    /// dead-man) and returns the read-back that proves it. Idempotent: when the condition already
+    /// holds it returns that reading ("already off" is success).
+    fn perform(
+        &self,
+        ctx: &CallContext,
+        target: &Target,
+    ) -> impl Future<Output = Result<Reading, DriverError>> + Send;
+
+    /// Undoes the capability (unfence, lower the shield, disarm the dead-man) and returns the
+    /// read-back. `Unsupported` for capabilities without an undo.
+    fn undo(
+        &self,
+        ctx: &CallContext,
+        target: &Target,
+    ) -> impl Future<Output = Result<Reading, DriverError>> + Send;
+
+    /// Renews a dead-man switch. `Unsupported` for every other capability.
+    fn renew(
+        &self,
+        ctx: &CallContext,
+        target: &Target,
+    ) -> impl Future<Output = Result<Reading, DriverError>> + Send;
+}

@@ -1,0 +1,358 @@
+//! The capability catalog: for each controller type, what it can do, in which roles, at which
+//! fence level, and on what kind of resource. It is static: a driver cannot offer a capability
+//! the catalog does not list, and configuration validation refuses any other.
+//!
+//! `docs/specs/capabilities.md` is the human copy of this table; a test keeps them in step.
+
+use std::fmt;
+use std::str::FromStr;
+
+use serde::{Deserialize, Serialize};
+
+use crate::domain::{FenceLevel, Role};
+
+/// The kinds of controller qfence has drivers for. A closed set: the compiler finds every place
+/// a new one must be handled.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum ControllerType {
+    Redfish,
+    Ipmi,
+    Proxmox,
+    Fortigate,
+    Docker,
+    Postgres,
+    FenceAgent,
+    Nova,
+}
+
+impl ControllerType {
+    /// Every controller type.
+    pub const ALL: [ControllerType; 8] = [
+        ControllerType::Redfish,
+        ControllerType::Ipmi,
+        ControllerType::Proxmox,
+        ControllerType::Fortigate,
+        ControllerType::Docker,
+        ControllerType::Postgres,
+        ControllerType::FenceAgent,
+        ControllerType::Nova,
+    ];
+
+    /// The type's name as written in configuration (`type: redfish`).
+    pub fn as_str(self) -> &'static str {
+        match self {
+            ControllerType::Redfish => "redfish",
+            ControllerType::Ipmi => "ipmi",
+            ControllerType::Proxmox => "proxmox",
+            ControllerType::Fortigate => "fortigate",
+            ControllerType::Docker => "docker",
+            ControllerType::Postgres => "postgres",
+            ControllerType::FenceAgent => "fence-agent",
+            ControllerType::Nova => "nova",
+        }
+    }
+
+    /// The capabilities of this type.
+    pub fn capabilities(self) -> &'static [CapabilitySpec] {
+        match self {
+            ControllerType::Redfish => REDFISH,
+            ControllerType::Ipmi => IPMI,
+            ControllerType::Proxmox => PROXMOX,
+            ControllerType::Fortigate => FORTIGATE,
+            ControllerType::Docker => DOCKER,
+            ControllerType::Postgres => POSTGRES,
+            ControllerType::FenceAgent => FENCE_AGENT,
+            ControllerType::Nova => &[],
+        }
+    }
+
+    /// The capability of this type with that name, if there is one.
+    pub fn capability(self, name: &str) -> Option<&'static CapabilitySpec> {
+        self.capabilities().iter().find(|c| c.name == name)
+    }
+
+    /// Names of this type's capabilities, comma-separated, for error messages.
+    pub fn capability_names(self) -> String {
+        let names: Vec<&str> = self.capabilities().iter().map(|c| c.name).collect();
+        if names.is_empty() {
+            "(none)".to_owned()
+        } else {
+            names.join(", ")
+        }
+    }
+}
+
+impl fmt::Display for ControllerType {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+impl FromStr for ControllerType {
+    type Err = ();
+    fn from_str(s: &str) -> Result<Self, ()> {
+        ControllerType::ALL
+            .into_iter()
+            .find(|t| t.as_str() == s)
+            .ok_or(())
+    }
+}
+
+/// What a capability acts on, which says what a binding's `resource` must name.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum ResourceKind {
+    /// A BMC's computer system: its Redfish id, UUID or name.
+    System,
+    /// A host behind a BMC, by name.
+    Host,
+    /// A Proxmox VE guest as `node/vmid` (`pve-dc1-01/101`).
+    NodeVmid,
+    /// A Proxmox VE replication job id (`101-1`).
+    ReplicationJob,
+    /// A FortiGate firewall policy id (a number).
+    PolicyId,
+    /// A FortiGate virtual IP object name.
+    VipName,
+    /// A container name.
+    Container,
+    /// The database server the controller points at (`self` or its name).
+    Server,
+    /// A fence agent's plug.
+    Plug,
+}
+
+impl ResourceKind {
+    /// How the resource is written, for messages and the plan editor.
+    pub fn describe(self) -> &'static str {
+        match self {
+            ResourceKind::System => "system id, UUID or host name",
+            ResourceKind::Host => "host name",
+            ResourceKind::NodeVmid => "node/vmid, e.g. pve-dc1-01/101",
+            ResourceKind::ReplicationJob => "replication job id, e.g. 101-1",
+            ResourceKind::PolicyId => "firewall policy id (a number)",
+            ResourceKind::VipName => "virtual IP name",
+            ResourceKind::Container => "container name",
+            ResourceKind::Server => "server name",
+            ResourceKind::Plug => "plug",
+        }
+    }
+
+    /// Whether `resource` is well-formed for this kind (not whether it exists: discovery and
+    /// the binding-time checks answer that).
+    pub fn accepts(self, resource: &str) -> bool {
+        if resource.is_empty() || resource.chars().any(char::is_control) {
+            return false;
+        }
+        match self {
+            ResourceKind::NodeVmid => match resource.split_once('/') {
+                Some((node, vmid)) => {
+                    !node.is_empty()
+                        && !node.contains('/')
+                        && vmid.parse::<u32>().is_ok_and(|id| id >= 100)
+                }
+                None => false,
+            },
+            ResourceKind::ReplicationJob => match resource.split_once('-') {
+                Some((vmid, job)) => vmid.parse::<u32>().is_ok() && job.parse::<u32>().is_ok(),
+                None => false,
+            },
+            ResourceKind::PolicyId => resource.parse::<u32>().is_ok(),
+            _ => true,
+        }
+    }
+}
+
+/// One capability of a controller type.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+pub struct CapabilitySpec {
+    /// Its name in bindings (`power.off`).
+    pub name: &'static str,
+    /// The roles a binding of it may take.
+    pub roles: &'static [Role],
+    /// For fence capabilities: what the fence stops. `None` for the rest.
+    pub level: Option<FenceLevel>,
+    /// For fence capabilities: the action that undoes the fence (`power.on`).
+    pub unfence: Option<&'static str>,
+    /// What the binding's `resource` names.
+    pub resource: ResourceKind,
+}
+
+impl CapabilitySpec {
+    /// Whether a binding of this capability may take `role`.
+    pub fn allows(&self, role: Role) -> bool {
+        self.roles.contains(&role)
+    }
+
+    /// The roles, comma-separated, for error messages.
+    pub fn role_names(&self) -> String {
+        self.roles
+            .iter()
+            .map(|r| r.as_str())
+            .collect::<Vec<_>>()
+            .join(", ")
+    }
+}
+
+const fn cap(
+    name: &'static str,
+    roles: &'static [Role],
+    level: Option<FenceLevel>,
+    unfence: Option<&'static str>,
+    resource: ResourceKind,
+) -> CapabilitySpec {
+    CapabilitySpec {
+        name,
+        roles,
+        level,
+        unfence,
+        resource,
+    }
+}
+
+use FenceLevel::{Application, Compute, Network};
+use ResourceKind as R;
+use Role::*;
+
+static REDFISH: &[CapabilitySpec] = &[
+    cap(
+        "power.off",
+        &[Fence],
+        Some(Compute),
+        Some("power.on"),
+        R::System,
+    ),
+    cap("power.status", &[Health], None, None, R::System),
+];
+
+static IPMI: &[CapabilitySpec] = &[
+    cap(
+        "power.off",
+        &[Fence],
+        Some(Compute),
+        Some("power.on"),
+        R::Host,
+    ),
+    cap("watchdog", &[DeadMan], Some(Compute), None, R::Host),
+];
+
+static PROXMOX: &[CapabilitySpec] = &[
+    cap(
+        "vm.stop",
+        &[Fence],
+        Some(Compute),
+        Some("vm.start"),
+        R::NodeVmid,
+    ),
+    cap("vm.start", &[Switchover, Recovery], None, None, R::NodeVmid),
+    cap("vm.status", &[Health], None, None, R::NodeVmid),
+    cap(
+        "replication.lag",
+        &[Readiness],
+        None,
+        None,
+        R::ReplicationJob,
+    ),
+];
+
+static FORTIGATE: &[CapabilitySpec] = &[
+    cap(
+        "policy.disable",
+        &[Fence, Shield],
+        Some(Network),
+        Some("policy.enable"),
+        R::PolicyId,
+    ),
+    cap("vip.own", &[Service], None, None, R::VipName),
+];
+
+static DOCKER: &[CapabilitySpec] = &[
+    cap(
+        "container.stop",
+        &[Fence],
+        Some(Compute),
+        Some("container.start"),
+        R::Container,
+    ),
+    cap(
+        "container.start",
+        &[Switchover, Recovery],
+        None,
+        None,
+        R::Container,
+    ),
+    cap(
+        "container.health",
+        &[Health, Readiness],
+        None,
+        None,
+        R::Container,
+    ),
+];
+
+static POSTGRES: &[CapabilitySpec] = &[
+    cap("db.demote", &[Fence], Some(Application), None, R::Server),
+    cap("db.promote", &[Switchover], None, None, R::Server),
+    cap("replication.lag", &[Readiness], None, None, R::Server),
+    cap("db.health", &[Health], None, None, R::Server),
+];
+
+/// A fence agent's level defaults to compute; the controller's `level` setting overrides it.
+static FENCE_AGENT: &[CapabilitySpec] = &[cap(
+    "power.off",
+    &[Fence],
+    Some(Compute),
+    Some("power.on"),
+    R::Plug,
+)];
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn every_fence_capability_has_a_level_and_nothing_else_claims_one() {
+        for t in ControllerType::ALL {
+            for c in t.capabilities() {
+                let fences = c.allows(Fence) || c.allows(DeadMan);
+                assert_eq!(fences, c.level.is_some(), "{t} {}", c.name);
+            }
+        }
+    }
+
+    #[test]
+    fn capability_names_are_unique_per_type() {
+        for t in ControllerType::ALL {
+            let mut names: Vec<_> = t.capabilities().iter().map(|c| c.name).collect();
+            names.sort_unstable();
+            let n = names.len();
+            names.dedup();
+            assert_eq!(n, names.len(), "{t}");
+        }
+    }
+
+    #[test]
+    fn lookup_finds_what_the_table_lists() {
+        let c = ControllerType::Proxmox.capability("vm.stop").unwrap();
+        assert_eq!(c.unfence, Some("vm.start"));
+        assert!(c.allows(Fence) && !c.allows(Service));
+        assert!(ControllerType::Redfish.capability("vm.stop").is_none());
+        assert_eq!(
+            ControllerType::Redfish.capability_names(),
+            "power.off, power.status"
+        );
+    }
+
+    #[test]
+    fn resource_shapes_are_checked_per_kind() {
+        assert!(ResourceKind::NodeVmid.accepts("pve-dc1-01/101"));
+        assert!(!ResourceKind::NodeVmid.accepts("101"));
+        assert!(!ResourceKind::NodeVmid.accepts("pve/abc"));
+        assert!(ResourceKind::ReplicationJob.accepts("101-1"));
+        assert!(!ResourceKind::ReplicationJob.accepts("101"));
+        assert!(ResourceKind::PolicyId.accepts("42"));
+        assert!(!ResourceKind::PolicyId.accepts("allow-all"));
+        assert!(!ResourceKind::Host.accepts(""));
+    }
+}

@@ -1,0 +1,341 @@
+//! Configuration types, as the rest of qfence sees them.
+//!
+//! The file is YAML (ADR 0002). It is read in three phases with different powers, as Vector
+//! does: *parse* (text only), *validate* (pure cross-checks: every problem reported at once,
+//! each with its path), *build* (may read secrets and open clients; lives in the crates that
+//! do I/O). Only validation makes a [`ValidatedConfig`], so a function that takes one knows
+//! every name in it resolves.
+//!
+//! Durations are written in seconds and may be fractional (`interval_seconds: 0.5`).
+
+use std::collections::BTreeMap;
+use std::time::Duration;
+
+use serde::Serialize;
+
+use crate::catalog::{CapabilitySpec, ControllerType};
+use crate::domain::{FenceLevel, Role};
+use crate::ids::{ControllerId, OrchestratorId, PlanId, SecretRef, SiteId};
+
+/// The whole configuration.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct Config {
+    /// The cluster of orchestrators.
+    pub cluster: ClusterConfig,
+    /// Sites by name. Order is the file's order.
+    pub sites: BTreeMap<SiteId, SiteConfig>,
+    /// Orchestrators (qfence daemons) by name.
+    pub orchestrators: BTreeMap<OrchestratorId, OrchestratorConfig>,
+    /// Controllers by name.
+    pub controllers: BTreeMap<ControllerId, ControllerConfig>,
+    /// Availability plans by name.
+    pub plans: BTreeMap<PlanId, PlanConfig>,
+}
+
+/// `cluster:`
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct ClusterConfig {
+    /// The cluster's name, shown in the console and carried in certificates.
+    pub name: String,
+    /// How long a leader's lease lasts without a successful heartbeat round
+    /// (`lease_seconds`, default 2).
+    pub lease: Duration,
+}
+
+/// `sites.NAME:`
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize)]
+pub struct SiteConfig {
+    /// A witness site votes in the cluster but owns no plans and runs no controllers.
+    pub witness: bool,
+}
+
+/// `orchestrators.NAME:`
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct OrchestratorConfig {
+    /// The site the orchestrator runs at; it makes that site's controller calls.
+    pub site: SiteId,
+    /// `host:port` where the other orchestrators reach it.
+    pub address: String,
+}
+
+/// How a controller's TLS server is trusted. Exactly one of the three, or the system roots
+/// when none is given.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum TlsTrust {
+    /// The system's root certificates.
+    #[default]
+    SystemRoots,
+    /// `tls: {ca_file: PATH}`: certificates signed by this CA.
+    CaFile(String),
+    /// `tls: {pin: "sha256:HEX"}`: exactly the certificate with this SHA-256 fingerprint
+    /// (lower-case hex, 64 digits, no colons).
+    Pin(String),
+    /// `tls: {insecure: true}`: anything. For labs only; warned about wherever it is used.
+    Insecure,
+}
+
+/// `controllers.NAME:`
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct ControllerConfig {
+    /// The site where the controller lives; that site's orchestrators may call it.
+    pub site: SiteId,
+    /// Further sites whose orchestrators may call it (a BMC on a management network both sites
+    /// route to).
+    pub reach: Vec<SiteId>,
+    /// The credential, by reference. Never the credential itself.
+    pub secret: Option<SecretRef>,
+    /// How its TLS certificate is trusted (HTTPS types only).
+    pub tls: TlsTrust,
+    /// The deadline for one call, unless an operation sets a shorter one (`timeout_seconds`,
+    /// default 10).
+    pub timeout: Duration,
+    /// What kind of controller it is, with the settings of that kind.
+    pub kind: ControllerKind,
+}
+
+impl ControllerConfig {
+    /// The controller's type.
+    pub fn controller_type(&self) -> ControllerType {
+        self.kind.controller_type()
+    }
+
+    /// The sites whose orchestrators may call this controller: its own site first, then its
+    /// reach in the order written.
+    pub fn allowed_sites(&self) -> impl Iterator<Item = &SiteId> {
+        std::iter::once(&self.site).chain(self.reach.iter().filter(move |s| **s != self.site))
+    }
+
+    /// Whether an orchestrator at `site` may call this controller.
+    pub fn callable_from(&self, site: &SiteId) -> bool {
+        self.allowed_sites().any(|s| s == site)
+    }
+
+    /// The fence level of one of its capabilities, honouring a fence agent's `level` setting.
+    pub fn fence_level(&self, capability: &CapabilitySpec) -> Option<FenceLevel> {
+        match &self.kind {
+            ControllerKind::FenceAgent { level, .. } if capability.level.is_some() => Some(*level),
+            _ => capability.level,
+        }
+    }
+}
+
+/// Redfish authentication.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum RedfishAuth {
+    /// A session from `SessionService` (X-Auth-Token), always deleted after use.
+    #[default]
+    Session,
+    /// HTTP basic authentication on every request.
+    Basic,
+}
+
+/// Proxmox VE authentication.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum ProxmoxAuth {
+    /// `PVEAPIToken=USER@REALM!TOKENID=SECRET`; the secret holds the token's UUID.
+    Token { token_id: String },
+    /// A ticket from `/access/ticket`; the secret holds the password.
+    Ticket { username: String },
+}
+
+/// The settings of each controller type. A closed, tagged enum (`type:` is the tag).
+#[derive(Debug, Clone, PartialEq, Serialize)]
+#[serde(tag = "type", rename_all = "kebab-case")]
+pub enum ControllerKind {
+    /// A Redfish BMC. `endpoint` is `https://host[:port]`.
+    Redfish {
+        endpoint: url::Url,
+        username: String,
+        auth: RedfishAuth,
+    },
+    /// An IPMI BMC over LAN (RMCP+). `endpoint` is `host[:port]` (UDP, default port 623).
+    Ipmi {
+        endpoint: String,
+        username: String,
+        cipher_suite: u8,
+    },
+    /// A Proxmox VE cluster's API. `endpoint` is `https://host:8006`.
+    Proxmox {
+        endpoint: url::Url,
+        auth: ProxmoxAuth,
+    },
+    /// A FortiGate's REST API, with an API key (Bearer) from the secret.
+    Fortigate {
+        endpoint: url::Url,
+        vdom: Option<String>,
+    },
+    /// A Docker Engine: `unix:///var/run/docker.sock` or `https://host:2376`.
+    Docker { endpoint: url::Url },
+    /// A PostgreSQL server: `postgresql://host:port/dbname`.
+    Postgres {
+        endpoint: url::Url,
+        username: String,
+    },
+    /// Any installed Pacemaker fence agent (`fence_*`), run with options on stdin.
+    FenceAgent {
+        /// The agent's program name, such as `fence_ipmilan`.
+        agent: String,
+        /// Options passed to it as `key=value` lines (never secrets: the secret is added as
+        /// `password=` at call time).
+        options: BTreeMap<String, String>,
+        /// What its fence stops (default compute).
+        level: FenceLevel,
+    },
+    /// OpenStack Nova, through Keystone v3. Used by Instance HA, not by plan bindings.
+    Nova {
+        endpoint: url::Url,
+        username: String,
+        project: String,
+    },
+}
+
+impl ControllerKind {
+    /// The controller's type.
+    pub fn controller_type(&self) -> ControllerType {
+        match self {
+            ControllerKind::Redfish { .. } => ControllerType::Redfish,
+            ControllerKind::Ipmi { .. } => ControllerType::Ipmi,
+            ControllerKind::Proxmox { .. } => ControllerType::Proxmox,
+            ControllerKind::Fortigate { .. } => ControllerType::Fortigate,
+            ControllerKind::Docker { .. } => ControllerType::Docker,
+            ControllerKind::Postgres { .. } => ControllerType::Postgres,
+            ControllerKind::FenceAgent { .. } => ControllerType::FenceAgent,
+            ControllerKind::Nova { .. } => ControllerType::Nova,
+        }
+    }
+}
+
+/// One binding: a controller's capability, acting on a resource, in a role.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct Binding {
+    pub controller: ControllerId,
+    pub capability: String,
+    pub resource: String,
+    pub role: Role,
+    /// For fences: whether it counts toward its site's verdict. A fence that is not required
+    /// is secondary.
+    pub required: bool,
+    /// Capability parameters, checked per capability (`params: {max_lag_bytes: "1048576"}`;
+    /// for `vip.own`, the address the VIP points at for each site: `params: {dc1: 10.1.1.5}`).
+    pub params: BTreeMap<String, String>,
+}
+
+/// `plans.NAME:`
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct PlanConfig {
+    /// The site that owns the plan when the cluster first sees it.
+    pub owner: SiteId,
+    /// Target preference when a failover names none: first listed first. Sites not listed
+    /// follow in name order. (`priority`, default: none.)
+    pub priority: Vec<SiteId>,
+    /// How often health runs at the owner and fences are re-checked elsewhere
+    /// (`interval_seconds`, default 10).
+    pub interval: Duration,
+    /// How old an observation may be and still count (`freshness_seconds`, default three
+    /// intervals).
+    pub freshness: Duration,
+    /// Health bad this long restarts the copy in place (`recovery_after_seconds`, default 30).
+    pub recovery_after: Duration,
+    /// Restarts in place before giving up on the site (`max_recoveries`, default 1).
+    pub max_recoveries: u32,
+    /// Health bad this long fails the plan over (`failover_after_seconds`, default 60).
+    pub failover_after: Duration,
+    /// The deadline for one fence to be verified (`fence_timeout_seconds`, default 30).
+    pub fence_timeout: Duration,
+    /// How many times a failed step is retried before the operation stops (`max_retries`,
+    /// default 2).
+    pub max_retries: u32,
+    /// Whether the target's own fences are undone when it is promoted (`unfence_on_promote`,
+    /// default false).
+    pub unfence_on_promote: bool,
+    /// Whether qfence fails over on its own, or only says it would (`auto_failover`,
+    /// default true).
+    pub auto_failover: bool,
+    /// Each site's instance: its bindings, in order.
+    pub instances: BTreeMap<SiteId, Vec<Binding>>,
+    /// Bindings that follow the owner (a VIP).
+    pub service: Vec<Binding>,
+}
+
+impl PlanConfig {
+    /// The plan's sites, in name order.
+    pub fn sites(&self) -> impl Iterator<Item = &SiteId> {
+        self.instances.keys()
+    }
+
+    /// The bindings of `site` in `role`.
+    pub fn bindings<'a>(
+        &'a self,
+        site: &SiteId,
+        role: Role,
+    ) -> impl Iterator<Item = (usize, &'a Binding)> + 'a {
+        self.instances
+            .get(site)
+            .map(|b| b.as_slice())
+            .unwrap_or_default()
+            .iter()
+            .enumerate()
+            .filter(move |(_, b)| b.role == role)
+    }
+}
+
+/// A configuration that passed validation. Only [`crate::config`]'s validation makes one, so
+/// holders know every name in it resolves and every binding fits its capability.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct ValidatedConfig {
+    config: Config,
+}
+
+impl ValidatedConfig {
+    /// Wraps a configuration that validation accepted. Crate-private on purpose.
+    #[allow(dead_code)]
+    pub(crate) fn new_unchecked(config: Config) -> Self {
+        Self { config }
+    }
+
+    /// Wraps a configuration without validating it, for other crates' tests that build their
+    /// fixtures in code. Only with the `testing` feature, which no shipped crate enables.
+    #[cfg(feature = "testing")]
+    pub fn assume_valid(config: Config) -> Self {
+        Self { config }
+    }
+
+    /// The configuration.
+    pub fn config(&self) -> &Config {
+        &self.config
+    }
+
+    /// A plan by name.
+    pub fn plan(&self, id: &str) -> Option<&PlanConfig> {
+        self.config.plans.get(id)
+    }
+
+    /// A controller by name.
+    pub fn controller(&self, id: &str) -> Option<&ControllerConfig> {
+        self.config.controllers.get(id)
+    }
+
+    /// The capability a binding names. Validation guarantees it exists.
+    pub fn capability(&self, binding: &Binding) -> &'static CapabilitySpec {
+        let controller = &self.config.controllers[&binding.controller];
+        controller
+            .controller_type()
+            .capability(&binding.capability)
+            .expect("validation checked every binding's capability")
+    }
+
+    /// The orchestrators at `site`.
+    pub fn orchestrators_at<'a>(
+        &'a self,
+        site: &'a SiteId,
+    ) -> impl Iterator<Item = &'a OrchestratorId> + 'a {
+        self.config
+            .orchestrators
+            .iter()
+            .filter(move |(_, o)| &o.site == site)
+            .map(|(id, _)| id)
+    }
+}

@@ -1,0 +1,1 @@
+//! qfence-server: see the crate description in Cargo.toml. Not yet built.
