@@ -141,6 +141,30 @@ wait_tcp() {
     return 1
 }
 
+# port_in_use PORT tcp|udp : true if something on this host (this network
+# namespace) listens on / is bound to that port, any address.
+port_in_use() {
+    local hex files
+    hex=$(printf ':%04X' "$1")
+    if [ "$2" = udp ]; then files=(/proc/net/udp /proc/net/udp6)
+        awk -v h="$hex" 'FNR > 1 && substr($2, length($2) - 4) == h { f = 1 } END { exit !f }' "${files[@]}" 2>/dev/null
+    else files=(/proc/net/tcp /proc/net/tcp6)
+        awk -v h="$hex" 'FNR > 1 && $4 == "0A" && substr($2, length($2) - 4) == h { f = 1 } END { exit !f }' "${files[@]}" 2>/dev/null
+    fi
+}
+
+# need_free_ports NAME tcp|udp PORT... : exit 4 if one is taken (so a start
+# never mistakes another process on that port for its own emulator).
+need_free_ports() {
+    local name=$1 proto=$2 p; shift 2
+    for p in "$@"; do
+        if port_in_use "$p" "$proto"; then
+            log "$name: $proto port $p on this host is already in use; choose another"
+            exit 4
+        fi
+    done
+}
+
 # start_bg NAME PORT CMD... : start CMD in its own session (so stop.sh can
 # signal the whole process group); log, pid and port files.
 start_bg() {

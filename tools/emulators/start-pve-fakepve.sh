@@ -23,6 +23,7 @@ DIR=$QFENCE_EMU_RUN/fakepve
 if already_running $NAME "$PORT"; then exit 0; fi
 
 apt_install openssl python3-venv
+need_free_ports $NAME tcp "$PORT" "$CTL"
 venv_install fakepve
 tls_cert "$DIR"
 

@@ -22,6 +22,7 @@ DIR=$QFENCE_EMU_RUN/sushy
 if already_running $NAME "$PORT"; then exit 0; fi
 
 apt_install openssl python3-venv
+need_free_ports $NAME tcp "$PORT"
 venv_install sushy
 
 mkdir -p "$DIR/state"
