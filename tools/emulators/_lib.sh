@@ -1,6 +1,6 @@
 # Shared helpers for the qfence emulator scripts. Source it; do not run it.
 #
-#   QFENCE_EMU_HOME    Python venvs                         (default /opt/qfence-emu)
+#   QFENCE_EMU_HOME    Python venvs, PG initdb cache        (default /opt/qfence-emu)
 #   QFENCE_EMU_RUN     state, certificates, logs, pid files (default /tmp/qfence-emu)
 #                      One run dir = one instance of each emulator: give every
 #                      parallel test its own QFENCE_EMU_RUN (and its own ports).
@@ -59,18 +59,28 @@ emu_python() {
     else command -v python3; fi
 }
 
-# venv_ready NAME : true if $QFENCE_EMU_HOME/NAME matches requirements/NAME.txt.
-venv_ready() {
-    local venv=$QFENCE_EMU_HOME/$1 req=$EMU_DIR/requirements/$1.txt
-    [ -x "$venv/bin/python" ] && [ -f "$venv/.qfence-installed" ] \
-        && [ "$(cat "$venv/.qfence-installed")" = "$(sha256sum < "$req" | cut -c1-64)" ]
+# venv_dir NAME : the venv for requirements/NAME.txt, named after a hash of
+# that file and the interpreter ($QFENCE_EMU_HOME/NAME-<hash>): a changed pin
+# makes a new venv beside the old one, and a venv in use is never rebuilt.
+venv_dir() {
+    local key
+    key=$({ cat "$EMU_DIR/requirements/$1.txt"; emu_python; } | sha256sum | cut -c1-12)
+    echo "$QFENCE_EMU_HOME/$1-$key"
 }
 
-# venv_install NAME : venv at $QFENCE_EMU_HOME/NAME with the pinned packages of
-# requirements/NAME.txt. Idempotent, and safe when several processes call it at
-# once (flock); a half-built venv (no stamp) is rebuilt.
+# venv_ready NAME : true if NAME's venv is complete.
+venv_ready() {
+    local venv
+    venv=$(venv_dir "$1")
+    [ -x "$venv/bin/python" ] && [ -f "$venv/.qfence-installed" ]
+}
+
+# venv_install NAME : make NAME's venv with the pinned packages of
+# requirements/NAME.txt. Idempotent, and safe when several processes call it
+# at once (flock); a half-built venv (no stamp) is rebuilt.
 venv_install() {
-    local name=$1 venv=$QFENCE_EMU_HOME/$1 req=$EMU_DIR/requirements/$1.txt
+    local name=$1 venv req=$EMU_DIR/requirements/$1.txt
+    venv=$(venv_dir "$name")
     venv_ready "$name" && return 0
     (
         flock 9
@@ -80,8 +90,8 @@ venv_install() {
         "$(emu_python)" -m venv "$venv"
         log "pip install -r requirements/$name.txt"
         "$venv/bin/pip" install -q --disable-pip-version-check -r "$req"
-        sha256sum < "$req" | cut -c1-64 > "$venv/.qfence-installed"
-    ) 9>"$QFENCE_EMU_HOME/.$name.lock"
+        date -u +%FT%TZ > "$venv/.qfence-installed"
+    ) 9>"$venv.lock"
 }
 
 # tls_cert DIR : DIR/ca.pem (a throw-away CA) and DIR/cert.pem + DIR/key.pem
