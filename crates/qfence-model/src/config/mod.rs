@@ -17,12 +17,19 @@ use crate::catalog::{CapabilitySpec, ControllerType};
 use crate::domain::{FenceLevel, Role};
 use crate::ids::{ControllerId, OrchestratorId, PlanId, SecretRef, SiteId};
 
+mod issue;
+mod load;
+mod tree;
+
+pub use issue::{Issue, Severity};
+pub use load::{Loaded, load_str};
+
 /// The whole configuration.
 #[derive(Debug, Clone, PartialEq, Serialize)]
 pub struct Config {
     /// The cluster of orchestrators.
     pub cluster: ClusterConfig,
-    /// Sites by name. Order is the file's order.
+    /// Sites by name.
     pub sites: BTreeMap<SiteId, SiteConfig>,
     /// Orchestrators (qfence daemons) by name.
     pub orchestrators: BTreeMap<OrchestratorId, OrchestratorConfig>,
