@@ -477,11 +477,11 @@ impl Decoder {
         match self.declared_sites.get(site.as_str()) {
             None => {
                 let names = list_names(self.declared_sites.keys().map(String::as_str));
-                self.error(path, format!("unknown site {site:?}; sites: {names}"));
+                self.error(path, format!("unknown site \"{site}\"; sites: {names}"));
                 None
             }
             Some(true) if !allow_witness => {
-                self.error(path, format!("{site:?} is a witness site, which {why}"));
+                self.error(path, format!("\"{site}\" is a witness site, which {why}"));
                 None
             }
             Some(_) => Some(site),
@@ -528,19 +528,17 @@ impl Decoder {
             Some(n) => self.orchestrators(n, "orchestrators"),
             None => Some(BTreeMap::new()),
         };
-        let controllers = match f.get("controllers") {
+        // Controllers that decoded are kept even when others did not, so the plans are still
+        // checked against them.
+        let (controllers, controllers_ok) = match f.get("controllers") {
             Some(n) => self.controllers(n, "controllers", orchestrators.as_ref()),
+            None => (BTreeMap::new(), true),
+        };
+        let plans = match f.get("plans") {
+            Some(n) => self.plans(n, "plans", &controllers),
             None => Some(BTreeMap::new()),
         };
-        let plans = match (f.get("plans"), &controllers) {
-            (Some(n), Some(c)) => self.plans(n, "plans", c),
-            (Some(n), None) => {
-                // Still decode the plans to report their own problems.
-                self.plans(n, "plans", &BTreeMap::new());
-                None
-            }
-            (None, _) => Some(BTreeMap::new()),
-        };
+        let controllers = controllers_ok.then_some(controllers);
         Some(Config {
             cluster: cluster?,
             sites: sites?,
@@ -656,7 +654,7 @@ impl Decoder {
         node: &Node,
         path: &str,
         orchestrators: Option<&BTreeMap<OrchestratorId, OrchestratorConfig>>,
-    ) -> Option<BTreeMap<ControllerId, ControllerConfig>> {
+    ) -> (BTreeMap<ControllerId, ControllerConfig>, bool) {
         let entries = self.named(node, path, "controllers");
         for (name, _) in &entries {
             self.declared_controllers.insert(name.clone());
@@ -675,7 +673,7 @@ impl Decoder {
                 _ => ok = false,
             }
         }
-        ok.then_some(out)
+        (out, ok)
     }
 
     fn check_callable(
@@ -813,22 +811,21 @@ impl Decoder {
         let p = f.path("reach");
         let items = self.list(n, &p, "site names");
         let mut out: Vec<SiteId> = Vec::new();
-        let mut ok = true;
-        for (i, item) in items.iter().enumerate() {
+                for (i, item) in items.iter().enumerate() {
             let ip = index(&p, i);
             match self.site_ref(item, &ip, false, "makes no controller calls") {
                 Some(s) if out.contains(&s) => {
-                    self.error(&ip, format!("{s:?} is listed twice"));
-                    ok = false;
+                    self.error(&ip, format!("\"{s}\" is listed twice"));
                 }
                 Some(s) if Some(&s) == site => {
-                    self.warn(&ip, format!("{s:?} is the controller's own site already"));
+                    self.warn(&ip, format!("\"{s}\" is the controller's own site already"));
                 }
                 Some(s) => out.push(s),
-                None => ok = false,
+                None => {}
             }
         }
-        ok.then_some(out)
+        // Entries already reported are left out; the rest still serve the checks that follow.
+        Some(out)
     }
 
     /// The type's own settings, and whether its endpoint is https (so `tls` applies).
@@ -1296,7 +1293,7 @@ impl Decoder {
                 } else {
                     self.error(
                         &p,
-                        format!("{s:?} is not one of the plan's sites: {site_names}"),
+                        format!("\"{s}\" is not one of the plan's sites: {site_names}"),
                     );
                     None
                 }
@@ -1314,11 +1311,11 @@ impl Decoder {
                 if !sites.contains(&s) {
                     d.error(
                         &ip,
-                        format!("{s:?} is not one of the plan's sites: {site_names}"),
+                        format!("\"{s}\" is not one of the plan's sites: {site_names}"),
                     );
                     ok = false;
                 } else if out.contains(&s) {
-                    d.error(&ip, format!("{s:?} is listed twice"));
+                    d.error(&ip, format!("\"{s}\" is listed twice"));
                     ok = false;
                 } else {
                     out.push(s);
@@ -1378,6 +1375,23 @@ impl Decoder {
             Some(n) => self.bindings(n, &f.path("service"), None, &sites, controllers),
         };
 
+        if let (Some(interval), Some(freshness), Some(recovery_after), Some(max_recoveries)) =
+            (interval, freshness, recovery_after, max_recoveries)
+            && let (Some(failover_after), Some(fence_timeout)) = (failover_after, fence_timeout)
+        {
+            self.check_timing(
+                path,
+                Timing {
+                    interval,
+                    freshness,
+                    freshness_given: f.get("freshness_seconds").is_some(),
+                    recovery_after,
+                    max_recoveries,
+                    failover_after,
+                    fence_timeout,
+                },
+            );
+        }
         let plan = PlanConfig {
             owner: owner?,
             priority: priority?,
@@ -1393,7 +1407,6 @@ impl Decoder {
             instances,
             service: service?,
         };
-        self.check_timing(path, &plan, f.get("freshness_seconds").is_some());
         if !(bindings_ok && sites_ok) {
             return None;
         }
@@ -1401,8 +1414,8 @@ impl Decoder {
         Some(plan)
     }
 
-    fn check_timing(&mut self, path: &str, p: &PlanConfig, freshness_given: bool) {
-        if freshness_given && p.freshness < p.interval {
+    fn check_timing(&mut self, path: &str, p: Timing) {
+        if p.freshness_given && p.freshness < p.interval {
             self.error(
                 &child(path, "freshness_seconds"),
                 format!(
@@ -1587,7 +1600,7 @@ impl Decoder {
                     let names = list_names(self.declared_controllers.iter().map(String::as_str));
                     self.error(
                         &p,
-                        format!("unknown controller {id:?}; controllers: {names}"),
+                        format!("unknown controller \"{id}\"; controllers: {names}"),
                     );
                     return None;
                 }
@@ -1813,6 +1826,17 @@ impl Decoder {
             }
         }
     }
+}
+
+/// A plan's timings, for the checks of how they relate.
+struct Timing {
+    interval: Duration,
+    freshness: Duration,
+    freshness_given: bool,
+    recovery_after: Duration,
+    max_recoveries: u32,
+    failover_after: Duration,
+    fence_timeout: Duration,
 }
 
 /// `host:port`, `[v6]:port`; with `port_optional`, also `host` and `[v6]`.
