@@ -55,6 +55,36 @@ pub fn load_str(text: &str, source: &str) -> Result<Loaded, Vec<Issue>> {
     }
 }
 
+/// Why a configuration file could not be loaded.
+#[derive(Debug, thiserror::Error)]
+pub enum LoadError {
+    /// The file could not be read.
+    #[error("cannot read {file}: {source}")]
+    Read {
+        file: String,
+        #[source]
+        source: std::io::Error,
+    },
+    /// The file was read but is not a valid configuration.
+    #[error("{file}: {} error(s) in the configuration", issues.iter().filter(|i| i.is_error()).count())]
+    Invalid {
+        file: String,
+        /// Every issue found, errors and warnings, sorted by path.
+        issues: Vec<Issue>,
+    },
+}
+
+/// Reads a file and loads it with [`load_str`]. The only I/O in this crate: reading the text.
+pub fn load_file(path: impl AsRef<std::path::Path>) -> Result<Loaded, LoadError> {
+    let path = path.as_ref();
+    let file = path.display().to_string();
+    let text = std::fs::read_to_string(path).map_err(|source| LoadError::Read {
+        file: file.clone(),
+        source,
+    })?;
+    load_str(&text, &file).map_err(|issues| LoadError::Invalid { file, issues })
+}
+
 /// Keys that hold a credential. Refused anywhere in the file: credentials are named by
 /// `secret:` and resolved by each orchestrator from its own store.
 const CREDENTIAL_KEYS: &[&str] = &[
@@ -811,7 +841,7 @@ impl Decoder {
         let p = f.path("reach");
         let items = self.list(n, &p, "site names");
         let mut out: Vec<SiteId> = Vec::new();
-                for (i, item) in items.iter().enumerate() {
+        for (i, item) in items.iter().enumerate() {
             let ip = index(&p, i);
             match self.site_ref(item, &ip, false, "makes no controller calls") {
                 Some(s) if out.contains(&s) => {

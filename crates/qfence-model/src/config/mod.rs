@@ -7,6 +7,13 @@
 //! every name in it resolves.
 //!
 //! Durations are written in seconds and may be fractional (`interval_seconds: 0.5`).
+//!
+//! Loading: [`load_str`] parses the text into a generic tree that keeps every mapping entry
+//! (duplicates included) and its line, then decodes it by hand into a [`Config`], collecting
+//! every issue with its path (`plans.erp-db.instances.dc1[2].capability`) and the allowed
+//! values, then cross-checks names, roles, resources, reach and timings. It returns a
+//! [`ValidatedConfig`] with the warnings, or every issue sorted by path. `docs/configuration.md`
+//! documents each key.
 
 use std::collections::BTreeMap;
 use std::time::Duration;
@@ -22,7 +29,7 @@ mod load;
 mod tree;
 
 pub use issue::{Issue, Severity};
-pub use load::{Loaded, load_str};
+pub use load::{LoadError, Loaded, load_file, load_str};
 
 /// The whole configuration.
 #[derive(Debug, Clone, PartialEq, Serialize)]

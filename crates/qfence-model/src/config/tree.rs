@@ -87,6 +87,7 @@ pub(crate) fn parse(text: &str) -> Result<Node, SyntaxError> {
                 .map(str::trim)
                 .find(|l| !l.is_empty())
                 .unwrap_or("not valid YAML")
+                .trim_start_matches("error: ")
                 .to_owned();
             Err(SyntaxError { message, line })
         }
