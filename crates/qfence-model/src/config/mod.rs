@@ -162,13 +162,17 @@ pub enum ControllerKind {
     /// A Redfish BMC. `endpoint` is `https://host[:port]`.
     Redfish {
         endpoint: url::Url,
+        /// The account; its password is the controller's secret.
         username: String,
+        /// Session (default) or basic authentication.
         auth: RedfishAuth,
     },
     /// An IPMI BMC over LAN (RMCP+). `endpoint` is `host[:port]` (UDP, default port 623).
     Ipmi {
         endpoint: String,
+        /// The account; its password is the controller's secret.
         username: String,
+        /// The RMCP+ cipher suite: 3, 8, 12 or 17 (default 17).
         cipher_suite: u8,
     },
     /// A Proxmox VE cluster's API. `endpoint` is `https://host:8006`.
@@ -179,6 +183,7 @@ pub enum ControllerKind {
     /// A FortiGate's REST API, with an API key (Bearer) from the secret.
     Fortigate {
         endpoint: url::Url,
+        /// The VDOM to act in; the API key's default when absent.
         vdom: Option<String>,
     },
     /// A Docker Engine: `unix:///var/run/docker.sock` or `https://host:2376`.
@@ -186,6 +191,7 @@ pub enum ControllerKind {
     /// A PostgreSQL server: `postgresql://host:port/dbname`.
     Postgres {
         endpoint: url::Url,
+        /// The role; its password is the controller's secret.
         username: String,
     },
     /// Any installed Pacemaker fence agent (`fence_*`), run with options on stdin.
@@ -201,7 +207,9 @@ pub enum ControllerKind {
     /// OpenStack Nova, through Keystone v3. Used by Instance HA, not by plan bindings.
     Nova {
         endpoint: url::Url,
+        /// The Keystone user; its password is the controller's secret.
         username: String,
+        /// The Keystone project.
         project: String,
     },
 }
@@ -225,9 +233,13 @@ impl ControllerKind {
 /// One binding: a controller's capability, acting on a resource, in a role.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
 pub struct Binding {
+    /// The controller it acts through.
     pub controller: ControllerId,
+    /// One of the controller type's capabilities (`power.off`).
     pub capability: String,
+    /// What the capability acts on, in the shape of its `ResourceKind`.
     pub resource: String,
+    /// What the binding does, and so when it runs.
     pub role: Role,
     /// For fences: whether it counts toward its site's verdict. A fence that is not required
     /// is secondary.
@@ -305,7 +317,6 @@ pub struct ValidatedConfig {
 
 impl ValidatedConfig {
     /// Wraps a configuration that validation accepted. Crate-private on purpose.
-    #[allow(dead_code)]
     pub(crate) fn new_unchecked(config: Config) -> Self {
         Self { config }
     }
