@@ -525,6 +525,26 @@ fn syntax_errors_and_empty_files_are_issues_too() {
     );
     let i = load_str("", "x.yaml").unwrap_err();
     assert_reports(&i, "", Severity::Error, "empty");
+    let i = load_str(
+        "cluster: {name: x}\nsites: {}\norchestrators: {a: {site: dc1, address: 'h:1'}}\n",
+        "x.yaml",
+    )
+    .unwrap_err();
+    assert_reports(&i, "sites", Severity::Error, "at least one site");
+    assert_reports(
+        &i,
+        "orchestrators.a.site",
+        Severity::Error,
+        "unknown site \"dc1\"; sites: (none)",
+    );
+    let i = load_str("cluster: lab\n", "x.yaml").unwrap_err();
+    assert_reports(
+        &i,
+        "cluster",
+        Severity::Error,
+        "expected a mapping with keys name, lease_seconds, found a string (\"lab\")",
+    );
+    assert_reports(&i, "sites", Severity::Error, "missing");
     let i = load_str("- 1\n- 2\n", "x.yaml").unwrap_err();
     assert_reports(&i, "", Severity::Error, "expected a mapping");
 }
@@ -546,6 +566,14 @@ fn the_lab_decodes_to_what_the_file_says() {
         .collect();
     assert_eq!(fences.len(), 2);
     assert!(fences[0].1.required && !fences[1].1.required);
+    let dc2 = "dc2".try_into().unwrap();
+    let required: Vec<_> = plan
+        .required_fences(&dc2)
+        .map(|(i, b)| (i, b.controller.as_str()))
+        .collect();
+    assert_eq!(required, [(0, "bmc-dc2")]);
+    assert_eq!(plan.instance(&dc2).map(<[_]>::len), Some(5));
+    assert_eq!(loaded.config.plans().count(), 1);
     assert_eq!(plan.service[0].params["dc2"], "10.2.1.5");
     let bmc = loaded.config.controller("bmc-dc1").unwrap();
     assert!(bmc.callable_from(&"dc2".try_into().unwrap()));

@@ -602,8 +602,10 @@ impl Decoder {
 
     fn sites(&mut self, node: &Node, path: &str) -> Option<BTreeMap<SiteId, SiteConfig>> {
         let entries = self.named(node, path, "sites");
-        if entries.is_empty() && !matches!(node.value, Value::Map(_)) {
-            if node.value == Value::Null {
+        if entries.is_empty() {
+            if matches!(&node.value, Value::Null)
+                || matches!(&node.value, Value::Map(m) if m.is_empty())
+            {
                 self.error(path, "expected at least one site");
             }
             return None;

@@ -292,6 +292,19 @@ impl PlanConfig {
         self.instances.keys()
     }
 
+    /// The instance at `site`: its bindings in order, if the plan runs there.
+    pub fn instance(&self, site: &SiteId) -> Option<&[Binding]> {
+        self.instances.get(site).map(Vec::as_slice)
+    }
+
+    /// The fences of `site` that count toward its verdict, with their index in the instance.
+    pub fn required_fences<'a>(
+        &'a self,
+        site: &SiteId,
+    ) -> impl Iterator<Item = (usize, &'a Binding)> + 'a {
+        self.bindings(site, Role::Fence).filter(|(_, b)| b.required)
+    }
+
     /// The bindings of `site` in `role`.
     pub fn bindings<'a>(
         &'a self,
@@ -336,6 +349,11 @@ impl ValidatedConfig {
     /// A plan by name.
     pub fn plan(&self, id: &str) -> Option<&PlanConfig> {
         self.config.plans.get(id)
+    }
+
+    /// Every plan, in name order.
+    pub fn plans(&self) -> impl Iterator<Item = (&PlanId, &PlanConfig)> {
+        self.config.plans.iter()
     }
 
     /// A controller by name.
