@@ -181,6 +181,10 @@ proptest! {
     #[test]
     fn a_damaged_lab_never_panics_and_every_error_has_a_line(edits in edits()) {
         let text = apply(&edits);
+        if let Ok(loaded) = load_str(&text, "lab.yaml") {
+            // What a ValidatedConfig promises holds for whatever got through.
+            check_invariants(&loaded.config);
+        }
         if let Err(issues) = load_str(&text, "lab.yaml") {
             prop_assert!(issues.iter().any(|i| i.is_error()));
             // A damaged file must never be accepted silently: errors carry where they are.
@@ -188,6 +192,38 @@ proptest! {
                 prop_assert!(i.line.is_some() || i.path.is_empty(), "{i:?}");
             }
         }
+    }
+}
+
+/// The guarantees a `ValidatedConfig` gives its holders.
+fn check_invariants(v: &qfence_model::config::ValidatedConfig) {
+    let c = v.config();
+    for (id, ctl) in &c.controllers {
+        assert!(
+            c.orchestrators.values().any(|o| ctl.callable_from(&o.site)),
+            "{id} has no caller"
+        );
+        assert!(!c.sites[&ctl.site].witness, "{id} at a witness site");
+    }
+    for (pid, plan) in v.plans() {
+        assert!(plan.instances.len() >= 2, "{pid} has fewer than two sites");
+        assert!(plan.instances.contains_key(&plan.owner), "{pid} owner");
+        for (site, bindings) in &plan.instances {
+            assert!(!c.sites[site].witness);
+            for b in bindings {
+                let spec = v.capability(b);
+                assert!(spec.allows(b.role));
+                assert!(spec.resource.accepts(&b.resource));
+                assert!(b.role != qfence_model::Role::Service);
+                assert!(!b.required || b.role == qfence_model::Role::Fence);
+            }
+        }
+        for b in &plan.service {
+            assert_eq!(b.role, qfence_model::Role::Service);
+            assert!(v.capability(b).allows(b.role));
+        }
+        assert!(plan.fence_timeout < plan.failover_after);
+        assert!(plan.freshness >= plan.interval);
     }
 }
 
