@@ -118,6 +118,12 @@ const INLINE_CREDENTIAL: &str = "inline credentials are refused: name a secret w
     `secret: NAME` on the controller and store the credential under NAME in each \
     orchestrator's secret store";
 
+/// Whether the mapping at `path` is keyed by names (a site may be called `pass`).
+fn holds_names(path: &str) -> bool {
+    matches!(path, "sites" | "orchestrators" | "controllers" | "plans")
+        || (path.starts_with("plans.") && path.ends_with(".instances") && !path.contains('['))
+}
+
 fn child(path: &str, key: &str) -> String {
     if path.is_empty() {
         key.to_owned()
@@ -227,7 +233,7 @@ impl Decoder {
                     };
                     let p = child(path, &key);
                     self.visit(&p, k);
-                    if is_credential_key(&key) {
+                    if is_credential_key(&key) && !holds_names(path) {
                         self.error(&p, INLINE_CREDENTIAL);
                     } else {
                         self.scan_credentials(v, &p);
