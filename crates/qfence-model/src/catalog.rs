@@ -124,6 +124,21 @@ pub enum ResourceKind {
 }
 
 impl ResourceKind {
+    /// The kind's name, as in `docs/specs/capabilities.md`.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            ResourceKind::System => "system",
+            ResourceKind::Host => "host",
+            ResourceKind::NodeVmid => "node-vmid",
+            ResourceKind::ReplicationJob => "replication-job",
+            ResourceKind::PolicyId => "policy-id",
+            ResourceKind::VipName => "vip-name",
+            ResourceKind::Container => "container",
+            ResourceKind::Server => "server",
+            ResourceKind::Plug => "plug",
+        }
+    }
+
     /// How the resource is written, for messages and the plan editor.
     pub fn describe(self) -> &'static str {
         match self {

@@ -1,13 +1,14 @@
 //! The qfence domain model: what a plan, a site, a controller and a binding are, which
 //! capabilities each controller type offers, and the configuration file that names them.
 //!
-//! Nothing here does I/O. The crate is shared by the pure decision core, the drivers, the
+//! Nothing here does I/O (but for [`config::load_file`] reading the configuration's text). The crate is shared by the pure decision core, the drivers, the
 //! cluster and the server, so every one of them speaks about the same things in the same words.
 //!
 //! - [`ids`]: validated names (`SiteId`, `PlanId`, ...) and the counters `Generation` and `Term`.
 //! - [`domain`]: roles, fence levels, verdicts and grades.
 //! - [`catalog`]: the static capability catalog, per controller type.
-//! - [`config`]: the configuration types, as the rest of qfence sees them once validated.
+//! - [`config`]: the configuration types, as the rest of qfence sees them once validated, and
+//!   their loading: parse, validate, every issue at once with its path.
 
 pub mod catalog;
 pub mod config;

@@ -7,6 +7,13 @@
 //! every name in it resolves.
 //!
 //! Durations are written in seconds and may be fractional (`interval_seconds: 0.5`).
+//!
+//! Loading: [`load_str`] parses the text into a generic tree that keeps every mapping entry
+//! (duplicates included) and its line, then decodes it by hand into a [`Config`], collecting
+//! every issue with its path (`plans.erp-db.instances.dc1[2].capability`) and the allowed
+//! values, then cross-checks names, roles, resources, reach and timings. It returns a
+//! [`ValidatedConfig`] with the warnings, or every issue sorted by path. `docs/configuration.md`
+//! documents each key.
 
 use std::collections::BTreeMap;
 use std::time::Duration;
@@ -17,12 +24,19 @@ use crate::catalog::{CapabilitySpec, ControllerType};
 use crate::domain::{FenceLevel, Role};
 use crate::ids::{ControllerId, OrchestratorId, PlanId, SecretRef, SiteId};
 
+mod issue;
+mod load;
+mod tree;
+
+pub use issue::{Issue, Severity};
+pub use load::{LoadError, Loaded, load_file, load_str};
+
 /// The whole configuration.
 #[derive(Debug, Clone, PartialEq, Serialize)]
 pub struct Config {
     /// The cluster of orchestrators.
     pub cluster: ClusterConfig,
-    /// Sites by name. Order is the file's order.
+    /// Sites by name.
     pub sites: BTreeMap<SiteId, SiteConfig>,
     /// Orchestrators (qfence daemons) by name.
     pub orchestrators: BTreeMap<OrchestratorId, OrchestratorConfig>,
@@ -148,13 +162,17 @@ pub enum ControllerKind {
     /// A Redfish BMC. `endpoint` is `https://host[:port]`.
     Redfish {
         endpoint: url::Url,
+        /// The account; its password is the controller's secret.
         username: String,
+        /// Session (default) or basic authentication.
         auth: RedfishAuth,
     },
     /// An IPMI BMC over LAN (RMCP+). `endpoint` is `host[:port]` (UDP, default port 623).
     Ipmi {
         endpoint: String,
+        /// The account; its password is the controller's secret.
         username: String,
+        /// The RMCP+ cipher suite: 3, 8, 12 or 17 (default 17).
         cipher_suite: u8,
     },
     /// A Proxmox VE cluster's API. `endpoint` is `https://host:8006`.
@@ -165,6 +183,7 @@ pub enum ControllerKind {
     /// A FortiGate's REST API, with an API key (Bearer) from the secret.
     Fortigate {
         endpoint: url::Url,
+        /// The VDOM to act in; the API key's default when absent.
         vdom: Option<String>,
     },
     /// A Docker Engine: `unix:///var/run/docker.sock` or `https://host:2376`.
@@ -172,6 +191,7 @@ pub enum ControllerKind {
     /// A PostgreSQL server: `postgresql://host:port/dbname`.
     Postgres {
         endpoint: url::Url,
+        /// The role; its password is the controller's secret.
         username: String,
     },
     /// Any installed Pacemaker fence agent (`fence_*`), run with options on stdin.
@@ -187,7 +207,9 @@ pub enum ControllerKind {
     /// OpenStack Nova, through Keystone v3. Used by Instance HA, not by plan bindings.
     Nova {
         endpoint: url::Url,
+        /// The Keystone user; its password is the controller's secret.
         username: String,
+        /// The Keystone project.
         project: String,
     },
 }
@@ -211,9 +233,13 @@ impl ControllerKind {
 /// One binding: a controller's capability, acting on a resource, in a role.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
 pub struct Binding {
+    /// The controller it acts through.
     pub controller: ControllerId,
+    /// One of the controller type's capabilities (`power.off`).
     pub capability: String,
+    /// What the capability acts on, in the shape of its `ResourceKind`.
     pub resource: String,
+    /// What the binding does, and so when it runs.
     pub role: Role,
     /// For fences: whether it counts toward its site's verdict. A fence that is not required
     /// is secondary.
@@ -266,6 +292,19 @@ impl PlanConfig {
         self.instances.keys()
     }
 
+    /// The instance at `site`: its bindings in order, if the plan runs there.
+    pub fn instance(&self, site: &SiteId) -> Option<&[Binding]> {
+        self.instances.get(site).map(Vec::as_slice)
+    }
+
+    /// The fences of `site` that count toward its verdict, with their index in the instance.
+    pub fn required_fences<'a>(
+        &'a self,
+        site: &SiteId,
+    ) -> impl Iterator<Item = (usize, &'a Binding)> + 'a {
+        self.bindings(site, Role::Fence).filter(|(_, b)| b.required)
+    }
+
     /// The bindings of `site` in `role`.
     pub fn bindings<'a>(
         &'a self,
@@ -291,7 +330,6 @@ pub struct ValidatedConfig {
 
 impl ValidatedConfig {
     /// Wraps a configuration that validation accepted. Crate-private on purpose.
-    #[allow(dead_code)]
     pub(crate) fn new_unchecked(config: Config) -> Self {
         Self { config }
     }
@@ -311,6 +349,11 @@ impl ValidatedConfig {
     /// A plan by name.
     pub fn plan(&self, id: &str) -> Option<&PlanConfig> {
         self.config.plans.get(id)
+    }
+
+    /// Every plan, in name order.
+    pub fn plans(&self) -> impl Iterator<Item = (&PlanId, &PlanConfig)> {
+        self.config.plans.iter()
     }
 
     /// A controller by name.
