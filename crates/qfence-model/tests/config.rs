@@ -631,3 +631,64 @@ fn capability_doc_matches_the_catalog() {
         "docs/specs/capabilities.md and catalog.rs differ\nonly in the doc: {only_doc:#?}\nonly in the code: {only_code:#?}"
     );
 }
+
+/// Regression: a controller with a mistake of its own used to drop out of the cross-checks, so
+/// the mistakes of the bindings that name it, and its missing caller, went unreported until the
+/// controller was fixed. Every problem is reported in one run.
+#[test]
+fn a_broken_controller_still_has_its_bindings_and_callers_checked() {
+    let text = r#"
+cluster: {name: lab}
+sites: {dc1: {}, dc2: {}}
+orchestrators:
+  dc1-a: {site: dc1, address: "127.0.0.1:7401"}
+controllers:
+  bmc-dc1: {type: redfish, endpoint: "https://127.0.0.1:8443", site: dc1, username: admin}
+  pve-dc2: {type: proxmox, endpoint: "not a url", site: dc2, secret: x, token_id: "root@pam!q"}
+plans:
+  erp-db:
+    owner: dc1
+    instances:
+      dc1:
+        - {controller: bmc-dc1, capability: power.of, resource: h1, role: fence, required: true}
+      dc2:
+        - {controller: pve-dc2, capability: vm.stop, resource: "101", role: health}
+"#;
+    let issues = load_str(text, "broken.yaml").expect_err("the file has errors");
+    assert_reports(
+        &issues,
+        "controllers.bmc-dc1.secret",
+        Severity::Error,
+        "missing",
+    );
+    assert_reports(
+        &issues,
+        "controllers.pve-dc2.endpoint",
+        Severity::Error,
+        "not a URL",
+    );
+    assert_reports(
+        &issues,
+        "controllers.pve-dc2.site",
+        Severity::Error,
+        "no orchestrator may call",
+    );
+    assert_reports(
+        &issues,
+        "plans.erp-db.instances.dc1[0].capability",
+        Severity::Error,
+        "\"power.of\" is not a capability of controller \"bmc-dc1\" (redfish): power.off, power.status",
+    );
+    assert_reports(
+        &issues,
+        "plans.erp-db.instances.dc2[0].role",
+        Severity::Error,
+        "may not take the role health",
+    );
+    assert_reports(
+        &issues,
+        "plans.erp-db.instances.dc2[0].resource",
+        Severity::Error,
+        "node/vmid",
+    );
+}

@@ -183,6 +183,10 @@ struct Decoder {
     /// controller should not also be reported as unknown.
     declared_sites: BTreeMap<String, bool>,
     declared_controllers: BTreeSet<String>,
+    /// What is known of each controller even when the rest of it failed to decode, so its
+    /// bindings and its callers are still checked: every problem at once.
+    controller_types: BTreeMap<String, ControllerType>,
+    controller_sites: BTreeMap<String, (SiteId, Vec<SiteId>)>,
 }
 
 impl Decoder {
@@ -701,14 +705,19 @@ impl Decoder {
         let mut out = BTreeMap::new();
         for (name, n) in &entries {
             let p = child(path, name);
-            match (ControllerId::new(name.clone()), self.controller(n, &p)) {
+            match (
+                ControllerId::new(name.clone()),
+                self.controller(n, &p, name),
+            ) {
                 (Ok(id), Some(c)) => {
-                    if let Some(orch) = orchestrators {
-                        self.check_callable(&p, &c, orch);
-                    }
                     out.insert(id, c);
                 }
                 _ => ok = false,
+            }
+            if let (Some(orch), Some((site, reach))) =
+                (orchestrators, self.controller_sites.get(name).cloned())
+            {
+                self.check_callable(&p, &site, &reach, orch);
             }
         }
         (out, ok)
@@ -717,13 +726,18 @@ impl Decoder {
     fn check_callable(
         &mut self,
         path: &str,
-        c: &ControllerConfig,
+        site: &SiteId,
+        reach: &[SiteId],
         orchestrators: &BTreeMap<OrchestratorId, OrchestratorConfig>,
     ) {
-        if orchestrators.values().any(|o| c.callable_from(&o.site)) {
+        let allowed_sites: Vec<&SiteId> = std::iter::once(site).chain(reach).collect();
+        if orchestrators
+            .values()
+            .any(|o| allowed_sites.contains(&&o.site))
+        {
             return;
         }
-        let allowed = list_names(c.allowed_sites().map(SiteId::as_str));
+        let allowed = list_names(allowed_sites.iter().map(|s| s.as_str()));
         let at: BTreeSet<&str> = orchestrators.values().map(|o| o.site.as_str()).collect();
         self.error(
             &child(path, "site"),
@@ -735,7 +749,7 @@ impl Decoder {
         );
     }
 
-    fn controller(&mut self, node: &Node, path: &str) -> Option<ControllerConfig> {
+    fn controller(&mut self, node: &Node, path: &str, name: &str) -> Option<ControllerConfig> {
         const COMMON: &[&str] = &["type", "site", "reach", "secret", "timeout_seconds"];
         // The type decides which other keys are allowed, so it is read first.
         let ty = match &node.value {
@@ -766,6 +780,7 @@ impl Decoder {
                 None
             }
         }?;
+        self.controller_types.insert(name.to_owned(), ty);
         let specific: &[&'static str] = match ty {
             ControllerType::Redfish => &["endpoint", "tls", "username", "auth"],
             ControllerType::Ipmi => &["endpoint", "username", "cipher_suite"],
@@ -783,6 +798,10 @@ impl Decoder {
             .require(&f, "site", "the site where the controller lives")
             .and_then(|n| self.site_ref(n, &f.path("site"), false, "runs no controllers"));
         let reach = self.reach(&f, site.as_ref());
+        if let (Some(site), Some(reach)) = (&site, &reach) {
+            self.controller_sites
+                .insert(name.to_owned(), (site.clone(), reach.clone()));
+        }
         let needs_secret = !matches!(ty, ControllerType::Docker | ControllerType::FenceAgent);
         let secret = match f.get("secret") {
             Some(n) => {
@@ -1689,29 +1708,32 @@ impl Decoder {
         }
 
         // The capability, from the controller's type, decides the rest.
+        // A controller that failed to decode still has its type checked against, so the
+        // binding's own mistakes are reported in the same run.
         let controller_config = controller.as_ref().and_then(|c| controllers.get(c));
+        let controller_type = controller
+            .as_ref()
+            .and_then(|c| self.controller_types.get(c.as_str()).copied());
         let spec: Option<&'static CapabilitySpec> =
-            match (&controller, controller_config, &capability_name) {
-                (Some(cid), Some(c), Some(name)) => {
-                    let ty = c.controller_type();
-                    match ty.capability(name) {
-                        Some(spec) => Some(spec),
-                        None => {
-                            self.error(
-                                &f.path("capability"),
-                                format!(
-                                    "{name:?} is not a capability of controller {:?} ({ty}): {}",
-                                    cid.as_str(),
-                                    ty.capability_names()
-                                ),
-                            );
-                            None
-                        }
+            match (&controller, controller_type, &capability_name) {
+                (Some(cid), Some(ty), Some(name)) => match ty.capability(name) {
+                    Some(spec) => Some(spec),
+                    None => {
+                        self.error(
+                            &f.path("capability"),
+                            format!(
+                                "{name:?} is not a capability of controller {:?} ({ty}): {}",
+                                cid.as_str(),
+                                ty.capability_names()
+                            ),
+                        );
+                        None
                     }
-                }
+                },
                 _ => None,
             };
-        if let (Some(spec), Some(c)) = (spec, controller_config) {
+        if let (Some(spec), Some(ty)) = (spec, controller_type) {
+            let level = controller_config.map_or(spec.level, |c| c.fence_level(spec));
             if let Some(role) = role
                 && !spec.allows(role)
             {
@@ -1726,7 +1748,7 @@ impl Decoder {
             }
             if required == Some(true)
                 && role == Some(Role::Fence)
-                && c.fence_level(spec) == Some(FenceLevel::Application)
+                && level == Some(FenceLevel::Application)
             {
                 self.error(
                     &f.path("required"),
@@ -1751,13 +1773,7 @@ impl Decoder {
                 );
             }
             if let Some(params) = &params {
-                self.check_params(
-                    &f.path("params"),
-                    c.controller_type(),
-                    spec,
-                    params,
-                    plan_sites,
-                );
+                self.check_params(&f.path("params"), ty, spec, params, plan_sites);
             }
         }
 
