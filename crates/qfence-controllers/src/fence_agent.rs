@@ -271,6 +271,19 @@ impl FenceAgentDriver {
         action: &str,
         plug: Option<&str>,
     ) -> Result<Run, DriverError> {
+        let unknown = !matches!(action, "status" | "metadata" | "list" | "monitor");
+        // Nothing is started for a call that is already over.
+        if ctx.cancel.is_cancelled() {
+            return Err(self.err(ErrorKind::Cancelled, call, "cancelled", false));
+        }
+        if Instant::now() >= ctx.deadline {
+            return Err(self.err(
+                ErrorKind::Timeout,
+                call,
+                "the deadline had passed before the agent was started",
+                false,
+            ));
+        }
         let path = self.path(call)?;
         let mut stdin_text = zeroize::Zeroizing::new(String::new());
         for (k, v) in &self.options {
@@ -329,7 +342,6 @@ impl FenceAgentDriver {
             );
             (o, e, status)
         };
-        let unknown = !matches!(action, "status" | "metadata" | "list" | "monitor");
         let result = tokio::select! {
             biased;
             () = ctx.cancel.cancelled() => Err((ErrorKind::Cancelled, "cancelled".to_owned())),

@@ -60,6 +60,8 @@ pub struct RedfishDriver {
     systems: Mutex<BTreeMap<String, String>>,
     /// Set once the service showed it has no sessions.
     no_sessions: AtomicBool,
+    /// Where the service makes sessions, once read from its root.
+    sessions: Mutex<Option<String>>,
     poll_interval: Duration,
 }
 
@@ -186,6 +188,7 @@ impl RedfishDriver {
             http,
             systems: Mutex::new(BTreeMap::new()),
             no_sessions: AtomicBool::new(false),
+            sessions: Mutex::new(None),
             poll_interval: Duration::from_millis(500),
         })
     }
@@ -344,11 +347,15 @@ impl RedfishDriver {
         if self.auth == RedfishAuth::Basic || self.no_sessions.load(Ordering::Relaxed) {
             return Ok(Auth::Basic);
         }
-        let call = format!("POST {SESSIONS}");
+        let Some(sessions) = self.sessions_path(ctx).await? else {
+            self.fall_back_to_basic();
+            return Ok(Auth::Basic);
+        };
+        let call = format!("POST {sessions}");
         let password = self.secret.as_ref().map(Secret::expose).unwrap_or("");
         let body = serde_json::json!({"UserName": self.username, "Password": password});
         let (status, headers, bytes) = self
-            .send(ctx, &Auth::None, Method::POST, SESSIONS, Some(&body))
+            .send(ctx, &Auth::None, Method::POST, &sessions, Some(&body))
             .await?;
         drop(body);
         match status.as_u16() {
@@ -391,12 +398,7 @@ impl RedfishDriver {
                 Ok(Auth::Session { token, location })
             }
             404 | 405 => {
-                if !self.no_sessions.swap(true, Ordering::Relaxed) {
-                    tracing::warn!(
-                        controller = %self.id,
-                        "The Redfish service has no SessionService; using basic authentication"
-                    );
-                }
+                self.fall_back_to_basic();
                 Ok(Auth::Basic)
             }
             401 | 403 => Err(self.err(
@@ -415,6 +417,36 @@ impl RedfishDriver {
                 false,
             )),
         }
+    }
+
+    fn fall_back_to_basic(&self) {
+        if !self.no_sessions.swap(true, Ordering::Relaxed) {
+            tracing::warn!(
+                controller = %self.id,
+                "The Redfish service has no SessionService; using basic authentication"
+            );
+        }
+    }
+
+    /// Where sessions are made, from the service root (which needs no authentication):
+    /// `Links.Sessions`, or the standard path when only `SessionService` is shown. `None` when
+    /// the service has no sessions.
+    async fn sessions_path(&self, ctx: &CallContext) -> Result<Option<String>, DriverError> {
+        if let Ok(g) = self.sessions.lock()
+            && let Some(p) = g.as_ref()
+        {
+            return Ok(Some(p.clone()));
+        }
+        let root = self.get(ctx, &Auth::None, "/redfish/v1/").await?;
+        let path = root
+            .pointer("/Links/Sessions/@odata.id")
+            .and_then(Value::as_str)
+            .map(str::to_owned)
+            .or_else(|| root.get("SessionService").map(|_| SESSIONS.to_owned()));
+        if let (Some(p), Ok(mut g)) = (&path, self.sessions.lock()) {
+            *g = Some(p.clone());
+        }
+        Ok(path)
     }
 
     /// Deletes a session. Runs after the call it served, even when that call ran out of time,

@@ -1,0 +1,7 @@
+//! The controllers' integration tests: one binary, a module per subject. Drivers run against
+//! independent emulators and real programs (see `emulators.rs`), and every driver runs the
+//! compliance suite (`compliance.rs`).
+
+mod compliance;
+mod emulators;
+mod redfish;
