@@ -20,7 +20,7 @@
 //! deadline passes, the call is cancelled, or the call's future is dropped.
 
 use std::collections::{BTreeMap, BTreeSet};
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 use std::process::Stdio;
 use std::time::{Duration, SystemTime};
 
@@ -155,6 +155,8 @@ pub struct FenceAgentDriver {
     secret: Option<Secret>,
     metadata: OnceCell<Metadata>,
     poll_interval: Duration,
+    /// Where to look for the agent; `None`: `PATH`, then [`AGENT_DIRS`].
+    search_path: Option<Vec<PathBuf>>,
 }
 
 impl FenceAgentDriver {
@@ -210,7 +212,16 @@ impl FenceAgentDriver {
             secret,
             metadata: OnceCell::new(),
             poll_interval: Duration::from_millis(500),
+            search_path: None,
         })
+    }
+
+    /// Looks for the agent only in these directories (tests, and sites that install agents
+    /// elsewhere).
+    #[must_use]
+    pub fn with_search_path(mut self, dirs: Vec<PathBuf>) -> Self {
+        self.search_path = Some(dirs);
+        self
     }
 
     /// The fence level the controller's configuration gives its fences.
@@ -229,13 +240,17 @@ impl FenceAgentDriver {
     }
 
     fn path(&self, call: &str) -> Result<PathBuf, DriverError> {
-        let path_var = std::env::var("PATH").unwrap_or_default();
-        let dirs = path_var
-            .split(':')
-            .filter(|d| !d.is_empty())
-            .map(Path::new)
-            .chain(AGENT_DIRS.iter().map(Path::new));
-        for d in dirs {
+        let dirs: Vec<PathBuf> = match &self.search_path {
+            Some(dirs) => dirs.clone(),
+            None => std::env::var("PATH")
+                .unwrap_or_default()
+                .split(':')
+                .filter(|d| !d.is_empty())
+                .map(PathBuf::from)
+                .chain(AGENT_DIRS.iter().map(PathBuf::from))
+                .collect(),
+        };
+        for d in &dirs {
             let p = d.join(&self.agent);
             if p.is_file() {
                 return Ok(p);
@@ -245,9 +260,12 @@ impl FenceAgentDriver {
             ErrorKind::Unsupported,
             call,
             format!(
-                "fence agent {} is not installed on this orchestrator (looked in PATH and {})",
+                "fence agent {} is not installed on this orchestrator (looked in {})",
                 self.agent,
-                AGENT_DIRS.join(", ")
+                dirs.iter()
+                    .map(|d| d.display().to_string())
+                    .collect::<Vec<_>>()
+                    .join(", ")
             ),
             false,
         ))

@@ -4,4 +4,5 @@
 
 mod compliance;
 mod emulators;
+mod fence_agent;
 mod redfish;
