@@ -23,7 +23,7 @@ pub mod error;
 pub mod fence_agent;
 pub mod http;
 pub mod redfish;
-//pub mod registration;
+pub mod registration;
 pub mod secrets;
 pub mod tls;
 

@@ -6,3 +6,4 @@ mod compliance;
 mod emulators;
 mod fence_agent;
 mod redfish;
+mod registration;
