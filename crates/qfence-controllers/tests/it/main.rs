@@ -4,6 +4,7 @@
 
 mod compliance;
 mod emulators;
+mod faults;
 mod fence_agent;
 mod redfish;
 mod registration;
