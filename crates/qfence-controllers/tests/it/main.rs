@@ -8,3 +8,4 @@ mod faults;
 mod fence_agent;
 mod redfish;
 mod registration;
+mod secret_logs;
