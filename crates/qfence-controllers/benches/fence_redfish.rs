@@ -233,8 +233,7 @@ fn main() {
     }
     stop();
     println!(
-        "\nfence to verified off, sushy-tools {} on 127.0.0.1, power delay {delay} s, {} build",
-        "2.2.0",
+        "\nfence to verified off, sushy-tools 2.2.0 on 127.0.0.1, power delay {delay} s, {} build",
         if cfg!(debug_assertions) {
             "debug"
         } else {
