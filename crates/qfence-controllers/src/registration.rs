@@ -105,10 +105,12 @@ fn endpoint_of(kind: &ControllerKind) -> Option<String> {
         | ControllerKind::Postgres { endpoint, .. }
         | ControllerKind::Nova { endpoint, .. } => endpoint,
         ControllerKind::Ipmi { endpoint, .. } => return Some(endpoint.clone()),
-        ControllerKind::FenceAgent { agent, options, .. } => {
+        // A fence agent driving a BMC that another controller also drives is worth a warning
+        // too, so it is compared by the device's address alone.
+        ControllerKind::FenceAgent { options, .. } => {
             let host = options.get("ip").or_else(|| options.get("ipaddr"))?;
-            let port = options.get("ipport").map(String::as_str).unwrap_or("");
-            return Some(format!("{agent}:{host}:{port}"));
+            let port = options.get("ipport")?;
+            return Some(format!("{host}:{port}"));
         }
     };
     Some(format!(

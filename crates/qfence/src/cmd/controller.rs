@@ -136,7 +136,7 @@ fn load(path: &Path) -> anyhow::Result<ValidatedConfig> {
     match qfence_model::config::load_file(path) {
         Ok(loaded) => {
             for w in &loaded.warnings {
-                eprintln!("{w}");
+                eprintln!("warning: {w}");
             }
             Ok(loaded.config)
         }
