@@ -814,21 +814,51 @@ impl RedfishDriver {
         } else {
             format!("; systems {} cannot be forced off", no_force.join(", "))
         };
+        let needed = self.post_privileges(ctx, auth).await;
         match role {
-            Ok((role, privs)) if privs.iter().any(|p| p == "ConfigureComponents") => grade(
-                Grade::Inferred,
-                format!(
-                    "ForceOff is advertised and role {role} grants ConfigureComponents, which \
-                     the DMTF default privilege map requires to reset a system{caveat}"
-                ),
-            ),
-            Ok((role, privs)) if !privs.is_empty() => grade(
-                Grade::Failed,
-                format!(
-                    "role {role} lacks ConfigureComponents (it has {}), so resets will be refused",
-                    privs.join(", ")
-                ),
-            ),
+            Ok((role, privs)) if !privs.is_empty() => {
+                let holds = |set: &Vec<String>| set.iter().all(|p| privs.contains(p));
+                let show = |sets: &[Vec<String>]| {
+                    sets.iter()
+                        .map(|s| s.join("+"))
+                        .collect::<Vec<_>>()
+                        .join(" or ")
+                };
+                match needed {
+                    Some(sets) if sets.iter().any(holds) => grade(
+                        Grade::Proven,
+                        format!(
+                            "ForceOff is advertised, the service's own privilege map says resetting \
+                             a system needs {}, and role {role} holds it{caveat}",
+                            show(&sets)
+                        ),
+                    ),
+                    Some(sets) => grade(
+                        Grade::Failed,
+                        format!(
+                            "the service's privilege map says resetting a system needs {}; role \
+                             {role} has {}",
+                            show(&sets),
+                            privs.join(", ")
+                        ),
+                    ),
+                    None if privs.iter().any(|p| p == "ConfigureComponents") => grade(
+                        Grade::Inferred,
+                        format!(
+                            "ForceOff is advertised and role {role} grants ConfigureComponents, \
+                             which the DMTF default privilege map requires to reset a system \
+                             (the service publishes no map of its own){caveat}"
+                        ),
+                    ),
+                    None => grade(
+                        Grade::Failed,
+                        format!(
+                            "role {role} lacks ConfigureComponents (it has {}), so resets will be refused",
+                            privs.join(", ")
+                        ),
+                    ),
+                }
+            }
             Ok((role, _)) => grade(
                 Grade::Unverifiable,
                 format!("role {role} shows no privileges; the first fence is the proof{caveat}"),
@@ -841,6 +871,39 @@ impl RedfishDriver {
                 ),
             ),
         }
+    }
+
+    /// The privilege sets the service's own `PrivilegeMap` requires to POST to a
+    /// `ComputerSystem` (any one set suffices). `None` when it publishes no map.
+    async fn post_privileges(&self, ctx: &CallContext, auth: &Auth) -> Option<Vec<Vec<String>>> {
+        let account = self
+            .get(ctx, auth, "/redfish/v1/AccountService")
+            .await
+            .ok()?;
+        let map_uri = account
+            .pointer("/PrivilegeMap/@odata.id")?
+            .as_str()?
+            .to_owned();
+        let map = self.get(ctx, auth, &map_uri).await.ok()?;
+        let entry = map
+            .get("Mappings")?
+            .as_array()?
+            .iter()
+            .find(|m| m.get("Entity").and_then(Value::as_str) == Some("ComputerSystem"))?;
+        let sets: Vec<Vec<String>> = entry
+            .pointer("/OperationMap/POST")?
+            .as_array()?
+            .iter()
+            .filter_map(|p| {
+                p.get("Privilege")?.as_array().map(|a| {
+                    a.iter()
+                        .filter_map(Value::as_str)
+                        .map(str::to_owned)
+                        .collect()
+                })
+            })
+            .collect();
+        (!sets.is_empty()).then_some(sets)
     }
 
     async fn own_role(

@@ -40,6 +40,10 @@ pub enum Fault {
     ConflictButOff,
     /// ForceOff answers 400 and the system stays on.
     RejectStaysOn,
+    /// The account's role is ReadOnly.
+    ReadOnlyRole,
+    /// The service publishes no PrivilegeMap of its own.
+    NoPrivilegeMap,
 }
 
 #[derive(Debug)]
@@ -84,6 +88,60 @@ async fn login(State(b): S) -> Response {
 async fn logout(State(b): S) -> StatusCode {
     b.sessions_deleted.fetch_add(1, Ordering::SeqCst);
     StatusCode::NO_CONTENT
+}
+
+async fn account_service(State(b): S) -> Response {
+    if b.fault == Fault::NoPrivilegeMap {
+        return axum::Json(
+            json!({"Accounts": {"@odata.id": "/redfish/v1/AccountService/Accounts"}}),
+        )
+        .into_response();
+    }
+    axum::Json(json!({
+        "Accounts": {"@odata.id": "/redfish/v1/AccountService/Accounts"},
+        "PrivilegeMap": {"@odata.id": "/redfish/v1/AccountService/PrivilegeMap"}
+    }))
+    .into_response()
+}
+
+async fn privilege_map() -> Response {
+    axum::Json(json!({"Mappings": [
+        {"Entity": "Manager", "OperationMap": {"POST": [{"Privilege": ["ConfigureManager"]}]}},
+        {"Entity": "ComputerSystem", "OperationMap": {
+            "GET": [{"Privilege": ["Login"]}],
+            "POST": [{"Privilege": ["ConfigureComponents"]}]}}
+    ]}))
+    .into_response()
+}
+
+async fn accounts() -> Response {
+    axum::Json(json!({"Members": [
+        {"@odata.id": "/redfish/v1/AccountService/Accounts/1"},
+        {"@odata.id": "/redfish/v1/AccountService/Accounts/2"}
+    ]}))
+    .into_response()
+}
+
+async fn account(State(b): S, axum::extract::Path(n): axum::extract::Path<String>) -> Response {
+    let role = if b.fault == Fault::ReadOnlyRole {
+        "ReadOnly"
+    } else {
+        "Operator"
+    };
+    let (user, role) = if n == "1" {
+        ("root", "Administrator")
+    } else {
+        ("admin", role)
+    };
+    axum::Json(json!({"UserName": user, "RoleId": role})).into_response()
+}
+
+async fn role(axum::extract::Path(r): axum::extract::Path<String>) -> Response {
+    let privs = match r.as_str() {
+        "ReadOnly" => json!(["Login", "ConfigureSelf"]),
+        _ => json!(["Login", "ConfigureComponents", "ConfigureSelf"]),
+    };
+    axum::Json(json!({"Id": r, "AssignedPrivileges": privs})).into_response()
 }
 
 async fn systems() -> Response {
@@ -225,6 +283,14 @@ pub async fn serve(fault: Fault) -> FaultServer {
         .route("/redfish/v1/SessionService/Sessions", post(login))
         .route("/redfish/v1/SessionService/Sessions/{id}", delete(logout))
         .route("/redfish/v1/Systems", get(systems))
+        .route("/redfish/v1/AccountService", get(account_service))
+        .route(
+            "/redfish/v1/AccountService/PrivilegeMap",
+            get(privilege_map),
+        )
+        .route("/redfish/v1/AccountService/Accounts", get(accounts))
+        .route("/redfish/v1/AccountService/Accounts/{n}", get(account))
+        .route("/redfish/v1/AccountService/Roles/{r}", get(role))
         .route("/redfish/v1/Systems/1", get(system))
         .route(
             "/redfish/v1/Systems/1/Actions/ComputerSystem.Reset",
@@ -407,4 +473,45 @@ async fn sessions_are_always_deleted_even_when_the_call_times_out() {
         1,
         "the session leaked"
     );
+}
+
+#[tokio::test]
+async fn the_fence_privilege_is_proven_by_the_services_own_map_inferred_without_it_failed_for_read_only()
+ {
+    use qfence_model::Grade;
+    for (fault, want, words) in [
+        (
+            Fault::None,
+            Grade::Proven,
+            "privilege map says resetting a system needs ConfigureComponents",
+        ),
+        (
+            Fault::NoPrivilegeMap,
+            Grade::Inferred,
+            "DMTF default privilege map",
+        ),
+        (
+            Fault::ReadOnlyRole,
+            Grade::Failed,
+            "role ReadOnly has Login, ConfigureSelf",
+        ),
+    ] {
+        let s = serve(fault).await;
+        let p = driver(&s, RedfishAuth::Session)
+            .probe(&ctx(DEADLINE))
+            .await
+            .unwrap();
+        let g = p
+            .grades
+            .iter()
+            .find(|g| g.capability == "power.off")
+            .unwrap();
+        assert_eq!(g.grade, want, "{fault:?}: {}", g.reason);
+        assert!(g.reason.contains(words), "{fault:?}: {}", g.reason);
+        assert_eq!(
+            s.bmc.sessions_made.load(Ordering::SeqCst),
+            s.bmc.sessions_deleted.load(Ordering::SeqCst)
+        );
+        assert_eq!(*s.bmc.power.lock().unwrap(), "On", "a probe never fences");
+    }
 }
