@@ -50,6 +50,19 @@ fn emu_home() -> PathBuf {
         .unwrap_or_else(|| PathBuf::from("/opt/qfence-emu"))
 }
 
+/// The venv the scripts use for `requirements/NAME.txt`: `$QFENCE_EMU_HOME/NAME-<hash>`, the
+/// hash being of the file and the interpreter's path, as `_lib.sh`'s `venv_dir` makes it.
+/// Checked here so that a test never makes the start script install from the network.
+fn venv_dir(name: &str) -> PathBuf {
+    let mut data =
+        std::fs::read(tools_dir().join(format!("requirements/{name}.txt"))).unwrap_or_default();
+    let python = std::env::var("QFENCE_EMU_PYTHON").unwrap_or_else(|_| "/usr/bin/python3".into());
+    data.extend_from_slice(python.as_bytes());
+    data.push(b'\n');
+    let digest = ring::digest::digest(&ring::digest::SHA256, &data);
+    emu_home().join(format!("{name}-{}", &hex::encode(digest.as_ref())[..12]))
+}
+
 /// One sushy-tools Redfish emulator (HTTPS, basic auth admin/password).
 #[derive(Debug)]
 pub struct Sushy {
@@ -66,8 +79,9 @@ impl Sushy {
     /// Starts an instance. `delay`: `None` keeps sushy's own 1–11 s power changes; `Some("0")`
     /// applies them on the next read (REDFISH_POWER_DELAY).
     pub fn start(delay: Option<&str>) -> Option<Self> {
-        if !emu_home().join("sushy/.qfence-installed").is_file() {
-            missing("sushy-tools (venv $QFENCE_EMU_HOME/sushy)")?;
+        let venv = venv_dir("sushy");
+        if !venv.join(".qfence-installed").is_file() {
+            missing(&format!("sushy-tools (venv {})", venv.display()))?;
         }
         let run = tempfile::Builder::new()
             .prefix("qfence-sushy-")
@@ -84,24 +98,37 @@ impl Sushy {
     }
 
     fn launch(&mut self) {
+        for _ in 0..5 {
+            let out = self.try_launch();
+            // 4: the port was taken meanwhile; take another.
+            if out.status.code() == Some(4) {
+                self.port = free_port();
+                continue;
+            }
+            assert!(
+                out.status.success(),
+                "start-redfish-sushy.sh failed: {}{}",
+                String::from_utf8_lossy(&out.stdout),
+                String::from_utf8_lossy(&out.stderr)
+            );
+            self.env = String::from_utf8_lossy(&out.stdout)
+                .lines()
+                .filter_map(|l| l.split_once('='))
+                .map(|(k, v)| (k.to_owned(), v.to_owned()))
+                .collect();
+            return;
+        }
+        panic!("start-redfish-sushy.sh: no free port after 5 tries");
+    }
+
+    fn try_launch(&self) -> std::process::Output {
         let mut cmd = Command::new(tools_dir().join("start-redfish-sushy.sh"));
         cmd.env("QFENCE_EMU_RUN", self.run.path())
             .env("REDFISH_PORT", self.port.to_string());
         if let Some(d) = &self.delay {
             cmd.env("REDFISH_POWER_DELAY", d);
         }
-        let out = cmd.output().expect("run start-redfish-sushy.sh");
-        assert!(
-            out.status.success(),
-            "start-redfish-sushy.sh failed: {}{}",
-            String::from_utf8_lossy(&out.stdout),
-            String::from_utf8_lossy(&out.stderr)
-        );
-        self.env = String::from_utf8_lossy(&out.stdout)
-            .lines()
-            .filter_map(|l| l.split_once('='))
-            .map(|(k, v)| (k.to_owned(), v.to_owned()))
-            .collect();
+        cmd.output().expect("run start-redfish-sushy.sh")
     }
 
     /// Stops it, makes it forget its certificate, and starts it again on the same port: the
