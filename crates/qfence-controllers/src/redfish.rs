@@ -359,6 +359,28 @@ impl RedfishDriver {
             .await?;
         drop(body);
         match status.as_u16() {
+            200 | 201 if String::from_utf8_lossy(&bytes).contains("PasswordChangeRequired") => {
+                // The session would only allow changing the password: a configuration error,
+                // not something to retry. Delete what was made.
+                if let Some(loc) = headers.get("Location").and_then(|v| v.to_str().ok())
+                    && let Some(token) = headers.get("X-Auth-Token").and_then(|v| v.to_str().ok())
+                {
+                    let path = url::Url::parse(loc)
+                        .map(|u| u.path().to_owned())
+                        .unwrap_or_else(|_| loc.to_owned());
+                    self.logout(Auth::Session {
+                        token: Secret::new(token.to_owned()),
+                        location: path,
+                    })
+                    .await;
+                }
+                Err(self.err(
+                    ErrorKind::Auth,
+                    &call,
+                    format!("the account {:?} must change its password before it can act (PasswordChangeRequired)", self.username),
+                    false,
+                ))
+            }
             200 | 201 => {
                 let token = headers
                     .get("X-Auth-Token")
@@ -678,6 +700,15 @@ impl RedfishDriver {
                         tracing::info!(controller = %self.id, resource, status = %s,
                             "The BMC refused {reset} but the system is already {want}");
                         return Ok(now);
+                    }
+                    // Some BMCs (Fujitsu) refuse On for a while right after ForceOff: an
+                    // unfence retries, with backoff, within its deadline. A fence does not:
+                    // its refusal is reported at once so the plan can act on it.
+                    if want == "On"
+                        && attempt < ATTEMPTS + 2
+                        && self.backoff(ctx, attempt * 2).await
+                    {
+                        continue;
                     }
                     return Err(self.err(
                         ErrorKind::Rejected,

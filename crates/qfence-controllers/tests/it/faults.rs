@@ -44,12 +44,18 @@ pub enum Fault {
     ReadOnlyRole,
     /// The service publishes no PrivilegeMap of its own.
     NoPrivilegeMap,
+    /// The system starts off, and On is refused with 409 twice before it is taken (Fujitsu,
+    /// right after a ForceOff).
+    OnRefusedTwice,
+    /// Sessions are made with PasswordChangeRequired.
+    PasswordChangeRequired,
 }
 
 #[derive(Debug)]
 struct Bmc {
     fault: Fault,
     power: Mutex<&'static str>,
+    on_refusals: AtomicU32,
     sessions_made: AtomicU32,
     sessions_deleted: AtomicU32,
     system_reads: AtomicU32,
@@ -77,12 +83,13 @@ async fn login(State(b): S) -> Response {
             .parse()
             .unwrap(),
     );
-    (
-        StatusCode::CREATED,
-        h,
-        axum::Json(json!({"Id": n.to_string()})),
-    )
-        .into_response()
+    let body = if b.fault == Fault::PasswordChangeRequired {
+        json!({"Id": n.to_string(),
+               "@Message.ExtendedInfo": [{"MessageId": "Base.1.8.PasswordChangeRequired"}]})
+    } else {
+        json!({"Id": n.to_string()})
+    };
+    (StatusCode::CREATED, h, axum::Json(body)).into_response()
 }
 
 async fn logout(State(b): S) -> StatusCode {
@@ -206,6 +213,11 @@ async fn reset(State(b): S, body: String) -> Response {
             )
                 .into_response()
         }
+        Fault::OnRefusedTwice if !off && b.on_refusals.fetch_add(1, Ordering::SeqCst) < 2 => (
+            StatusCode::CONFLICT,
+            axum::Json(json!({"error": {"message": "busy after power off"}})),
+        )
+            .into_response(),
         Fault::RejectStaysOn => (
             StatusCode::BAD_REQUEST,
             axum::Json(json!({"error": {"message": "InvalidOperationForSystemState"}})),
@@ -273,7 +285,12 @@ pub async fn serve(fault: Fault) -> FaultServer {
     .unwrap();
     let bmc = Arc::new(Bmc {
         fault,
-        power: Mutex::new("On"),
+        power: Mutex::new(if fault == Fault::OnRefusedTwice {
+            "Off"
+        } else {
+            "On"
+        }),
+        on_refusals: AtomicU32::new(0),
         sessions_made: AtomicU32::new(0),
         sessions_deleted: AtomicU32::new(0),
         system_reads: AtomicU32::new(0),
@@ -514,4 +531,37 @@ async fn the_fence_privilege_is_proven_by_the_services_own_map_inferred_without_
         );
         assert_eq!(*s.bmc.power.lock().unwrap(), "On", "a probe never fences");
     }
+}
+
+#[tokio::test]
+async fn an_unfence_refused_right_after_a_fence_is_retried_within_its_deadline() {
+    let s = serve(Fault::OnRefusedTwice).await;
+    let d = driver(&s, RedfishAuth::Basic);
+    let r = d
+        .undo(&ctx(Duration::from_secs(10)), &target("power.off", "1"))
+        .await
+        .unwrap();
+    assert!(
+        !r.holds && r.detail.contains("PowerState=On"),
+        "{}",
+        r.detail
+    );
+    assert_eq!(s.bmc.on_refusals.load(Ordering::SeqCst), 3);
+}
+
+#[tokio::test]
+async fn an_account_that_must_change_its_password_is_a_configuration_error() {
+    let s = serve(Fault::PasswordChangeRequired).await;
+    let d = driver(&s, RedfishAuth::Session);
+    let e = d
+        .check(&ctx(DEADLINE), &target("power.off", "1"))
+        .await
+        .unwrap_err();
+    assert_eq!(e.kind, ErrorKind::Auth);
+    assert!(e.message.contains("must change its password"), "{e}");
+    assert_eq!(
+        s.bmc.sessions_deleted.load(Ordering::SeqCst),
+        1,
+        "the session was deleted"
+    );
 }
