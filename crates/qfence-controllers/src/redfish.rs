@@ -686,13 +686,28 @@ impl RedfishDriver {
         };
         let body = serde_json::json!({ "ResetType": reset });
         let mut attempt = 0;
+        let mut monitor = None;
         loop {
             attempt += 1;
             let r = self
                 .send(ctx, auth, Method::POST, &target, Some(&body))
                 .await;
             match r {
-                Ok((s, _, _)) if s.is_success() => break,
+                Ok((s, headers, _)) if s.is_success() => {
+                    // 202: a task monitor to watch for an early failure. The proof is still
+                    // the power state.
+                    if s == StatusCode::ACCEPTED {
+                        monitor = headers
+                            .get("Location")
+                            .and_then(|v| v.to_str().ok())
+                            .map(|l| {
+                                url::Url::parse(l)
+                                    .map(|u| u.path().to_owned())
+                                    .unwrap_or_else(|_| l.to_owned())
+                            });
+                    }
+                    break;
+                }
                 Ok((s, _, bytes)) if s == StatusCode::BAD_REQUEST || s == StatusCode::CONFLICT => {
                     // Never give up on a 400/409: read what the system is now.
                     let now = self.system(ctx, auth, call, resource).await?;
@@ -766,7 +781,8 @@ impl RedfishDriver {
                 }
             }
         }
-        self.wait_for(ctx, auth, call, resource, want).await
+        self.wait_for(ctx, auth, call, resource, want, monitor)
+            .await
     }
 
     /// Polls `PowerState` until it reads `want`, stopping just before the deadline with what
@@ -778,10 +794,36 @@ impl RedfishDriver {
         call: &str,
         resource: &str,
         want: &str,
+        mut monitor: Option<String>,
     ) -> Result<System, DriverError> {
         let started = Instant::now();
         let mut last = String::from("nothing read yet");
         loop {
+            if let Some(m) = monitor.clone() {
+                match self.send(ctx, auth, Method::GET, &m, None).await {
+                    // Still running.
+                    Ok((s, _, _)) if s == StatusCode::ACCEPTED => {}
+                    Ok((s, _, bytes)) if s.is_client_error() || s.is_server_error() => {
+                        // The task failed: one last read decides.
+                        let now = self.system(ctx, auth, call, resource).await?;
+                        if now.power == want {
+                            return Ok(now);
+                        }
+                        return Err(self.err(
+                            ErrorKind::Rejected,
+                            call,
+                            format!(
+                                "the reset's task ended with {s} ({}) and the system reads {}",
+                                brief(&bytes),
+                                now.describe()
+                            ),
+                            false,
+                        ));
+                    }
+                    // Done (or the monitor is gone): only the power state matters now.
+                    _ => monitor = None,
+                }
+            }
             let left = ctx.deadline.saturating_duration_since(Instant::now());
             if left <= Duration::from_millis(50) {
                 return Err(self.err(

@@ -49,6 +49,8 @@ pub enum Fault {
     OnRefusedTwice,
     /// Sessions are made with PasswordChangeRequired.
     PasswordChangeRequired,
+    /// ForceOff answers 202 with a task monitor whose task then fails; the system stays on.
+    TaskFails,
 }
 
 #[derive(Debug)]
@@ -151,6 +153,14 @@ async fn role(axum::extract::Path(r): axum::extract::Path<String>) -> Response {
     axum::Json(json!({"Id": r, "AssignedPrivileges": privs})).into_response()
 }
 
+async fn task_monitor() -> Response {
+    (
+        StatusCode::INTERNAL_SERVER_ERROR,
+        axum::Json(json!({"error": {"message": "power controller fault"}})),
+    )
+        .into_response()
+}
+
 async fn systems() -> Response {
     axum::Json(json!({"Members": [{"@odata.id": "/redfish/v1/Systems/1"}]})).into_response()
 }
@@ -216,6 +226,11 @@ async fn reset(State(b): S, body: String) -> Response {
         Fault::OnRefusedTwice if !off && b.on_refusals.fetch_add(1, Ordering::SeqCst) < 2 => (
             StatusCode::CONFLICT,
             axum::Json(json!({"error": {"message": "busy after power off"}})),
+        )
+            .into_response(),
+        Fault::TaskFails => (
+            StatusCode::ACCEPTED,
+            [(header::LOCATION, "/redfish/v1/TaskService/TaskMonitors/7")],
         )
             .into_response(),
         Fault::RejectStaysOn => (
@@ -300,6 +315,7 @@ pub async fn serve(fault: Fault) -> FaultServer {
         .route("/redfish/v1/SessionService/Sessions", post(login))
         .route("/redfish/v1/SessionService/Sessions/{id}", delete(logout))
         .route("/redfish/v1/Systems", get(systems))
+        .route("/redfish/v1/TaskService/TaskMonitors/7", get(task_monitor))
         .route("/redfish/v1/AccountService", get(account_service))
         .route(
             "/redfish/v1/AccountService/PrivilegeMap",
@@ -563,5 +579,26 @@ async fn an_account_that_must_change_its_password_is_a_configuration_error() {
         s.bmc.sessions_deleted.load(Ordering::SeqCst),
         1,
         "the session was deleted"
+    );
+}
+
+#[tokio::test]
+async fn a_failed_reset_task_is_reported_at_once_with_the_reading() {
+    let s = serve(Fault::TaskFails).await;
+    let d = driver(&s, RedfishAuth::Basic);
+    let t = Instant::now();
+    let e = d
+        .perform(&ctx(Duration::from_secs(10)), &target("power.off", "1"))
+        .await
+        .unwrap_err();
+    assert!(
+        t.elapsed() < Duration::from_secs(2),
+        "waited for the deadline: {:?}",
+        t.elapsed()
+    );
+    assert_eq!(e.kind, ErrorKind::Rejected, "{e}");
+    assert!(
+        e.message.contains("power controller fault") && e.message.contains("PowerState=On"),
+        "{e}"
     );
 }
