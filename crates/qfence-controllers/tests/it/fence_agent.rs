@@ -104,6 +104,11 @@ async fn fence_redfish_against_sushy_passes_the_compliance_suite() {
 /// Writes an agent script into `dir`. It logs its arguments, stdin and environment, answers
 /// metadata, and for `status` exits with the code in `dir/status_rc`.
 fn script_agent(dir: &Path, name: &str, body: &str) {
+    let list = if body.contains("list)") {
+        "<action name=\"list\"/>"
+    } else {
+        ""
+    };
     let script = format!(
         r#"#!/bin/sh
 D={dir}
@@ -116,7 +121,7 @@ case $action in
 metadata) cat <<'XML'
 <resource-agent name="{name}" shortdesc="test agent">
 <parameters><parameter name="plug" unique="0" required="0"></parameters>
-<actions><action name="on"/><action name="off"/><action name="status"/><action name="metadata"/></actions>
+<actions><action name="on"/><action name="off"/><action name="status"/><action name="metadata"/>{list}</actions>
 </resource-agent>
 XML
 exit 0;;
@@ -262,5 +267,40 @@ async fn a_missing_agent_is_a_clear_error() {
         e.message
             .contains("fence_not_installed_here is not installed"),
         "{e}"
+    );
+}
+
+#[tokio::test]
+async fn discovery_lists_plugs_and_binding_checks_flag_an_unlisted_one() {
+    let dir = tempfile::tempdir().unwrap();
+    script_agent(
+        dir.path(),
+        "fence_lister",
+        "case $action in list) printf 'web1,Web server\\ndb1\\n';; status) exit 0;; esac",
+    );
+    let d = agent("fence_lister", opts(&[]), None).with_search_path(vec![dir.path().into()]);
+    let found = d.discover(&ctx(T)).await.unwrap();
+    let plugs: Vec<(&str, &str)> = found
+        .iter()
+        .map(|f| (f.resource.as_str(), f.description.as_str()))
+        .collect();
+    assert_eq!(
+        plugs,
+        [("web1", "plug web1 (Web server)"), ("db1", "plug db1")]
+    );
+    assert!(found.iter().all(|f| f.capability == "power.off"));
+    assert!(
+        d.check_binding(&ctx(T), &target("power.off", "db1"))
+            .await
+            .unwrap()
+            .is_empty()
+    );
+    let problems = d
+        .check_binding(&ctx(T), &target("power.off", "db2"))
+        .await
+        .unwrap();
+    assert!(
+        problems[0].contains("db2") && problems[0].contains("web1, db1"),
+        "{problems:?}"
     );
 }
