@@ -9,12 +9,28 @@
 //! and [`Driver::check`] reads it again whenever asked. A fence check maps onto a verdict:
 //! the condition holds → FENCED, it does not → FAILED, the read failed → UNKNOWN.
 //!
+//! A driver is built without I/O from a controller's configuration and its secret, resolved
+//! by this orchestrator from its own stores ([`secrets`]); HTTPS drivers share one client
+//! setup ([`http`]) with per-controller TLS trust ([`tls`]). [`AnyDriver`] builds the right
+//! driver for a configuration, and [`registration`] runs the four registration steps.
+//!
 //! The contract every driver keeps is written in `docs/specs/controller.md` and enforced by
-//! one compliance suite.
+//! one compliance suite (`tests/it/compliance.rs`).
 
+pub mod any;
 pub mod driver;
+pub mod error;
+pub mod fence_agent;
+pub mod http;
+pub mod redfish;
+pub mod registration;
+pub mod secrets;
+pub mod tls;
 
+pub use any::AnyDriver;
 pub use driver::{
     CallContext, CapabilityGrade, Discovered, Driver, DriverError, ErrorKind, Identity, Probe,
     Reading, Target,
 };
+pub use error::Error;
+pub use secrets::{Secret, SecretSource, SecretStore};

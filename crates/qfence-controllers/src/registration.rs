@@ -1,0 +1,483 @@
+//! Registering a controller: the four steps, run from one orchestrator.
+//!
+//! 1. **Configuration**: the controller's type has a driver here, its connection settings
+//!    build, and this orchestrator's site is the controller's site or in its reach.
+//! 2. **Secret**: the secret reference resolves from this orchestrator's own stores.
+//! 3. **Connectivity**: a probe reads the target's identity (and, for TLS targets, the
+//!    certificate fingerprint to compare and pin); another controller with the same identity,
+//!    or the same endpoint, is warned of.
+//! 4. **Capabilities**: each catalog capability is graded proven, inferred, unverifiable or
+//!    failed (a failed capability cannot be bound by any plan; the others go on), then every
+//!    binding that names this controller is checked against the bound resource.
+//!
+//! Nothing here fences, starts or stops anything: probes and binding checks are read-only by
+//! the driver contract. A later step runs only when the earlier ones allow it; the report says
+//! which were skipped and why.
+
+use std::collections::BTreeMap;
+use std::fmt;
+use std::time::Duration;
+
+use qfence_model::config::{ControllerKind, TlsTrust, ValidatedConfig};
+use qfence_model::{ControllerId, Grade, OrchestratorId, SiteId};
+use serde::Serialize;
+
+use crate::any::AnyDriver;
+use crate::driver::{CallContext, CapabilityGrade, Discovered, Driver, Identity, Target};
+use crate::secrets::{Secret, SecretStore};
+
+/// How one step went.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum StepStatus {
+    Ok,
+    /// Passed, with something the operator should look at.
+    Warning,
+    Failed,
+    /// Not run because an earlier step failed.
+    Skipped,
+}
+
+/// One of the four steps.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct Step {
+    pub number: u8,
+    pub name: &'static str,
+    pub status: StepStatus,
+    /// What was found, in sentences.
+    pub notes: Vec<String>,
+}
+
+/// The check of one binding that names the controller.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct BindingCheck {
+    /// Where it is in the configuration (`plans.erp-db.instances.dc1[0]`).
+    pub path: String,
+    pub capability: String,
+    pub resource: String,
+    /// Empty when the binding is fine.
+    pub problems: Vec<String>,
+}
+
+/// What registration found. Never holds a secret.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct Report {
+    pub controller: ControllerId,
+    pub controller_type: String,
+    pub orchestrator: OrchestratorId,
+    pub site: Option<SiteId>,
+    pub steps: Vec<Step>,
+    pub identity: Option<Identity>,
+    pub grades: Vec<CapabilityGrade>,
+    pub bindings: Vec<BindingCheck>,
+}
+
+impl Report {
+    /// Whether every step passed (warnings allowed).
+    pub fn passed(&self) -> bool {
+        self.steps
+            .iter()
+            .all(|s| matches!(s.status, StepStatus::Ok | StepStatus::Warning))
+    }
+}
+
+/// What registration runs with.
+#[derive(Debug, Clone, Copy)]
+pub struct Registration<'a> {
+    pub config: &'a ValidatedConfig,
+    pub controller: &'a ControllerId,
+    /// The orchestrator running the test; calls go out from its site.
+    pub orchestrator: &'a OrchestratorId,
+    pub secrets: &'a SecretStore,
+    /// The identities of the other registered controllers (from the cluster state), to warn
+    /// of duplicates. The command line has none and compares endpoints instead.
+    pub known: &'a BTreeMap<ControllerId, String>,
+    /// The deadline of each call.
+    pub timeout: Duration,
+}
+
+fn endpoint_of(kind: &ControllerKind) -> Option<String> {
+    let url = match kind {
+        ControllerKind::Redfish { endpoint, .. }
+        | ControllerKind::Proxmox { endpoint, .. }
+        | ControllerKind::Fortigate { endpoint, .. }
+        | ControllerKind::Docker { endpoint }
+        | ControllerKind::Postgres { endpoint, .. }
+        | ControllerKind::Nova { endpoint, .. } => endpoint,
+        ControllerKind::Ipmi { endpoint, .. } => return Some(endpoint.clone()),
+        // A fence agent driving a BMC that another controller also drives is worth a warning
+        // too, so it is compared by the device's address alone.
+        ControllerKind::FenceAgent { options, .. } => {
+            let host = options.get("ip").or_else(|| options.get("ipaddr"))?;
+            let port = options.get("ipport")?;
+            return Some(format!("{host}:{port}"));
+        }
+    };
+    Some(format!(
+        "{}:{}",
+        url.host_str().unwrap_or(url.as_str()),
+        url.port_or_known_default().unwrap_or(0)
+    ))
+}
+
+/// Steps 1 and 2: the driver, built with the secret resolved here. On failure, the steps
+/// say why.
+fn build(reg: &Registration<'_>, steps: &mut Vec<Step>) -> (Option<AnyDriver>, Option<SiteId>) {
+    let mut s1 = Step {
+        number: 1,
+        name: "configuration",
+        status: StepStatus::Ok,
+        notes: vec![],
+    };
+    let mut s2 = Step {
+        number: 2,
+        name: "secret",
+        status: StepStatus::Skipped,
+        notes: vec![],
+    };
+    let fail = |s: &mut Step, note: String| {
+        s.status = StepStatus::Failed;
+        s.notes.push(note);
+    };
+    let Some(cc) = reg.config.controller(reg.controller.as_str()) else {
+        let names: Vec<&str> = reg
+            .config
+            .config()
+            .controllers
+            .keys()
+            .map(|k| k.as_str())
+            .collect();
+        fail(
+            &mut s1,
+            format!(
+                "there is no controller {:?} (there are: {})",
+                reg.controller.as_str(),
+                names.join(", ")
+            ),
+        );
+        steps.extend([s1, s2]);
+        return (None, None);
+    };
+    let site = reg
+        .config
+        .config()
+        .orchestrators
+        .get(reg.orchestrator)
+        .map(|o| o.site.clone());
+    match &site {
+        None => fail(
+            &mut s1,
+            format!("there is no orchestrator {:?}", reg.orchestrator.as_str()),
+        ),
+        Some(site) if !cc.callable_from(site) => fail(
+            &mut s1,
+            format!(
+                "orchestrator {} is at site {site}, which may not call this controller (allowed: {})",
+                reg.orchestrator,
+                cc.allowed_sites()
+                    .map(|s| s.as_str())
+                    .collect::<Vec<_>>()
+                    .join(", ")
+            ),
+        ),
+        Some(site) => s1.notes.push(format!(
+            "type {}, site {}, callable from {site}",
+            cc.controller_type(),
+            cc.site
+        )),
+    }
+    // A dry build checks the connection settings without the secret.
+    if let Err(e) = AnyDriver::build(reg.controller, cc, Some(Secret::new(String::new()))) {
+        fail(&mut s1, e.to_string());
+    }
+    match &cc.tls {
+        TlsTrust::Insecure => {
+            s1.notes
+                .push(crate::tls::insecure_warning(reg.controller.as_str()));
+            if s1.status == StepStatus::Ok {
+                s1.status = StepStatus::Warning;
+            }
+        }
+        TlsTrust::Pin(p) => s1.notes.push(format!("TLS: pinned to {p}")),
+        TlsTrust::CaFile(f) => s1.notes.push(format!("TLS: certificates signed by {f}")),
+        TlsTrust::SystemRoots => {}
+    }
+    if s1.status == StepStatus::Failed {
+        steps.extend([s1, s2]);
+        return (None, site);
+    }
+    let secret = match &cc.secret {
+        None => {
+            s2.status = StepStatus::Ok;
+            s2.notes.push("the controller names no secret".into());
+            None
+        }
+        Some(name) => match reg.secrets.resolve(name) {
+            Ok(s) => {
+                s2.status = StepStatus::Ok;
+                s2.notes
+                    .push(format!("secret {name} resolves on this orchestrator"));
+                Some(s)
+            }
+            Err(e) => {
+                fail(&mut s2, e.to_string());
+                None
+            }
+        },
+    };
+    let driver = if s2.status == StepStatus::Ok {
+        match AnyDriver::build(reg.controller, cc, secret) {
+            Ok(d) => Some(d),
+            Err(e) => {
+                fail(&mut s2, e.to_string());
+                None
+            }
+        }
+    } else {
+        None
+    };
+    steps.extend([s1, s2]);
+    (driver, site)
+}
+
+/// Runs the four steps.
+pub async fn register(reg: Registration<'_>) -> Report {
+    let mut steps = Vec::new();
+    let (driver, site) = build(&reg, &mut steps);
+    let cc = reg.config.controller(reg.controller.as_str());
+    let mut report = Report {
+        controller: reg.controller.clone(),
+        controller_type: cc
+            .map(|c| c.controller_type().to_string())
+            .unwrap_or_default(),
+        orchestrator: reg.orchestrator.clone(),
+        site,
+        steps,
+        identity: None,
+        grades: vec![],
+        bindings: vec![],
+    };
+    let (Some(driver), Some(cc)) = (driver, cc) else {
+        for (n, name) in [(3, "connectivity"), (4, "capabilities")] {
+            report.steps.push(Step {
+                number: n,
+                name,
+                status: StepStatus::Skipped,
+                notes: vec!["an earlier step failed".into()],
+            });
+        }
+        return report;
+    };
+    let ctx = || CallContext::with_timeout(reg.orchestrator.clone(), reg.timeout);
+
+    // Step 3.
+    let mut s3 = Step {
+        number: 3,
+        name: "connectivity",
+        status: StepStatus::Ok,
+        notes: vec![],
+    };
+    let probe = match driver.probe(&ctx()).await {
+        Ok(p) => p,
+        Err(e) => {
+            s3.status = StepStatus::Failed;
+            s3.notes.push(e.to_string());
+            report.steps.push(s3);
+            report.steps.push(Step {
+                number: 4,
+                name: "capabilities",
+                status: StepStatus::Skipped,
+                notes: vec!["the target could not be read".into()],
+            });
+            return report;
+        }
+    };
+    s3.notes.push(format!("identity {}", probe.identity.id));
+    for (k, v) in &probe.identity.facts {
+        s3.notes.push(format!("{k}: {v}"));
+    }
+    if let Some(fp) = &probe.identity.tls_fingerprint
+        && !matches!(cc.tls, TlsTrust::Pin(_))
+    {
+        s3.notes.push(format!(
+            "TLS certificate {fp}: compare it with the device's, then pin it with tls: {{pin: \"{fp}\"}}"
+        ));
+    }
+    let warn = |s: &mut Step, note: String| {
+        s.notes.push(note);
+        if s.status == StepStatus::Ok {
+            s.status = StepStatus::Warning;
+        }
+    };
+    for w in &probe.warnings {
+        warn(&mut s3, w.clone());
+    }
+    for (other, id) in reg.known {
+        if other != reg.controller && *id == probe.identity.id {
+            warn(
+                &mut s3,
+                format!(
+                    "controller {other} has the same identity {id}: both drive the same system"
+                ),
+            );
+        }
+    }
+    let mine = endpoint_of(&cc.kind);
+    for (other, occ) in &reg.config.config().controllers {
+        if other != reg.controller && mine.is_some() && endpoint_of(&occ.kind) == mine {
+            warn(
+                &mut s3,
+                format!(
+                    "controller {other} points at the same endpoint {}",
+                    mine.as_deref().unwrap_or("")
+                ),
+            );
+        }
+    }
+    report.steps.push(s3);
+    report.identity = Some(probe.identity);
+
+    // Step 4.
+    let mut s4 = Step {
+        number: 4,
+        name: "capabilities",
+        status: StepStatus::Ok,
+        notes: vec![],
+    };
+    for g in &probe.grades {
+        if g.grade == Grade::Failed {
+            warn(
+                &mut s4,
+                format!(
+                    "{} failed: no plan can bind it as configured ({})",
+                    g.capability, g.reason
+                ),
+            );
+        }
+    }
+    report.grades = probe.grades;
+    for (plan_id, plan) in &reg.config.config().plans {
+        let mut bindings: Vec<(String, SiteId, &qfence_model::config::Binding)> = Vec::new();
+        for (site, list) in &plan.instances {
+            for (i, b) in list.iter().enumerate() {
+                bindings.push((
+                    format!("plans.{plan_id}.instances.{site}[{i}]"),
+                    site.clone(),
+                    b,
+                ));
+            }
+        }
+        for (i, b) in plan.service.iter().enumerate() {
+            bindings.push((
+                format!("plans.{plan_id}.service[{i}]"),
+                plan.owner.clone(),
+                b,
+            ));
+        }
+        for (path, site, b) in bindings {
+            if b.controller != *reg.controller {
+                continue;
+            }
+            let target = Target {
+                capability: b.capability.clone(),
+                resource: b.resource.clone(),
+                params: b.params.clone(),
+                site,
+            };
+            let problems = match driver.check_binding(&ctx(), &target).await {
+                Ok(p) => p,
+                Err(e) => vec![format!("could not check: {e}")],
+            };
+            if !problems.is_empty() {
+                s4.status = StepStatus::Failed;
+            }
+            report.bindings.push(BindingCheck {
+                path,
+                capability: b.capability.clone(),
+                resource: b.resource.clone(),
+                problems,
+            });
+        }
+    }
+    report.steps.push(s4);
+    report
+}
+
+/// Lists what the controller's capabilities can act on, from this orchestrator (steps 1 and
+/// 2 first: discovery too runs only from a site allowed to reach the controller).
+pub async fn discover(reg: Registration<'_>) -> Result<Vec<Discovered>, String> {
+    let mut steps = Vec::new();
+    let (driver, _) = build(&reg, &mut steps);
+    let Some(driver) = driver else {
+        return Err(steps
+            .iter()
+            .filter(|s| s.status == StepStatus::Failed)
+            .flat_map(|s| s.notes.iter().cloned())
+            .collect::<Vec<_>>()
+            .join("; "));
+    };
+    let ctx = CallContext::with_timeout(reg.orchestrator.clone(), reg.timeout);
+    driver.discover(&ctx).await.map_err(|e| e.to_string())
+}
+
+impl fmt::Display for Report {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        writeln!(
+            f,
+            "controller {} ({}) tested from orchestrator {}{}",
+            self.controller,
+            self.controller_type,
+            self.orchestrator,
+            self.site
+                .as_ref()
+                .map(|s| format!(" at site {s}"))
+                .unwrap_or_default()
+        )?;
+        for s in &self.steps {
+            let status = match s.status {
+                StepStatus::Ok => "ok",
+                StepStatus::Warning => "ok, with warnings",
+                StepStatus::Failed => "FAILED",
+                StepStatus::Skipped => "skipped",
+            };
+            writeln!(f, "{}. {}: {status}", s.number, s.name)?;
+            for n in &s.notes {
+                writeln!(f, "   - {n}")?;
+            }
+            if s.number == 4 && s.status != StepStatus::Skipped {
+                for g in &self.grades {
+                    writeln!(
+                        f,
+                        "   {:<16} {:<13} {}",
+                        g.capability,
+                        g.grade.as_str(),
+                        g.reason
+                    )?;
+                }
+                for b in &self.bindings {
+                    if b.problems.is_empty() {
+                        writeln!(f, "   {} {} {}: ok", b.path, b.capability, b.resource)?;
+                    } else {
+                        writeln!(
+                            f,
+                            "   {} {} {}: {}",
+                            b.path,
+                            b.capability,
+                            b.resource,
+                            b.problems.join("; ")
+                        )?;
+                    }
+                }
+            }
+        }
+        write!(
+            f,
+            "{}",
+            if self.passed() {
+                "result: passed"
+            } else {
+                "result: FAILED"
+            }
+        )
+    }
+}

@@ -1,0 +1,227 @@
+//! The driver compliance suite: the MUST rules of `docs/specs/controller.md`, run the same way
+//! against every driver, each against a real target (an independent emulator or the real
+//! program). A driver's tests build a [`Case`] and call [`run`].
+
+use std::collections::BTreeMap;
+use std::time::Duration;
+
+use qfence_controllers::driver::fence_verdict;
+use qfence_controllers::{CallContext, Driver, ErrorKind, Target};
+use qfence_model::{OrchestratorId, SiteId, Verdict};
+use tokio::time::Instant;
+
+/// What the suite needs to know about one driver under test.
+pub struct Case<D> {
+    pub driver: D,
+    /// A fence binding's target whose resource is up (not fenced) when the suite starts.
+    pub fence: Target,
+    /// A target naming a resource that does not exist, when the driver can tell.
+    pub missing: Option<Target>,
+    /// The deadline for one fence or unfence, long enough for the target's slowest.
+    pub action_timeout: Duration,
+    /// Whether a fence takes longer than a second, so a 1 s deadline passes while it runs.
+    pub slow_fence: bool,
+}
+
+pub fn orchestrator() -> OrchestratorId {
+    OrchestratorId::new("orch-test").unwrap()
+}
+
+pub fn ctx(timeout: Duration) -> CallContext {
+    CallContext::with_timeout(orchestrator(), timeout)
+}
+
+pub fn target(capability: &str, resource: &str) -> Target {
+    Target {
+        capability: capability.into(),
+        resource: resource.into(),
+        params: BTreeMap::new(),
+        site: SiteId::new("dc1").unwrap(),
+    }
+}
+
+fn phase(name: &str) {
+    eprintln!("--- compliance: {name}");
+}
+
+/// Runs every rule. Leaves the fence target up again unless the driver is slow (the deadline
+/// rule leaves a fence in flight).
+pub async fn run<D: Driver>(case: &Case<D>) {
+    let d = &case.driver;
+    let short = Duration::from_secs(15);
+    let fence_cap = d
+        .controller_type()
+        .capability(&case.fence.capability)
+        .expect("the fence capability is in the catalog");
+    assert!(
+        fence_cap.level.is_some(),
+        "the case's fence target is a fence capability"
+    );
+
+    phase("the target is up, and a check says so with evidence");
+    let before = d.check(&ctx(short), &case.fence).await.expect("check");
+    assert!(
+        !before.holds,
+        "the suite needs the target up first: {}",
+        before.detail
+    );
+    assert_eq!(before.by, orchestrator(), "evidence names the orchestrator");
+    assert!(!before.detail.is_empty(), "evidence says what was read");
+    assert_eq!(fence_verdict(&Ok(before.clone())), Verdict::Failed);
+
+    phase("probe reads identity and grades every catalog capability, changing nothing");
+    let probe = d.probe(&ctx(short)).await.expect("probe");
+    assert!(!probe.identity.id.is_empty());
+    let mut graded: Vec<&str> = probe.grades.iter().map(|g| g.capability.as_str()).collect();
+    graded.sort_unstable();
+    let mut catalog: Vec<&str> = d
+        .controller_type()
+        .capabilities()
+        .iter()
+        .map(|c| c.name)
+        .collect();
+    catalog.sort_unstable();
+    assert_eq!(graded, catalog, "one grade per catalog capability");
+    assert!(
+        probe.grades.iter().all(|g| !g.reason.is_empty()),
+        "every grade says why"
+    );
+    let after = d.check(&ctx(short), &case.fence).await.expect("check");
+    assert!(!after.holds, "probe changed the target: {}", after.detail);
+
+    phase("discovery offers only catalog capabilities");
+    let found = d.discover(&ctx(short)).await.expect("discover");
+    for f in &found {
+        assert!(
+            d.controller_type().capability(&f.capability).is_some(),
+            "discovered {:?} is not a catalog capability",
+            f.capability
+        );
+    }
+    if !found.is_empty() {
+        assert!(
+            found.iter().any(|f| f.capability == case.fence.capability),
+            "discovery lists resources but none for the fence capability: {found:?}"
+        );
+    }
+
+    phase("binding checks accept the real resource and flag a missing one, changing nothing");
+    let problems = d
+        .check_binding(&ctx(short), &case.fence)
+        .await
+        .expect("check_binding");
+    assert!(problems.is_empty(), "unexpected problems: {problems:?}");
+    if let Some(missing) = &case.missing {
+        let problems = d
+            .check_binding(&ctx(short), missing)
+            .await
+            .expect("check_binding");
+        assert!(!problems.is_empty(), "a missing resource was not flagged");
+        let e = d
+            .check(&ctx(short), missing)
+            .await
+            .expect_err("check of a missing resource");
+        assert_eq!(fence_verdict(&Err(e)), Verdict::Unknown);
+    }
+    assert!(!d.check(&ctx(short), &case.fence).await.unwrap().holds);
+
+    phase("an unknown capability is refused as unsupported, not attempted");
+    let bogus = target("no.such-capability", &case.fence.resource);
+    let e = d
+        .perform(&ctx(short), &bogus)
+        .await
+        .expect_err("unknown capability");
+    assert_eq!(e.kind, ErrorKind::Unsupported, "{e}");
+    let e = d
+        .renew(&ctx(short), &case.fence)
+        .await
+        .expect_err("renew of a fence");
+    assert_eq!(e.kind, ErrorKind::Unsupported, "{e}");
+
+    phase("a cancelled call stops at once");
+    let c = ctx(short);
+    c.cancel.cancel();
+    let t = Instant::now();
+    let e = d.perform(&c, &case.fence).await.expect_err("cancelled");
+    assert!(matches!(e.kind, ErrorKind::Cancelled), "{e}");
+    assert!(
+        t.elapsed() < Duration::from_secs(1),
+        "took {:?}",
+        t.elapsed()
+    );
+    assert!(
+        !d.check(&ctx(short), &case.fence).await.unwrap().holds,
+        "a cancelled fence acted"
+    );
+
+    phase("a call past its deadline fails as a timeout without acting");
+    let c = CallContext {
+        deadline: Instant::now(),
+        ..ctx(short)
+    };
+    let e = d.perform(&c, &case.fence).await.expect_err("expired");
+    assert_eq!(e.kind, ErrorKind::Timeout, "{e}");
+
+    phase("fence: done only when a read-back proves it");
+    let t = Instant::now();
+    let r = d
+        .perform(&ctx(case.action_timeout), &case.fence)
+        .await
+        .expect("fence");
+    eprintln!("fenced in {:.1} s: {}", t.elapsed().as_secs_f64(), r.detail);
+    assert!(
+        r.holds,
+        "perform returned a reading that does not hold: {}",
+        r.detail
+    );
+    assert_eq!(r.by, orchestrator());
+    let c = d.check(&ctx(short), &case.fence).await;
+    assert_eq!(fence_verdict(&c), Verdict::Fenced, "{c:?}");
+
+    phase("fence again: already off is success, at once");
+    let t = Instant::now();
+    let r = d
+        .perform(&ctx(case.action_timeout), &case.fence)
+        .await
+        .expect("second fence");
+    assert!(r.holds, "{}", r.detail);
+    assert!(
+        t.elapsed() < Duration::from_secs(5),
+        "a repeated fence took {:?}",
+        t.elapsed()
+    );
+
+    phase("unfence: the read-back shows the condition no longer holds");
+    let r = d
+        .undo(&ctx(case.action_timeout), &case.fence)
+        .await
+        .expect("unfence");
+    assert!(!r.holds, "{}", r.detail);
+    let c = d.check(&ctx(short), &case.fence).await;
+    assert_eq!(fence_verdict(&c), Verdict::Failed, "{c:?}");
+
+    if case.slow_fence {
+        phase(
+            "a deadline that passes while the fence runs gives a timeout, state unknown, in time",
+        );
+        let t = Instant::now();
+        let r = d.perform(&ctx(Duration::from_secs(1)), &case.fence).await;
+        let took = t.elapsed();
+        assert!(
+            took < Duration::from_millis(1600),
+            "deadline 1 s, took {took:?}"
+        );
+        match r {
+            Err(e) => {
+                assert_eq!(e.kind, ErrorKind::Timeout, "{e}");
+                assert!(
+                    e.state_unknown,
+                    "a fence sent and not confirmed leaves the state unknown"
+                );
+                assert_eq!(fence_verdict(&Err(e)), Verdict::Unknown);
+            }
+            // The target may apply a fence within a second; then it must be proven.
+            Ok(r) => assert!(r.holds, "{}", r.detail),
+        }
+    }
+}

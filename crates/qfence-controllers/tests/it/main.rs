@@ -1,0 +1,11 @@
+//! The controllers' integration tests: one binary, a module per subject. Drivers run against
+//! independent emulators and real programs (see `emulators.rs`), and every driver runs the
+//! compliance suite (`compliance.rs`).
+
+mod compliance;
+mod emulators;
+mod faults;
+mod fence_agent;
+mod redfish;
+mod registration;
+mod secret_logs;
