@@ -32,6 +32,9 @@ enum Command {
     /// Show availability plans.
     #[command(subcommand)]
     Plan(cmd::plan::PlanCommand),
+    /// Test and discover controllers, from this orchestrator.
+    #[command(subcommand)]
+    Controller(cmd::controller::ControllerCmd),
 }
 
 fn main() -> ExitCode {
@@ -39,6 +42,7 @@ fn main() -> ExitCode {
     let result = match cli.command {
         Command::Config(c) => cmd::config::run(c, cli.format),
         Command::Plan(c) => cmd::plan::run(c, cli.format),
+        Command::Controller(c) => Ok(cmd::controller::run(c)),
     };
     match result {
         Ok(code) => code,
