@@ -12,6 +12,7 @@
 //! The contract every driver keeps is written in `docs/specs/controller.md` and enforced by
 //! one compliance suite.
 
+pub mod docker;
 pub mod driver;
 pub mod fortigate;
 
