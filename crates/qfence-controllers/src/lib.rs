@@ -15,6 +15,7 @@
 pub mod docker;
 pub mod driver;
 pub mod fortigate;
+pub mod postgres;
 
 pub use driver::{
     CallContext, CapabilityGrade, Discovered, Driver, DriverError, ErrorKind, Identity, Probe,

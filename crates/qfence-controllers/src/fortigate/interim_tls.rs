@@ -17,6 +17,17 @@ pub(crate) fn https_client(
     trust: &TlsTrust,
     connect_timeout: Duration,
 ) -> Result<reqwest::Client, String> {
+    let config = rustls_config(trust)?;
+    reqwest::Client::builder()
+        .tls_backend_preconfigured(config)
+        .tls_info(true)
+        .connect_timeout(connect_timeout)
+        .build()
+        .map_err(|e| format!("HTTP client: {e}"))
+}
+
+/// The rustls client configuration for `trust` (ring provider). Reads the CA file.
+pub(crate) fn rustls_config(trust: &TlsTrust) -> Result<rustls::ClientConfig, String> {
     let _ = rustls::crypto::ring::default_provider().install_default();
     let provider = Arc::new(rustls::crypto::ring::default_provider());
     let builder = rustls::ClientConfig::builder_with_provider(provider.clone())
@@ -58,12 +69,7 @@ pub(crate) fn https_client(
             }))
             .with_no_client_auth(),
     };
-    reqwest::Client::builder()
-        .tls_backend_preconfigured(config)
-        .tls_info(true)
-        .connect_timeout(connect_timeout)
-        .build()
-        .map_err(|e| format!("HTTP client: {e}"))
+    Ok(config)
 }
 
 /// The SHA-256 fingerprint (lower-case hex) of the certificate a response came with.
