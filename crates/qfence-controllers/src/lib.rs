@@ -16,6 +16,7 @@ pub mod docker;
 pub mod driver;
 pub mod fortigate;
 pub mod postgres;
+pub mod proxmox;
 
 pub use driver::{
     CallContext, CapabilityGrade, Discovered, Driver, DriverError, ErrorKind, Identity, Probe,
