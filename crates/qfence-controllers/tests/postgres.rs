@@ -33,7 +33,7 @@ fn free_port() -> u16 {
 
 /// A primary and a streaming replica; stopped when dropped.
 struct Pair {
-    run: tempfile::TempDir,
+    _run: RunDir,
     primary: u16,
     replica: u16,
 }
@@ -50,10 +50,13 @@ impl Pair {
             return None;
         }
         // A short run dir: the Unix socket path must stay under 108 bytes.
-        let run = tempfile::Builder::new()
-            .prefix("qpg")
-            .tempdir_in("/tmp")
-            .unwrap();
+        // Made before the script runs: whatever happens next, what it started is stopped.
+        let run = RunDir(
+            tempfile::Builder::new()
+                .prefix("qpg")
+                .tempdir_in("/tmp")
+                .unwrap(),
+        );
         let mut last = String::new();
         for _ in 0..5 {
             let (p1, p2) = (free_port(), free_port());
@@ -62,7 +65,7 @@ impl Pair {
             }
             let out = Command::new("bash")
                 .arg(&script)
-                .env("QFENCE_EMU_RUN", run.path())
+                .env("QFENCE_EMU_RUN", run.0.path())
                 .env("PG_PRIMARY_PORT", p1.to_string())
                 .env("PG_REPLICA_PORT", p2.to_string())
                 .output()
@@ -70,7 +73,7 @@ impl Pair {
             match out.status.code() {
                 Some(0) => {
                     return Some(Pair {
-                        run,
+                        _run: run,
                         primary: p1,
                         replica: p2,
                     });
@@ -119,11 +122,15 @@ impl Pair {
     }
 }
 
-impl Drop for Pair {
+/// A run dir whose emulators are stopped (`stop.sh`) before it is deleted.
+#[derive(Debug)]
+struct RunDir(tempfile::TempDir);
+
+impl Drop for RunDir {
     fn drop(&mut self) {
         let _ = Command::new("bash")
             .arg(emulators().join("stop.sh"))
-            .env("QFENCE_EMU_RUN", self.run.path())
+            .env("QFENCE_EMU_RUN", self.0.path())
             .output();
     }
 }

@@ -44,7 +44,7 @@ fn free_port() -> u16 {
 /// A fakepve instance of the test's own; stopped when dropped.
 #[derive(Debug)]
 struct Pve {
-    run: tempfile::TempDir,
+    _run: RunDir,
     url: String,
     control: String,
     cacert: String,
@@ -62,10 +62,13 @@ impl Pve {
             );
             return None;
         }
-        let run = tempfile::Builder::new()
-            .prefix("qpve")
-            .tempdir_in("/tmp")
-            .unwrap();
+        // Made before the script runs: whatever happens next, what it started is stopped.
+        let run = RunDir(
+            tempfile::Builder::new()
+                .prefix("qpve")
+                .tempdir_in("/tmp")
+                .unwrap(),
+        );
         let mut last = String::new();
         for _ in 0..5 {
             let (port, ctl) = (free_port(), free_port());
@@ -74,7 +77,7 @@ impl Pve {
             }
             let out = Command::new("bash")
                 .arg(&script)
-                .env("QFENCE_EMU_RUN", run.path())
+                .env("QFENCE_EMU_RUN", run.0.path())
                 .env("PVE_PORT", port.to_string())
                 .env("PVE_CTL_PORT", ctl.to_string())
                 .env("PVE_TIME_SCALE", time_scale)
@@ -89,7 +92,7 @@ impl Pve {
                         url: format!("https://127.0.0.1:{port}"),
                         control: env["PVE_CONTROL"].to_owned(),
                         cacert: env["PVE_CACERT"].to_owned(),
-                        run,
+                        _run: run,
                         http: {
                             let _ = rustls::crypto::ring::default_provider().install_default();
                             reqwest::Client::new()
@@ -195,11 +198,15 @@ impl Pve {
     }
 }
 
-impl Drop for Pve {
+/// A run dir whose emulators are stopped (`stop.sh`) before it is deleted.
+#[derive(Debug)]
+struct RunDir(tempfile::TempDir);
+
+impl Drop for RunDir {
     fn drop(&mut self) {
         let _ = Command::new("bash")
             .arg(emulators().join("stop.sh"))
-            .env("QFENCE_EMU_RUN", self.run.path())
+            .env("QFENCE_EMU_RUN", self.0.path())
             .output();
     }
 }
