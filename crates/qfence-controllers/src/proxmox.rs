@@ -992,6 +992,19 @@ impl Driver for ProxmoxDriver {
                         Some(n) if n != node => problems.push(format!("VM {vmid} is on node {n}, not {node}")),
                         Some(_) => {}
                     }
+                    // The credential's own privileges on this VM, as PVE computes them.
+                    let need = if target.capability == STATUS { "VM.Audit" } else { "VM.PowerMgmt" };
+                    let path = format!("/vms/{vmid}");
+                    match self.get("access/permissions", &[("path", &path)]).await {
+                        Ok(perms) if !privileges_on(&perms, &path).iter().any(|p| p == need) => {
+                            problems.push(format!("{} lacks {need} on {path}", self.auth_id()));
+                        }
+                        Ok(_) => {}
+                        Err(e) if e.kind == ErrorKind::Rejected => {
+                            problems.push(format!("cannot read own permissions on {path}: {}", e.message));
+                        }
+                        Err(e) => return Err(e),
+                    }
                 }
                 LAG => {
                     let jobs = self.get("cluster/replication", &[]).await?;

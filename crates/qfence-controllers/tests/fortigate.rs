@@ -408,3 +408,113 @@ fn build_needs_a_key_and_does_no_io() {
         ErrorKind::Auth
     );
 }
+
+/// The simulator itself, read raw: the envelope and codes the FortiOS documents describe.
+#[tokio::test]
+async fn the_simulator_speaks_the_documented_envelope() {
+    let lab = lab(FortiState::example()).await;
+    let _ = rustls::crypto::ring::default_provider().install_default();
+    let http = reqwest::Client::builder()
+        .tls_certs_only([reqwest::Certificate::from_pem(lab.tls.cert_pem.as_bytes()).unwrap()])
+        .build()
+        .unwrap();
+    let url = |p: &str| format!("{}/api/v2/{p}", lab.sim.url());
+    let get = |p: &str, key: &str| http.get(url(p)).bearer_auth(key.to_owned()).send();
+
+    let r = get("cmdb/firewall/policy/1?vdom=root", "fw-key")
+        .await
+        .unwrap();
+    assert_eq!(r.status(), 200);
+    let b: serde_json::Value = r.json().await.unwrap();
+    for k in [
+        "http_method",
+        "status",
+        "http_status",
+        "vdom",
+        "path",
+        "name",
+        "serial",
+        "version",
+        "build",
+    ] {
+        assert!(b.get(k).is_some(), "{k} missing: {b}");
+    }
+    assert_eq!(
+        (b["path"].as_str(), b["name"].as_str()),
+        (Some("firewall"), Some("policy"))
+    );
+    assert_eq!(b["results"][0]["status"], "enable");
+
+    let r = http
+        .put(url("cmdb/firewall/policy/1"))
+        .bearer_auth("fw-key")
+        .json(&serde_json::json!({"status": "disable"}))
+        .send()
+        .await
+        .unwrap();
+    let b: serde_json::Value = r.json().await.unwrap();
+    assert_eq!(b["mkey"], "1");
+    assert_eq!(b["revision_changed"], true);
+    assert_ne!(b["revision"], b["old_revision"]);
+    let r = http
+        .put(url("cmdb/firewall/policy/1"))
+        .bearer_auth("fw-key")
+        .json(&serde_json::json!({"status": "disable"}))
+        .send()
+        .await
+        .unwrap();
+    let b: serde_json::Value = r.json().await.unwrap();
+    assert_eq!(b["revision_changed"], false, "nothing changed: {b}");
+
+    // Bad value: 424 with the CLI's words; unknown object 404; unknown VDOM 404.
+    let r = http
+        .put(url("cmdb/firewall/policy/1"))
+        .bearer_auth("fw-key")
+        .json(&serde_json::json!({"status": "off"}))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status(), 424);
+    let b: serde_json::Value = r.json().await.unwrap();
+    assert!(
+        b["error"].as_i64().unwrap() < 0 && b["cli_error"].is_string(),
+        "{b}"
+    );
+    assert_eq!(
+        get("cmdb/firewall/policy/9", "fw-key")
+            .await
+            .unwrap()
+            .status(),
+        404
+    );
+    assert_eq!(
+        get("cmdb/firewall/policy?vdom=nope", "fw-key")
+            .await
+            .unwrap()
+            .status(),
+        404
+    );
+    // The key in the URL is refused, as on FortiOS 7.4.5+; so is no key.
+    let r = http
+        .get(url("cmdb/firewall/policy?access_token=fw-key"))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status(), 401);
+    assert_eq!(
+        http.get(url("monitor/system/status"))
+            .send()
+            .await
+            .unwrap()
+            .status(),
+        401
+    );
+    // A profile without system access gets 403 there.
+    assert_eq!(
+        get("cmdb/system/accprofile", "fw-key")
+            .await
+            .unwrap()
+            .status(),
+        403
+    );
+}
