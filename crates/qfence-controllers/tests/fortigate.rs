@@ -518,3 +518,45 @@ async fn the_simulator_speaks_the_documented_envelope() {
         403
     );
 }
+
+#[tokio::test]
+async fn in_an_ha_cluster_a_fence_holds_once_every_member_has_it() {
+    let mut state = FortiState::example();
+    state.ha_peers = vec!["FGVM02TM00000002".to_owned()];
+    state.ha_sync_delay_ms = 600;
+    let lab = lab(state).await;
+    let d = driver(&lab, "admin-key");
+    let t = target("policy.disable", "1", "dc1");
+
+    // The primary has it at once, the peer only 600 ms later: a short deadline ends unknown.
+    let short = CallContext::with_timeout(
+        OrchestratorId::new("o").unwrap(),
+        Duration::from_millis(250),
+    );
+    let e = d.perform(&short, &t).await.unwrap_err();
+    assert_eq!(e.kind, ErrorKind::Timeout);
+    assert!(e.state_unknown);
+    assert!(!policy_enabled(&lab.sim, 1), "the primary took it");
+    let r = d.check(&ctx(), &t).await.unwrap();
+    assert!(!r.holds && r.detail.contains("not all in sync"), "{r:?}");
+
+    // Repeating the fence waits for the peer and then holds.
+    let start = std::time::Instant::now();
+    let r = d.perform(&ctx(), &t).await.unwrap();
+    assert!(
+        r.holds && r.detail.contains("2 HA members in sync"),
+        "{r:?}"
+    );
+    assert!(
+        start.elapsed() >= Duration::from_millis(200),
+        "{:?}",
+        start.elapsed()
+    );
+
+    // A key that cannot read the HA state says so and is judged on the unit that answers.
+    let r = driver(&lab, "fw-key").check(&ctx(), &t).await.unwrap();
+    assert!(
+        r.holds && r.detail.contains("HA sync state unreadable"),
+        "{r:?}"
+    );
+}

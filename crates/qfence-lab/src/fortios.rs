@@ -17,9 +17,12 @@
 //! - `PUT` on one object changes only the fields sent and is committed when it returns.
 //!   A bad value is 424 (failed dependency); an unknown object 404.
 //!
-//! Endpoints: `monitor/system/status`, `cmdb/firewall/policy[/{id}]`,
+//! Endpoints: `monitor/system/status`, `monitor/system/ha-checksums`, `cmdb/firewall/policy[/{id}]`,
 //! `cmdb/firewall/vip[/{name}]`, `cmdb/system/settings`, `cmdb/system/api-user[/{name}]`,
 //! `cmdb/system/accprofile[/{name}]`.
+//!
+//! HA: `monitor/system/ha-checksums` lists this unit and `ha_peers`; a peer shows the previous
+//! configuration's checksum until `ha_sync_delay_ms` after a change.
 //!
 //! Faults ([`FortiSim`]): latency on every request, the next N writes failing with a chosen
 //! status, writes that answer success but change nothing (a lying device that only a
@@ -141,6 +144,10 @@ pub struct FortiState {
     pub keys: BTreeMap<String, ApiUser>,
     /// The configuration revision, bumped by every write that changes something.
     pub revision: u64,
+    /// FGCP cluster members besides this unit (their serials); empty when standalone.
+    pub ha_peers: Vec<String>,
+    /// How long a peer takes to receive a configuration change (milliseconds).
+    pub ha_sync_delay_ms: u64,
 }
 
 impl FortiState {
@@ -203,6 +210,8 @@ impl FortiState {
                 ("ro-key".to_owned(), user("qfence-ro", "fw_read")),
             ]),
             revision: 1,
+            ha_peers: Vec::new(),
+            ha_sync_delay_ms: 0,
         }
     }
 
@@ -225,6 +234,8 @@ struct Shared {
     faults: Mutex<Faults>,
     /// Requests that changed (or tried to change) something.
     writes: Mutex<u64>,
+    /// The last configuration change and the revision before it, for HA peers' lag.
+    last_change: Mutex<Option<(tokio::time::Instant, u64)>>,
 }
 
 fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
@@ -323,6 +334,7 @@ pub async fn start(
         state: Mutex::new(state),
         faults: Mutex::new(Faults::default()),
         writes: Mutex::new(0),
+        last_change: Mutex::new(None),
     });
     let app = router(shared.clone());
     let (stop_tx, stop_rx) = oneshot::channel::<()>();
@@ -425,6 +437,7 @@ impl axum::serve::Listener for TlsListener {
 fn router(shared: Arc<Shared>) -> Router {
     Router::new()
         .route("/api/v2/monitor/system/status", get(system_status))
+        .route("/api/v2/monitor/system/ha-checksums", get(ha_checksums))
         .route("/api/v2/cmdb/{path}/{name}", get(cmdb_list))
         .route(
             "/api/v2/cmdb/{path}/{name}/{mkey}",
@@ -668,6 +681,55 @@ async fn system_status(
     envelope(&st, &req, StatusCode::OK, extra)
 }
 
+/// Per member: `serial_no`, `is_manage_master`, `is_root_master` and the checksums. A peer
+/// shows the old configuration's checksum until `ha_sync_delay_ms` after the last change.
+async fn ha_checksums(
+    State(shared): State<Arc<Shared>>,
+    headers: HeaderMap,
+    Query(query): Query<BTreeMap<String, String>>,
+) -> Response {
+    let req = match admit(
+        &shared,
+        Method::GET,
+        "system",
+        "ha-checksums",
+        &headers,
+        &query,
+    )
+    .await
+    {
+        Ok(r) => r,
+        Err(resp) => return resp,
+    };
+    let st = lock(&shared.state);
+    if !allowed(&req, false) {
+        return error(&st, &req, StatusCode::FORBIDDEN, -37, "");
+    }
+    let sum = |rev: u64| format!("{:032x}", rev.wrapping_mul(0x9e37_79b9_7f4a_7c15));
+    let peer_rev = match *lock(&shared.last_change) {
+        Some((at, prev))
+            if tokio::time::Instant::now().duration_since(at)
+                < Duration::from_millis(st.ha_sync_delay_ms) =>
+        {
+            prev
+        }
+        _ => st.revision,
+    };
+    let member = |serial: &str, rev: u64, primary: bool| {
+        json!({
+            "serial_no": serial,
+            "is_manage_master": u8::from(primary),
+            "is_root_master": u8::from(primary),
+            "checksum": {"global": sum(rev), "root": sum(rev), "all": sum(rev)},
+        })
+    };
+    let mut results = vec![member(&st.serial, st.revision, true)];
+    results.extend(st.ha_peers.iter().map(|p| member(p, peer_rev, false)));
+    let mut extra = serde_json::Map::new();
+    extra.insert("results".into(), Value::Array(results));
+    envelope(&st, &req, StatusCode::OK, extra)
+}
+
 async fn cmdb_list(
     State(shared): State<Arc<Shared>>,
     Path((path, name)): Path<(String, String)>,
@@ -866,6 +928,15 @@ async fn cmdb_put(
     // A lying device reports the change it did not make.
     if changed && !ignore {
         st.vdoms.insert(req.vdom.clone(), work);
+        // Peers keep the revision before the first change not yet synced.
+        let mut last = lock(&shared.last_change);
+        let now = tokio::time::Instant::now();
+        let delay = Duration::from_millis(st.ha_sync_delay_ms);
+        let prev = match *last {
+            Some((at, prev)) if now.duration_since(at) < delay => prev,
+            _ => st.revision,
+        };
+        *last = Some((now, prev));
         st.revision += 1;
     }
     let mut extra = serde_json::Map::new();

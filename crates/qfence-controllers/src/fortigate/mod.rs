@@ -12,6 +12,11 @@
 //! With `check-new` established sessions live on, so the fence's condition does not hold.
 //! When the key may not read `system/settings`, the default is assumed and the reading says so.
 //!
+//! In an FGCP cluster a change is made on the primary and synchronised to the peers: after a
+//! write the driver waits until `monitor/system/ha-checksums` shows every member with the same
+//! checksum, and a reading with members out of sync does not hold, so a firewall failover right
+//! after cannot bring back the old configuration.
+//!
 //! Identity is the serial from `monitor/system/status`; in an HA cluster that is the serial
 //! of whichever unit answered.
 
@@ -277,6 +282,12 @@ impl FortigateDriver {
 
     /// Reads the policy fence: disabled, and established sessions re-checked.
     async fn read_policy(&self, ctx: &CallContext, id: u32) -> Result<Reading, DriverError> {
+        let r = self.read_policy_here(ctx, id).await?;
+        self.with_ha(r).await
+    }
+
+    /// Reads the policy on the unit that answers.
+    async fn read_policy_here(&self, ctx: &CallContext, id: u32) -> Result<Reading, DriverError> {
         let p = self.get_object("policy", &id.to_string()).await?;
         let status = p.get("status").and_then(Value::as_str).unwrap_or("enable");
         if status != "disable" {
@@ -327,14 +338,17 @@ impl FortigateDriver {
             self.ok(Method::PUT, &path, Some(&json!({ "status": want })))
                 .await?;
         }
+        // Also when the change was already made (by an earlier attempt): peers must have it.
+        self.wait_ha_sync().await?;
         if enable {
             let p = self.get_object("policy", &id.to_string()).await?;
             let status = p.get("status").and_then(Value::as_str).unwrap_or("enable");
-            Ok(self.reading(
+            let r = self.reading(
                 ctx,
                 status == "enable",
                 format!("policy {id} status={status}"),
-            ))
+            );
+            self.with_ha(r).await
         } else {
             self.read_policy(ctx, id).await
         }
@@ -357,6 +371,15 @@ impl FortigateDriver {
     }
 
     async fn read_vip(&self, ctx: &CallContext, target: &Target) -> Result<Reading, DriverError> {
+        let r = self.read_vip_here(ctx, target).await?;
+        self.with_ha(r).await
+    }
+
+    async fn read_vip_here(
+        &self,
+        ctx: &CallContext,
+        target: &Target,
+    ) -> Result<Reading, DriverError> {
         let want = self.vip_address(target)?;
         let v = self.get_object("vip", &target.resource).await?;
         let mapped = mapped_ips(&v);
@@ -383,7 +406,71 @@ impl FortigateDriver {
         let path = format!("api/v2/cmdb/firewall/vip/{}", encode(&target.resource));
         let body = json!({ "mappedip": [{ "range": want }], "status": "enable" });
         self.ok(Method::PUT, &path, Some(&body)).await?;
+        self.wait_ha_sync().await?;
         self.read_vip(ctx, target).await
+    }
+
+    /// Reads the FGCP members' configuration checksums (`monitor/system/ha-checksums`).
+    async fn ha_sync(&self) -> Result<HaSync, DriverError> {
+        let path = "api/v2/monitor/system/ha-checksums";
+        let a = self.send(Method::GET, path, None).await?;
+        if matches!(a.status.as_u16(), 403 | 404) {
+            return Ok(HaSync::Unreadable(a.status.as_u16()));
+        }
+        if !a.status.is_success() {
+            self.ok(Method::GET, path, None).await?;
+        }
+        let members = a
+            .body
+            .get("results")
+            .and_then(Value::as_array)
+            .cloned()
+            .unwrap_or_default();
+        if members.len() <= 1 {
+            return Ok(HaSync::Standalone);
+        }
+        let mut sums: Vec<String> = members
+            .iter()
+            .map(|m| {
+                m.pointer("/checksum/all")
+                    .map(Value::to_string)
+                    .unwrap_or_default()
+            })
+            .collect();
+        sums.sort();
+        sums.dedup();
+        Ok(if sums.len() == 1 {
+            HaSync::InSync(members.len())
+        } else {
+            HaSync::OutOfSync(members.len())
+        })
+    }
+
+    /// After a write: waits until every HA member has the new configuration, so a failover of
+    /// the firewall right after cannot bring back the old one. Bounded by the call's deadline.
+    async fn wait_ha_sync(&self) -> Result<(), DriverError> {
+        while let HaSync::OutOfSync(_) = self.ha_sync().await? {
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+        Ok(())
+    }
+
+    /// A reading of this unit, completed by the HA state: out-of-sync peers mean it does not
+    /// hold yet.
+    async fn with_ha(&self, mut r: Reading) -> Result<Reading, DriverError> {
+        match self.ha_sync().await? {
+            HaSync::Standalone => {}
+            HaSync::InSync(n) => r.detail.push_str(&format!("; {n} HA members in sync")),
+            HaSync::OutOfSync(n) => {
+                r.detail
+                    .push_str(&format!("; {n} HA members, not all in sync yet"));
+                r.holds = false;
+            }
+            HaSync::Unreadable(code) => r
+                .detail
+                .push_str(&format!("; HA sync state unreadable (HTTP {code})")),
+        }
+        Ok(r)
     }
 
     async fn grade(&self) -> Result<(Vec<CapabilityGrade>, Vec<String>), DriverError> {
@@ -536,6 +623,14 @@ impl FortigateDriver {
             false,
         )
     }
+}
+
+#[derive(Debug, Clone, Copy)]
+enum HaSync {
+    Standalone,
+    InSync(usize),
+    OutOfSync(usize),
+    Unreadable(u16),
 }
 
 #[derive(Debug, Clone, Copy)]
