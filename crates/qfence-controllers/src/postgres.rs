@@ -178,7 +178,9 @@ impl PostgresDriver {
                 kind,
                 call,
                 format!("{} ({})", db.message(), code.code()),
-                false,
+                // A failed statement that writes (COPY to pg_hba.conf, pg_promote) may have
+                // done part of its work.
+                write,
             );
         }
         let mut msg = e.to_string();

@@ -444,8 +444,8 @@ impl ProxmoxDriver {
                 501 => ErrorKind::Protocol,
                 _ => ErrorKind::Rejected,
             };
-            let unknown = write
-                && (status.is_server_error() && status.as_u16() != 500 || status.as_u16() == 595);
+            // A refused write (4xx) changed nothing; after a 5xx nobody can say.
+            let unknown = write && status.is_server_error();
             return Err(self.err(kind, &call, msg, unknown));
         }
     }

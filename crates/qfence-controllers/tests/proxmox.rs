@@ -361,6 +361,10 @@ async fn failures_and_wrong_bindings_are_errors_not_fences() {
     let e = d.perform(&ctx(), &t).await.unwrap_err();
     assert_eq!(e.kind, ErrorKind::Rejected);
     assert!(e.message.contains("boom"), "{e}");
+    assert!(
+        e.state_unknown,
+        "after a 5xx on a stop, read back before relying on it"
+    );
     assert_eq!(pve.vm_status(100).await, "running");
 
     // The binding names the wrong node: caught at binding time, and a fence there fails.
