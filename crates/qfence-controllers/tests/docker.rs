@@ -20,6 +20,13 @@ fn socket() -> String {
     std::env::var("QFENCE_DOCKER_SOCKET").unwrap_or_else(|_| "/var/run/docker.sock".to_owned())
 }
 
+/// The docker CLI, talking to the same engine as the driver.
+fn docker_cli() -> Command {
+    let mut c = Command::new("docker");
+    c.env("DOCKER_HOST", format!("unix://{}", socket()));
+    c
+}
+
 fn skip() -> bool {
     std::env::var("QFENCE_SKIP_EMULATORS").is_ok_and(|v| v == "1")
 }
@@ -27,7 +34,7 @@ fn skip() -> bool {
 /// Checks the engine and builds the test image. `false` means skip (only when allowed).
 fn engine_ready() -> bool {
     let ok = std::path::Path::new(&socket()).exists()
-        && Command::new("docker")
+        && docker_cli()
             .args(["version", "--format", "{{.Server.Version}}"])
             .output()
             .is_ok_and(|o| o.status.success());
@@ -66,7 +73,7 @@ CMD ["/bin/busybox", "sh", "-c", "/bin/busybox mkdir -p /tmp; /bin/busybox touch
     )
     .unwrap();
     // The classic builder needs nothing from a registry for FROM scratch.
-    let out = Command::new("docker")
+    let out = docker_cli()
         .env("DOCKER_BUILDKIT", "0")
         .args(["build", "-q", "-t", IMAGE])
         .arg(dir.path())
@@ -85,8 +92,8 @@ struct Container(String);
 impl Container {
     fn run(test: &str, extra: &[&str]) -> Self {
         let name = format!("qfence-test-{test}-{}", std::process::id());
-        let _ = Command::new("docker").args(["rm", "-f", &name]).output();
-        let out = Command::new("docker")
+        let _ = docker_cli().args(["rm", "-f", &name]).output();
+        let out = docker_cli()
             .args(["run", "-d", "--name", &name])
             .args(extra)
             .arg(IMAGE)
@@ -101,7 +108,7 @@ impl Container {
     }
 
     fn inspect(&self, format: &str) -> String {
-        let out = Command::new("docker")
+        let out = docker_cli()
             .args(["inspect", "--format", format, &self.0])
             .output()
             .unwrap();
@@ -129,7 +136,7 @@ impl Container {
 
 impl Drop for Container {
     fn drop(&mut self) {
-        let _ = Command::new("docker").args(["rm", "-f", &self.0]).output();
+        let _ = docker_cli().args(["rm", "-f", &self.0]).output();
     }
 }
 
@@ -175,7 +182,7 @@ async fn probe_reads_the_engine_id_and_changes_nothing() {
     let c = Container::run("probe", &[]);
     let started = c.inspect("{{.State.StartedAt}}");
     let p = driver().probe(&ctx()).await.unwrap();
-    let out = Command::new("docker")
+    let out = docker_cli()
         .args(["info", "--format", "{{.ID}}"])
         .output()
         .unwrap();
@@ -242,7 +249,7 @@ async fn health_follows_the_healthcheck_and_start_restarts_an_unhealthy_containe
     c.wait_health("healthy").await;
     assert!(d.check(&ctx(), &h).await.unwrap().holds);
 
-    let out = Command::new("docker")
+    let out = docker_cli()
         .args(["exec", &c.0, "/bin/busybox", "rm", "/tmp/healthy"])
         .output()
         .unwrap();
