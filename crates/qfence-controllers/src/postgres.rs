@@ -382,7 +382,9 @@ impl PostgresDriver {
         let left = ctx
             .deadline
             .saturating_duration_since(tokio::time::Instant::now());
-        let wait = i32::try_from(left.as_secs().saturating_sub(1).clamp(1, 60)).unwrap_or(60);
+        // Half the time left: if pg_promote gives up (false), the other half is for reading
+        // whether the promotion finished after all.
+        let wait = i32::try_from((left.as_secs() / 2).clamp(1, 60)).unwrap_or(60);
         let row = c
             .client
             .query_one("SELECT pg_promote(true, $1)", &[&wait])

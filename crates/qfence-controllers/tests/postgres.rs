@@ -537,3 +537,53 @@ async fn a_wrong_password_is_an_auth_error() {
     assert_eq!(e.kind, ErrorKind::Auth, "{e}");
     assert!(!e.to_string().contains("n0t-the-pw"));
 }
+
+#[tokio::test]
+async fn a_promotion_that_outlasts_pg_promote_is_still_seen_through() {
+    let Some(pair) = Pair::start() else { return };
+    // Hold the replica's startup process: pg_promote waits, gives up and returns false.
+    let pid: i32 = Pair::client(pair.replica)
+        .await
+        .unwrap()
+        .query_one(
+            "SELECT pid FROM pg_stat_activity WHERE backend_type = 'startup'",
+            &[],
+        )
+        .await
+        .unwrap()
+        .get(0);
+    let signal = |sig: &str| {
+        let st = Command::new("kill")
+            .args([sig, &pid.to_string()])
+            .status()
+            .unwrap();
+        assert!(st.success(), "kill {sig} {pid}");
+    };
+    signal("-STOP");
+    // The driver gives pg_promote half of the 8 s (4 s); the process resumes after 5 s.
+    let resume = tokio::spawn(async move {
+        tokio::time::sleep(Duration::from_secs(5)).await;
+        Command::new("kill")
+            .args(["-CONT", &pid.to_string()])
+            .status()
+            .unwrap()
+    });
+    let c = CallContext::with_timeout(OrchestratorId::new("o").unwrap(), Duration::from_secs(8));
+    let start = std::time::Instant::now();
+    let r = driver(pair.replica)
+        .perform(&c, &target("db.promote", &[]))
+        .await;
+    assert!(resume.await.unwrap().success());
+    let r = r.unwrap();
+    assert!(r.holds, "{r:?}");
+    assert!(
+        start.elapsed() >= Duration::from_secs(5),
+        "it waited for the read-back: {:?}",
+        start.elapsed()
+    );
+    let log = std::fs::read_to_string(pair._run.0.path().join("pg/replica.log")).unwrap();
+    assert!(
+        log.contains("did not promote within"),
+        "pg_promote returned false first"
+    );
+}
