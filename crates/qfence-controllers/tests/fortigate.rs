@@ -560,3 +560,40 @@ async fn in_an_ha_cluster_a_fence_holds_once_every_member_has_it() {
         "{r:?}"
     );
 }
+
+#[tokio::test]
+async fn a_deny_policy_is_never_disabled_as_a_fence() {
+    let lab = lab(FortiState::example()).await;
+    lab.sim.edit(|s| {
+        s.vdoms
+            .get_mut("root")
+            .unwrap()
+            .policies
+            .get_mut(&2)
+            .unwrap()
+            .action = "deny".into();
+    });
+    let d = driver(&lab, "fw-key");
+    let t = target("policy.disable", "2", "dc2");
+    let p = d.check_binding(&ctx(), &t).await.unwrap();
+    assert!(p.iter().any(|p| p.contains("denies traffic")), "{p:?}");
+    let e = d.perform(&ctx(), &t).await.unwrap_err();
+    assert_eq!(e.kind, ErrorKind::Rejected);
+    assert!(
+        policy_enabled(&lab.sim, 2),
+        "the deny policy stays in force"
+    );
+    assert_eq!(lab.sim.writes(), 0);
+    // Even disabled by someone else, it is not a fence.
+    lab.sim.edit(|s| {
+        s.vdoms
+            .get_mut("root")
+            .unwrap()
+            .policies
+            .get_mut(&2)
+            .unwrap()
+            .enabled = false
+    });
+    let r = d.check(&ctx(), &t).await.unwrap();
+    assert!(!r.holds && r.detail.contains("deny policy"), "{r:?}");
+}

@@ -290,6 +290,15 @@ impl FortigateDriver {
     async fn read_policy_here(&self, ctx: &CallContext, id: u32) -> Result<Reading, DriverError> {
         let p = self.get_object("policy", &id.to_string()).await?;
         let status = p.get("status").and_then(Value::as_str).unwrap_or("enable");
+        if p.get("action").and_then(Value::as_str) == Some("deny") {
+            return Ok(self.reading(
+                ctx,
+                false,
+                format!(
+                    "policy {id} is a deny policy (status={status}): disabling it fences nothing"
+                ),
+            ));
+        }
         if status != "disable" {
             return Ok(self.reading(ctx, false, format!("policy {id} status={status}")));
         }
@@ -333,6 +342,16 @@ impl FortigateDriver {
         let id = self.policy_id(target)?;
         let want = if enable { "enable" } else { "disable" };
         let current = self.get_object("policy", &id.to_string()).await?;
+        if !enable && current.get("action").and_then(Value::as_str) == Some("deny") {
+            return Err(self.err(
+                ErrorKind::Rejected,
+                POLICY_DISABLE,
+                format!(
+                    "policy {id} denies traffic: disabling it would let traffic through, not fence"
+                ),
+                false,
+            ));
+        }
         if current.get("status").and_then(Value::as_str) != Some(want) {
             let path = format!("api/v2/cmdb/firewall/policy/{id}");
             self.ok(Method::PUT, &path, Some(&json!({ "status": want })))
@@ -827,7 +846,15 @@ impl Driver for FortigateDriver {
                     target.resource, self.vdom
                 ));
             } else {
-                self.ok(Method::GET, &path, None).await?;
+                let a = self.ok(Method::GET, &path, None).await?;
+                let action = first_result(&a.body)
+                    .and_then(|p| p.get("action").and_then(Value::as_str).map(str::to_owned));
+                if table == "policy" && action.as_deref() == Some("deny") {
+                    problems.push(format!(
+                        "policy {} denies traffic: disabling it would let traffic through",
+                        target.resource
+                    ));
+                }
             }
             Ok(problems)
         })
