@@ -18,10 +18,14 @@
 //! one compliance suite (`tests/it/compliance.rs`).
 
 pub mod any;
+pub mod docker;
 pub mod driver;
 pub mod error;
 pub mod fence_agent;
+pub mod fortigate;
 pub mod http;
+pub mod postgres;
+pub mod proxmox;
 pub mod redfish;
 pub mod registration;
 pub mod secrets;

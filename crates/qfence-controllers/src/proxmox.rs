@@ -1,0 +1,1163 @@
+//! Proxmox VE driver (`/api2/json`, API token or ticket).
+//!
+//! The model: the controller is a PVE cluster's API; any node answers for all and proxies to
+//! the node that owns a guest. A guest is bound as `node/vmid`.
+//!
+//! - `vm.stop` fences: `POST .../status/stop` (stop, not shutdown: the plug is pulled), follow
+//!   the UPID task until it ends, then read `status/current` until it says `stopped`. For an
+//!   HA-managed VM the stop only queues an HA request (`hastop` ends when queued) and PVE HA
+//!   sets the resource's requested state to `stopped`; the status read-back is what proves
+//!   the fence, and the reading says it went through the HA stack. A VM on a node that does
+//!   not answer cannot be proven stopped through the API: that is an error (UNKNOWN), for a
+//!   node-level fence to settle.
+//! - `vm.start` and `vm.status` are the same calls the other way round, and a read.
+//! - `replication.lag` reads a storage replication job (`101-1`): age of the last successful
+//!   sync and the fail count (limits `max_age_seconds`, default 1200, and `max_fail_count`,
+//!   default 0). The status lives only on the guest's source node, so every good read is
+//!   cached and, once that node stops answering, the reading is made from the cache (the age
+//!   keeps growing with the clock) and says so.
+//! - Identity is the cluster name from `/cluster/status`; the facts carry node online state
+//!   and quorum.
+//! - Privileges come from `GET /access/permissions` asked as the token (or user) itself:
+//!   PVE's own computation, privilege separation included, hence proven.
+
+use std::collections::{BTreeMap, HashMap};
+use std::sync::Mutex;
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
+
+use qfence_model::config::{ControllerConfig, ControllerKind, ProxmoxAuth, TlsTrust};
+use qfence_model::{ControllerId, ControllerType, Grade};
+use reqwest::{Method, StatusCode};
+use secrecy::{ExposeSecret, SecretString};
+use serde_json::Value;
+use tokio::sync::OnceCell;
+
+use crate::driver::{
+    CallContext, CapabilityGrade, Discovered, Driver, DriverError, ErrorKind, Identity, Probe,
+    Reading, Target,
+};
+use crate::fortigate::interim_tls;
+
+const STOP: &str = "vm.stop";
+const START: &str = "vm.start";
+const STATUS: &str = "vm.status";
+const LAG: &str = "replication.lag";
+
+const DEFAULT_MAX_AGE_SECONDS: u64 = 1200;
+const DEFAULT_MAX_FAIL_COUNT: u64 = 0;
+/// How often a task and the VM status are polled.
+const POLL: Duration = Duration::from_millis(50);
+/// Tickets live two hours; renew well before.
+const TICKET_LIFETIME: Duration = Duration::from_secs(90 * 60);
+
+/// The Proxmox VE driver. Holds the token secret or password; never prints it.
+pub struct ProxmoxDriver {
+    id: ControllerId,
+    base: url::Url,
+    auth: ProxmoxAuth,
+    secret: SecretString,
+    trust: TlsTrust,
+    connect_timeout: Duration,
+    client: OnceCell<reqwest::Client>,
+    ticket: tokio::sync::Mutex<Option<Ticket>>,
+    /// The last good sample of each replication job, for when its source node is gone.
+    replication: Mutex<HashMap<String, ReplicationSample>>,
+}
+
+struct Ticket {
+    ticket: SecretString,
+    csrf: SecretString,
+    at: tokio::time::Instant,
+}
+
+impl std::fmt::Debug for ProxmoxDriver {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("ProxmoxDriver")
+            .field("id", &self.id)
+            .field("base", &self.base.as_str())
+            .field("auth", &self.auth)
+            .finish_non_exhaustive()
+    }
+}
+
+/// Builds the driver. No I/O. The secret is the token's UUID (token auth) or the password
+/// (ticket auth).
+pub fn build(
+    id: ControllerId,
+    config: &ControllerConfig,
+    secret: Option<SecretString>,
+) -> Result<ProxmoxDriver, DriverError> {
+    let ControllerKind::Proxmox { endpoint, auth } = &config.kind else {
+        return Err(DriverError::new(
+            ErrorKind::Unsupported,
+            &id,
+            "build",
+            format!(
+                "controller is of type {}, not proxmox",
+                config.controller_type()
+            ),
+            false,
+        ));
+    };
+    let Some(secret) = secret else {
+        return Err(DriverError::new(
+            ErrorKind::Auth,
+            &id,
+            "build",
+            "no secret: the controller needs `secret` naming the token UUID or password",
+            false,
+        ));
+    };
+    // Accept `https://host:8006` and `https://host:8006/api2/json`.
+    let mut base = endpoint.clone();
+    let path = base
+        .path()
+        .trim_end_matches('/')
+        .trim_end_matches("/api2/json")
+        .to_owned();
+    base.set_path(&format!("{path}/api2/json/"));
+    Ok(ProxmoxDriver {
+        id,
+        base,
+        auth: auth.clone(),
+        secret,
+        trust: config.tls.clone(),
+        connect_timeout: config.timeout,
+        client: OnceCell::new(),
+        ticket: tokio::sync::Mutex::new(None),
+        replication: Mutex::new(HashMap::new()),
+    })
+}
+
+/// One cached replication sample.
+#[derive(Debug, Clone, PartialEq)]
+pub struct ReplicationSample {
+    /// Epoch seconds of the last successful sync (0: never).
+    pub last_sync: u64,
+    pub fail_count: u64,
+    /// The last error text, if any.
+    pub error: Option<String>,
+    /// The node the status was read from.
+    pub source: String,
+    /// When it was read (epoch seconds).
+    pub read_at: u64,
+}
+
+/// Parses a replication job status (`/nodes/{node}/replication/{id}/status`). `None` when
+/// it lacks `last_sync`, which every real PVE status carries.
+pub fn parse_replication_status(
+    status: &Value,
+    source: &str,
+    read_at: u64,
+) -> Option<ReplicationSample> {
+    let last_sync = loose_u64(status.get("last_sync")?)?;
+    Some(ReplicationSample {
+        last_sync,
+        fail_count: status.get("fail_count").and_then(loose_u64).unwrap_or(0),
+        error: status
+            .get("error")
+            .and_then(Value::as_str)
+            .filter(|s| !s.is_empty())
+            .map(str::to_owned),
+        source: source.to_owned(),
+        read_at,
+    })
+}
+
+/// Judges a sample against the limits at `now` (epoch seconds): whether it holds, and why.
+pub fn assess_replication(
+    job: &str,
+    s: &ReplicationSample,
+    now: u64,
+    max_age: u64,
+    max_fail: u64,
+    cached: bool,
+) -> (bool, String) {
+    let mut detail = if s.last_sync == 0 {
+        format!("job {job}: never synced")
+    } else {
+        let age = now.saturating_sub(s.last_sync);
+        format!("job {job}: last sync {age} s ago (limit {max_age})")
+    };
+    detail.push_str(&format!(", fail_count {} (limit {max_fail})", s.fail_count));
+    if let Some(e) = &s.error {
+        detail.push_str(&format!(", last error: {e}"));
+    }
+    if cached {
+        detail.push_str(&format!(
+            "; source node {} does not answer: from the sample read {} s ago",
+            s.source,
+            now.saturating_sub(s.read_at)
+        ));
+    }
+    let holds =
+        s.last_sync > 0 && now.saturating_sub(s.last_sync) <= max_age && s.fail_count <= max_fail;
+    (holds, detail)
+}
+
+/// Privileges held on `path`, from a `/access/permissions` answer: those on the path itself,
+/// and those on its ancestors that propagate.
+pub fn privileges_on(perms: &Value, path: &str) -> Vec<String> {
+    let mut out = Vec::new();
+    let Some(map) = perms.as_object() else {
+        return out;
+    };
+    for (p, privs) in map {
+        let exact = p == path;
+        let ancestor = p == "/" || path.starts_with(&format!("{p}/"));
+        if !exact && !ancestor {
+            continue;
+        }
+        for (name, propagate) in privs.as_object().into_iter().flatten() {
+            if exact || loose_u64(propagate).unwrap_or(1) == 1 {
+                out.push(name.clone());
+            }
+        }
+    }
+    out.sort();
+    out.dedup();
+    out
+}
+
+fn loose_u64(v: &Value) -> Option<u64> {
+    match v {
+        Value::Number(n) => n.as_u64().or_else(|| n.as_f64().map(|f| f as u64)),
+        Value::String(s) => s.parse().ok(),
+        Value::Bool(b) => Some(u64::from(*b)),
+        _ => None,
+    }
+}
+
+fn now_epoch() -> u64 {
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map_or(0, |d| d.as_secs())
+}
+
+/// `node/vmid`.
+fn parse_node_vmid(resource: &str) -> Option<(&str, u32)> {
+    let (node, vmid) = resource.split_once('/')?;
+    let vmid = vmid.parse().ok()?;
+    (!node.is_empty()).then_some((node, vmid))
+}
+
+/// A PVE answer's error text: the body's `message` (newer PVE) and per-parameter `errors`.
+fn pve_message(status: StatusCode, body: &Value) -> String {
+    let mut msg = body
+        .get("message")
+        .and_then(Value::as_str)
+        .map(|s| s.trim().to_owned())
+        .unwrap_or_else(|| status.canonical_reason().unwrap_or("").to_owned());
+    if let Some(errs) = body.get("errors").and_then(Value::as_object) {
+        for (k, v) in errs {
+            msg.push_str(&format!(
+                "; {k}: {}",
+                v.as_str().unwrap_or(&v.to_string()).trim()
+            ));
+        }
+    }
+    format!("HTTP {}: {msg}", status.as_u16())
+}
+
+struct Answer {
+    data: Value,
+    fingerprint: Option<String>,
+}
+
+impl ProxmoxDriver {
+    fn err(
+        &self,
+        kind: ErrorKind,
+        call: &str,
+        msg: impl Into<String>,
+        unknown: bool,
+    ) -> DriverError {
+        DriverError::new(kind, &self.id, call, msg, unknown)
+    }
+
+    async fn client(&self) -> Result<&reqwest::Client, DriverError> {
+        self.client
+            .get_or_try_init(|| async {
+                interim_tls::https_client(&self.trust, self.connect_timeout)
+                    .map_err(|m| self.err(ErrorKind::Unreachable, "tls", m, false))
+            })
+            .await
+    }
+
+    /// The `Authorization` header or the ticket cookie and CSRF token.
+    async fn auth_headers(
+        &self,
+        write: bool,
+        renew: bool,
+    ) -> Result<Vec<(&'static str, String)>, DriverError> {
+        match &self.auth {
+            ProxmoxAuth::Token { token_id } => Ok(vec![(
+                "authorization",
+                format!("PVEAPIToken={token_id}={}", self.secret.expose_secret()),
+            )]),
+            ProxmoxAuth::Ticket { username } => {
+                let mut t = self.ticket.lock().await;
+                let stale = t.as_ref().is_none_or(|t| t.at.elapsed() > TICKET_LIFETIME);
+                if renew || stale {
+                    *t = Some(self.login(username).await?);
+                }
+                let t = t.as_ref().expect("ticket set above");
+                let mut h = vec![(
+                    "cookie",
+                    format!("PVEAuthCookie={}", t.ticket.expose_secret()),
+                )];
+                if write {
+                    h.push(("csrfpreventiontoken", t.csrf.expose_secret().to_owned()));
+                }
+                Ok(h)
+            }
+        }
+    }
+
+    async fn login(&self, username: &str) -> Result<Ticket, DriverError> {
+        let call = "POST /access/ticket";
+        let body = url::form_urlencoded::Serializer::new(String::new())
+            .append_pair("username", username)
+            .append_pair("password", self.secret.expose_secret())
+            .finish();
+        let url = self.url("access/ticket", &[])?;
+        let resp = self
+            .client()
+            .await?
+            .post(url)
+            .header("content-type", "application/x-www-form-urlencoded")
+            .body(body)
+            .send()
+            .await
+            .map_err(|e| {
+                self.err(
+                    interim_tls::transport_kind(&e),
+                    call,
+                    interim_tls::transport_message(&e),
+                    false,
+                )
+            })?;
+        let status = resp.status();
+        let body: Value = resp.json().await.unwrap_or(Value::Null);
+        if status == StatusCode::UNAUTHORIZED {
+            return Err(self.err(ErrorKind::Auth, call, "login refused (401)", false));
+        }
+        if !status.is_success() {
+            return Err(self.err(ErrorKind::Rejected, call, pve_message(status, &body), false));
+        }
+        let field = |k: &str| {
+            body.pointer(&format!("/data/{k}"))
+                .and_then(Value::as_str)
+                .map(|s| SecretString::from(s.to_owned()))
+                .ok_or_else(|| {
+                    self.err(
+                        ErrorKind::Protocol,
+                        call,
+                        format!("answer has no {k}"),
+                        false,
+                    )
+                })
+        };
+        Ok(Ticket {
+            ticket: field("ticket")?,
+            csrf: field("CSRFPreventionToken")?,
+            at: tokio::time::Instant::now(),
+        })
+    }
+
+    fn url(&self, path: &str, query: &[(&str, &str)]) -> Result<url::Url, DriverError> {
+        let mut url = self
+            .base
+            .join(path)
+            .map_err(|e| self.err(ErrorKind::Protocol, path, e.to_string(), false))?;
+        if !query.is_empty() {
+            url.query_pairs_mut().extend_pairs(query);
+        }
+        Ok(url)
+    }
+
+    /// One API call; `data` of the envelope on success.
+    async fn call(
+        &self,
+        method: Method,
+        path: &str,
+        query: &[(&str, &str)],
+        form: &[(&str, &str)],
+    ) -> Result<Answer, DriverError> {
+        let mut renewed = false;
+        loop {
+            let call = format!("{method} /{path}");
+            let write = method != Method::GET;
+            let mut req = self
+                .client()
+                .await?
+                .request(method.clone(), self.url(path, query)?);
+            for (k, v) in self.auth_headers(write, renewed).await? {
+                req = req.header(k, v);
+            }
+            if write {
+                let body = url::form_urlencoded::Serializer::new(String::new())
+                    .extend_pairs(form)
+                    .finish();
+                req = req
+                    .header("content-type", "application/x-www-form-urlencoded")
+                    .body(body);
+            }
+            let resp = req.send().await.map_err(|e| {
+                self.err(
+                    interim_tls::transport_kind(&e),
+                    &call,
+                    interim_tls::transport_message(&e),
+                    write,
+                )
+            })?;
+            let status = resp.status();
+            let fingerprint = interim_tls::fingerprint(&resp);
+            let bytes = resp.bytes().await.map_err(|e| {
+                self.err(
+                    interim_tls::transport_kind(&e),
+                    &call,
+                    interim_tls::transport_message(&e),
+                    write,
+                )
+            })?;
+            let body: Value = serde_json::from_slice(&bytes).unwrap_or(Value::Null);
+            if status.is_success() {
+                return Ok(Answer {
+                    data: body.get("data").cloned().unwrap_or(Value::Null),
+                    fingerprint,
+                });
+            }
+            // A ticket may have been revoked or expired early: log in once more.
+            if status == StatusCode::UNAUTHORIZED
+                && matches!(self.auth, ProxmoxAuth::Ticket { .. })
+                && !renewed
+            {
+                renewed = true;
+                continue;
+            }
+            let msg = pve_message(status, &body);
+            let kind = match status.as_u16() {
+                401 => ErrorKind::Auth,
+                // PVE's proxy: the node that owns the resource does not answer.
+                595 | 502 | 503 | 504 => ErrorKind::Unreachable,
+                501 => ErrorKind::Protocol,
+                _ => ErrorKind::Rejected,
+            };
+            // A refused write (4xx) changed nothing; after a 5xx nobody can say.
+            let unknown = write && status.is_server_error();
+            return Err(self.err(kind, &call, msg, unknown));
+        }
+    }
+
+    async fn get(&self, path: &str, query: &[(&str, &str)]) -> Result<Value, DriverError> {
+        Ok(self.call(Method::GET, path, query, &[]).await?.data)
+    }
+
+    fn reading(&self, ctx: &CallContext, holds: bool, detail: String) -> Reading {
+        Reading {
+            holds,
+            detail,
+            at: SystemTime::now(),
+            by: ctx.orchestrator.clone(),
+        }
+    }
+
+    fn vm(&self, target: &Target) -> Result<(String, u32), DriverError> {
+        parse_node_vmid(&target.resource)
+            .map(|(n, v)| (n.to_owned(), v))
+            .ok_or_else(|| {
+                self.err(
+                    ErrorKind::Rejected,
+                    &target.capability,
+                    format!("{:?} is not node/vmid", target.resource),
+                    false,
+                )
+            })
+    }
+
+    /// `status/current` of the VM on its node: (status, qmpstatus, HA-managed, words).
+    async fn vm_status(
+        &self,
+        node: &str,
+        vmid: u32,
+    ) -> Result<(String, String, bool, String), DriverError> {
+        let d = self
+            .get(&format!("nodes/{node}/qemu/{vmid}/status/current"), &[])
+            .await?;
+        let status = d
+            .get("status")
+            .and_then(Value::as_str)
+            .unwrap_or("unknown")
+            .to_owned();
+        let qmp = d
+            .get("qmpstatus")
+            .and_then(Value::as_str)
+            .unwrap_or("")
+            .to_owned();
+        let ha = d.pointer("/ha/managed").and_then(loose_u64).unwrap_or(0) == 1;
+        let mut words = format!("VM {vmid} on {node}: status={status}");
+        if !qmp.is_empty() {
+            words.push_str(&format!(" qmpstatus={qmp}"));
+        }
+        if let Some(lock) = d.get("lock").and_then(Value::as_str) {
+            words.push_str(&format!(" lock={lock}"));
+        }
+        if ha {
+            let st = d
+                .pointer("/ha/state")
+                .and_then(Value::as_str)
+                .unwrap_or("?");
+            words.push_str(&format!(" (HA-managed, ha state {st})"));
+        }
+        Ok((status, qmp, ha, words))
+    }
+
+    /// Follows a task to its end: `Ok(None)` for OK or warnings, `Ok(Some(exitstatus))` for an
+    /// error the task reported.
+    async fn follow(&self, upid: &str) -> Result<Option<String>, DriverError> {
+        let node = upid
+            .split(':')
+            .nth(1)
+            .filter(|n| !n.is_empty())
+            .ok_or_else(|| {
+                self.err(
+                    ErrorKind::Protocol,
+                    "task",
+                    format!("not a UPID: {upid}"),
+                    true,
+                )
+            })?;
+        let path = format!("nodes/{node}/tasks/{}/status", encode(upid));
+        loop {
+            let d = self.get(&path, &[]).await.map_err(|mut e| {
+                // The action was sent: whatever happens now, its effect is unknown.
+                e.state_unknown = true;
+                e
+            })?;
+            if d.get("status").and_then(Value::as_str) == Some("stopped") {
+                let exit = d
+                    .get("exitstatus")
+                    .and_then(Value::as_str)
+                    .unwrap_or("")
+                    .to_owned();
+                return Ok((exit != "OK" && !exit.starts_with("WARNINGS")).then_some(exit));
+            }
+            tokio::time::sleep(POLL).await;
+        }
+    }
+
+    /// Stops (`want = "stopped"`) or starts (`"running"`) a VM and reads it back until it is so.
+    async fn power(
+        &self,
+        ctx: &CallContext,
+        target: &Target,
+        want: &str,
+    ) -> Result<Reading, DriverError> {
+        let (node, vmid) = self.vm(target)?;
+        let (status, _, ha, words) = self.vm_status(&node, vmid).await?;
+        if status == want {
+            return Ok(self.reading(ctx, true, words));
+        }
+        let action = if want == "stopped" { "stop" } else { "start" };
+        // overrule-shutdown aborts a pending shutdown task; PVE rejects it for HA resources.
+        let form: &[(&str, &str)] = if action == "stop" && !ha {
+            &[("overrule-shutdown", "1")]
+        } else {
+            &[]
+        };
+        let upid = self
+            .call(
+                Method::POST,
+                &format!("nodes/{node}/qemu/{vmid}/status/{action}"),
+                &[],
+                form,
+            )
+            .await?
+            .data;
+        let upid = upid.as_str().ok_or_else(|| {
+            self.err(
+                ErrorKind::Protocol,
+                action,
+                format!("answer is not a UPID: {upid}"),
+                true,
+            )
+        })?;
+        let task_error = self.follow(upid).await?;
+        // The task's end is not the proof (an HA request ends when queued): read the VM.
+        loop {
+            let (status, _, ha, words) = self.vm_status(&node, vmid).await.map_err(|mut e| {
+                e.state_unknown = true;
+                e
+            })?;
+            if status == want {
+                let via = if ha {
+                    "; through the HA stack (requested state now stopped or started)"
+                } else {
+                    ""
+                };
+                return Ok(self.reading(ctx, true, format!("{words}{via}")));
+            }
+            if let Some(exit) = &task_error {
+                return Ok(self.reading(
+                    ctx,
+                    false,
+                    format!("{words}; the {action} task failed: {exit}"),
+                ));
+            }
+            tokio::time::sleep(POLL).await;
+        }
+    }
+
+    async fn read_vm(&self, ctx: &CallContext, target: &Target) -> Result<Reading, DriverError> {
+        let (node, vmid) = self.vm(target)?;
+        let (status, qmp, _, words) = self.vm_status(&node, vmid).await?;
+        let holds = match target.capability.as_str() {
+            STOP => status == "stopped",
+            START => status == "running",
+            // A paused VM runs no service.
+            _ => status == "running" && (qmp.is_empty() || qmp == "running"),
+        };
+        Ok(self.reading(ctx, holds, words))
+    }
+
+    /// The node the guest of a job lives on, from the cluster resources.
+    async fn guest_node(&self, vmid: &str) -> Result<Option<String>, DriverError> {
+        let list = self.get("cluster/resources", &[("type", "vm")]).await?;
+        Ok(list.as_array().into_iter().flatten().find_map(|r| {
+            let id = r.get("vmid").and_then(loose_u64)?;
+            (id.to_string() == vmid)
+                .then(|| r.get("node").and_then(Value::as_str).map(str::to_owned))?
+        }))
+    }
+
+    async fn read_replication(
+        &self,
+        ctx: &CallContext,
+        target: &Target,
+    ) -> Result<Reading, DriverError> {
+        let job = target.resource.as_str();
+        let limit = |k: &str, d: u64| -> Result<u64, DriverError> {
+            target.params.get(k).map_or(Ok(d), |v| {
+                v.parse().map_err(|_| {
+                    self.err(
+                        ErrorKind::Rejected,
+                        LAG,
+                        format!("params.{k}: {v:?} is not a whole number"),
+                        false,
+                    )
+                })
+            })
+        };
+        let max_age = limit("max_age_seconds", DEFAULT_MAX_AGE_SECONDS)?;
+        let max_fail = limit("max_fail_count", DEFAULT_MAX_FAIL_COUNT)?;
+        let Some((vmid, _)) = job.split_once('-') else {
+            return Err(self.err(
+                ErrorKind::Rejected,
+                LAG,
+                format!("{job:?} is not a replication job id"),
+                false,
+            ));
+        };
+        let cached = self
+            .replication
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .get(job)
+            .cloned();
+        let fresh = async {
+            let node = match self.guest_node(vmid).await? {
+                Some(n) => n,
+                None => {
+                    return Err(self.err(
+                        ErrorKind::Rejected,
+                        LAG,
+                        format!(
+                            "guest {vmid} of job {job} is not visible (missing, or no VM.Audit)"
+                        ),
+                        false,
+                    ));
+                }
+            };
+            let d = self
+                .get(&format!("nodes/{node}/replication/{job}/status"), &[])
+                .await?;
+            parse_replication_status(&d, &node, now_epoch()).ok_or_else(|| {
+                self.err(
+                    ErrorKind::Protocol,
+                    LAG,
+                    format!("the status of job {job} on {node} has no last_sync: {d}"),
+                    false,
+                )
+            })
+        };
+        let (sample, from_cache) = match fresh.await {
+            Ok(s) => {
+                self.replication
+                    .lock()
+                    .unwrap_or_else(|e| e.into_inner())
+                    .insert(job.to_owned(), s.clone());
+                (s, false)
+            }
+            // The source node is gone: its status cannot be read any more.
+            Err(e) if e.kind == ErrorKind::Unreachable => match cached {
+                Some(s) => (s, true),
+                None => return Err(e),
+            },
+            Err(e) => return Err(e),
+        };
+        let (holds, detail) =
+            assess_replication(job, &sample, now_epoch(), max_age, max_fail, from_cache);
+        Ok(self.reading(ctx, holds, detail))
+    }
+
+    async fn cluster(
+        &self,
+    ) -> Result<(Option<String>, bool, Vec<(String, bool)>, Option<String>), DriverError> {
+        let a = self.call(Method::GET, "cluster/status", &[], &[]).await?;
+        let mut name = None;
+        let mut quorate = true;
+        let mut nodes = Vec::new();
+        for e in a.data.as_array().into_iter().flatten() {
+            match e.get("type").and_then(Value::as_str) {
+                Some("cluster") => {
+                    name = e.get("name").and_then(Value::as_str).map(str::to_owned);
+                    quorate = e.get("quorate").and_then(loose_u64) == Some(1);
+                }
+                Some("node") => {
+                    let n = e
+                        .get("name")
+                        .and_then(Value::as_str)
+                        .unwrap_or("?")
+                        .to_owned();
+                    nodes.push((n, e.get("online").and_then(loose_u64) == Some(1)));
+                }
+                _ => {}
+            }
+        }
+        Ok((name, quorate, nodes, a.fingerprint))
+    }
+
+    /// Who the credential is, for `/access/permissions?userid=`.
+    fn auth_id(&self) -> String {
+        match &self.auth {
+            ProxmoxAuth::Token { token_id } => token_id.clone(),
+            ProxmoxAuth::Ticket { username } => username.clone(),
+        }
+    }
+
+    async fn grades(&self) -> Result<(Vec<CapabilityGrade>, Vec<String>), DriverError> {
+        let mut warnings = Vec::new();
+        // Asked as the credential itself: PVE's own answer, privsep intersection included.
+        let own = match self.get("access/permissions", &[]).await {
+            Ok(v) => v,
+            Err(e) if e.kind == ErrorKind::Rejected => {
+                let g = |c: &str| CapabilityGrade {
+                    capability: c.to_owned(),
+                    grade: Grade::Unverifiable,
+                    reason: format!("the permission dump failed: {}", e.message),
+                };
+                return Ok((
+                    [STOP, START, STATUS, LAG].into_iter().map(g).collect(),
+                    warnings,
+                ));
+            }
+            Err(e) => return Err(e),
+        };
+        // For a token: what its user holds, to point at privilege separation.
+        let user = match &self.auth {
+            ProxmoxAuth::Token { token_id } => {
+                let user = token_id.split('!').next().unwrap_or(token_id);
+                self.get("access/permissions", &[("userid", user)])
+                    .await
+                    .ok()
+            }
+            ProxmoxAuth::Ticket { .. } => None,
+        };
+        let mut grades = Vec::new();
+        for (cap, privilege) in [
+            (STOP, "VM.PowerMgmt"),
+            (START, "VM.PowerMgmt"),
+            (STATUS, "VM.Audit"),
+            (LAG, "VM.Audit"),
+        ] {
+            let everywhere = privileges_on(&own, "/vms").iter().any(|p| p == privilege);
+            let some: Vec<String> = own
+                .as_object()
+                .into_iter()
+                .flatten()
+                .filter(|(p, privs)| p.starts_with("/vms/") && privs.get(privilege).is_some())
+                .map(|(p, _)| p.trim_start_matches("/vms/").to_owned())
+                .collect();
+            let who = self.auth_id();
+            let g = if everywhere {
+                CapabilityGrade {
+                    capability: cap.to_owned(),
+                    grade: Grade::Proven,
+                    reason: format!(
+                        "/access/permissions as {who}: {privilege} on /vms, propagated"
+                    ),
+                }
+            } else if !some.is_empty() {
+                CapabilityGrade {
+                    capability: cap.to_owned(),
+                    grade: Grade::Inferred,
+                    reason: format!(
+                        "/access/permissions as {who}: {privilege} only on VMs {}; other VMs lack it",
+                        some.join(", ")
+                    ),
+                }
+            } else {
+                let user_has = user
+                    .as_ref()
+                    .is_some_and(|u| privileges_on(u, "/vms").iter().any(|p| p == privilege));
+                let why = if user_has {
+                    " (its user has it: the token has privilege separation and needs its own ACL)"
+                } else {
+                    ""
+                };
+                CapabilityGrade {
+                    capability: cap.to_owned(),
+                    grade: Grade::Failed,
+                    reason: format!("/access/permissions as {who}: no {privilege} on any VM{why}"),
+                }
+            };
+            grades.push(g);
+        }
+        if !privileges_on(&own, "/").iter().any(|p| p == "Sys.Audit") {
+            warnings.push("no Sys.Audit on /: cluster status and quorum cannot be read".to_owned());
+        }
+        if matches!(self.auth, ProxmoxAuth::Token { .. }) {
+            warnings.push(
+                "API tokens cannot use skiplock: a VM with a config lock may refuse vm.stop"
+                    .to_owned(),
+            );
+        }
+        Ok((grades, warnings))
+    }
+
+    fn unsupported(&self, target: &Target, what: &str) -> DriverError {
+        self.err(
+            ErrorKind::Unsupported,
+            &target.capability,
+            format!("{what} is not offered for {}", target.capability),
+            false,
+        )
+    }
+}
+
+/// Percent-encodes a path segment (UPIDs hold colons and `@`, `!`).
+fn encode(segment: &str) -> String {
+    url::form_urlencoded::byte_serialize(segment.as_bytes())
+        .collect::<String>()
+        .replace('+', "%20")
+}
+
+impl Driver for ProxmoxDriver {
+    fn controller_type(&self) -> ControllerType {
+        ControllerType::Proxmox
+    }
+
+    fn id(&self) -> &ControllerId {
+        &self.id
+    }
+
+    async fn probe(&self, ctx: &CallContext) -> Result<Probe, DriverError> {
+        ctx.run(&self.id, "probe", async {
+            let version = self.get("version", &[]).await?;
+            let (name, quorate, nodes, fingerprint) = self.cluster().await?;
+            let mut facts = BTreeMap::new();
+            if let Some(v) = version.get("version").and_then(Value::as_str) {
+                facts.insert("version".to_owned(), v.to_owned());
+            }
+            facts.insert("quorate".to_owned(), quorate.to_string());
+            for (n, online) in &nodes {
+                facts.insert(
+                    format!("node.{n}"),
+                    if *online { "online" } else { "offline" }.to_owned(),
+                );
+            }
+            let (grades, mut warnings) = self.grades().await?;
+            if !quorate {
+                warnings.push(
+                    "the answering node has no quorum: PVE refuses VM actions there".to_owned(),
+                );
+            }
+            for (n, online) in &nodes {
+                if !online {
+                    warnings.push(format!("node {n} is offline"));
+                }
+            }
+            let id = match name {
+                Some(n) => n,
+                None => {
+                    let local = nodes.first().map_or("?", |(n, _)| n.as_str());
+                    warnings
+                        .push("not a cluster: identity is the standalone node's name".to_owned());
+                    format!("standalone:{local}")
+                }
+            };
+            if matches!(self.trust, TlsTrust::Insecure) {
+                warnings.push("TLS certificate is not checked (insecure)".to_owned());
+            }
+            Ok(Probe {
+                identity: Identity {
+                    id,
+                    facts,
+                    tls_fingerprint: fingerprint,
+                },
+                grades,
+                warnings,
+            })
+        })
+        .await
+    }
+
+    async fn discover(&self, ctx: &CallContext) -> Result<Vec<Discovered>, DriverError> {
+        ctx.run(&self.id, "discover", async {
+            let mut out = Vec::new();
+            let vms = self.get("cluster/resources", &[("type", "vm")]).await?;
+            for v in vms.as_array().into_iter().flatten() {
+                if v.get("type").and_then(Value::as_str) != Some("qemu")
+                    || v.get("template").and_then(loose_u64) == Some(1)
+                {
+                    continue;
+                }
+                let (Some(node), Some(vmid)) = (
+                    v.get("node").and_then(Value::as_str),
+                    v.get("vmid").and_then(loose_u64),
+                ) else {
+                    continue;
+                };
+                let name = v.get("name").and_then(Value::as_str).unwrap_or("?");
+                let status = v.get("status").and_then(Value::as_str).unwrap_or("unknown");
+                let ha = v
+                    .get("hastate")
+                    .and_then(Value::as_str)
+                    .map(|h| format!(", HA {h}"))
+                    .unwrap_or_default();
+                let description = format!("VM {vmid} {name:?} on {node}, {status}{ha}");
+                for cap in [STOP, START, STATUS] {
+                    out.push(Discovered {
+                        capability: cap.to_owned(),
+                        resource: format!("{node}/{vmid}"),
+                        description: description.clone(),
+                    });
+                }
+            }
+            let jobs = self.get("cluster/replication", &[]).await?;
+            for j in jobs.as_array().into_iter().flatten() {
+                let Some(id) = j.get("id").and_then(Value::as_str) else {
+                    continue;
+                };
+                let target = j.get("target").and_then(Value::as_str).unwrap_or("?");
+                let schedule = j.get("schedule").and_then(Value::as_str).unwrap_or("*/15");
+                out.push(Discovered {
+                    capability: LAG.to_owned(),
+                    resource: id.to_owned(),
+                    description: format!("replication job {id} to {target}, schedule {schedule}"),
+                });
+            }
+            Ok(out)
+        })
+        .await
+    }
+
+    async fn check_binding(
+        &self,
+        ctx: &CallContext,
+        target: &Target,
+    ) -> Result<Vec<String>, DriverError> {
+        ctx.run(&self.id, "check_binding", async {
+            let mut problems = Vec::new();
+            let (_, quorate, nodes, _) = self.cluster().await?;
+            if !quorate {
+                problems.push("the answering node has no quorum".to_owned());
+            }
+            match target.capability.as_str() {
+                STOP | START | STATUS => {
+                    let Some((node, vmid)) = parse_node_vmid(&target.resource) else {
+                        problems.push(format!("{:?} is not node/vmid", target.resource));
+                        return Ok(problems);
+                    };
+                    match nodes.iter().find(|(n, _)| n == node) {
+                        None => problems.push(format!("node {node} is not in the cluster")),
+                        Some((_, false)) => problems.push(format!("node {node} is offline")),
+                        Some(_) => {}
+                    }
+                    match self.guest_node(&vmid.to_string()).await? {
+                        None => problems.push(format!(
+                            "VM {vmid} is not visible (it does not exist, or the credential lacks VM.Audit on it)"
+                        )),
+                        Some(n) if n != node => problems.push(format!("VM {vmid} is on node {n}, not {node}")),
+                        Some(_) => {}
+                    }
+                    // The credential's own privileges on this VM, as PVE computes them.
+                    let need = if target.capability == STATUS { "VM.Audit" } else { "VM.PowerMgmt" };
+                    let path = format!("/vms/{vmid}");
+                    match self.get("access/permissions", &[("path", &path)]).await {
+                        Ok(perms) if !privileges_on(&perms, &path).iter().any(|p| p == need) => {
+                            problems.push(format!("{} lacks {need} on {path}", self.auth_id()));
+                        }
+                        Ok(_) => {}
+                        Err(e) if e.kind == ErrorKind::Rejected => {
+                            problems.push(format!("cannot read own permissions on {path}: {}", e.message));
+                        }
+                        Err(e) => return Err(e),
+                    }
+                }
+                LAG => {
+                    let jobs = self.get("cluster/replication", &[]).await?;
+                    let known = jobs
+                        .as_array()
+                        .into_iter()
+                        .flatten()
+                        .any(|j| j.get("id").and_then(Value::as_str) == Some(&target.resource));
+                    if !known {
+                        problems.push(format!("replication job {} does not exist (or is not visible)", target.resource));
+                    }
+                    for k in ["max_age_seconds", "max_fail_count"] {
+                        if let Some(v) = target.params.get(k)
+                            && v.parse::<u64>().is_err()
+                        {
+                            problems.push(format!("params.{k}: {v:?} is not a whole number"));
+                        }
+                    }
+                }
+                _ => return Err(self.unsupported(target, "the capability")),
+            }
+            Ok(problems)
+        })
+        .await
+    }
+
+    async fn check(&self, ctx: &CallContext, target: &Target) -> Result<Reading, DriverError> {
+        ctx.run(&self.id, "check", async {
+            match target.capability.as_str() {
+                STOP | START | STATUS => self.read_vm(ctx, target).await,
+                LAG => self.read_replication(ctx, target).await,
+                _ => Err(self.unsupported(target, "the capability")),
+            }
+        })
+        .await
+    }
+
+    async fn perform(&self, ctx: &CallContext, target: &Target) -> Result<Reading, DriverError> {
+        ctx.run(&self.id, "perform", async {
+            match target.capability.as_str() {
+                STOP => self.power(ctx, target, "stopped").await,
+                START => self.power(ctx, target, "running").await,
+                _ => Err(self.unsupported(target, "perform")),
+            }
+        })
+        .await
+    }
+
+    async fn undo(&self, ctx: &CallContext, target: &Target) -> Result<Reading, DriverError> {
+        ctx.run(&self.id, "undo", async {
+            match target.capability.as_str() {
+                STOP => self.power(ctx, target, "running").await,
+                _ => Err(self.unsupported(target, "undo")),
+            }
+        })
+        .await
+    }
+
+    async fn renew(&self, _ctx: &CallContext, target: &Target) -> Result<Reading, DriverError> {
+        Err(self.unsupported(target, "renew"))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    #[test]
+    fn replication_status_is_read_as_pve_writes_it() {
+        // Field names and types as PVE's /nodes/{node}/replication/{id}/status returns them.
+        let st = json!({"id": "101-1", "guest": 101, "target": "pve3", "type": "local",
+                        "jobnum": 1, "last_sync": 1_700_000_000, "last_try": 1_700_000_000,
+                        "duration": 2.5, "fail_count": 0, "next_sync": 1_700_000_900,
+                        "schedule": "*/15", "vmtype": "qemu"});
+        let s = parse_replication_status(&st, "pve2", 1_700_000_100).unwrap();
+        assert_eq!(
+            (s.last_sync, s.fail_count, s.error.as_deref()),
+            (1_700_000_000, 0, None)
+        );
+        let (holds, detail) = assess_replication("101-1", &s, 1_700_000_100, 1200, 0, false);
+        assert!(holds, "{detail}");
+        assert!(detail.contains("last sync 100 s ago"), "{detail}");
+
+        // Too old, failing, never synced: each alone refuses.
+        let (holds, _) = assess_replication("101-1", &s, 1_700_002_000, 1200, 0, false);
+        assert!(!holds);
+        let failing =
+            json!({"last_sync": "1700000000", "fail_count": "3", "error": "no space left"});
+        let f = parse_replication_status(&failing, "pve2", 0).unwrap();
+        let (holds, detail) = assess_replication("101-1", &f, 1_700_000_010, 1200, 0, false);
+        assert!(!holds && detail.contains("no space left"), "{detail}");
+        let never = parse_replication_status(&json!({"last_sync": 0}), "pve2", 0).unwrap();
+        assert!(!assess_replication("101-1", &never, 10, 1200, 5, false).0);
+
+        // fakepve's static answer has no last_sync: not a sample.
+        assert!(parse_replication_status(&json!({}), "pve2", 0).is_none());
+    }
+
+    #[test]
+    fn a_cached_sample_keeps_ageing_and_says_where_it_came_from() {
+        let s = ReplicationSample {
+            last_sync: 1000,
+            fail_count: 0,
+            error: None,
+            source: "pve2".to_owned(),
+            read_at: 1100,
+        };
+        let (holds, detail) = assess_replication("101-1", &s, 1300, 600, 0, true);
+        assert!(holds);
+        assert!(
+            detail.contains("pve2 does not answer") && detail.contains("200 s ago"),
+            "{detail}"
+        );
+        assert!(
+            !assess_replication("101-1", &s, 1700, 600, 0, true).0,
+            "the window grows with time"
+        );
+    }
+
+    #[test]
+    fn privileges_follow_paths_and_propagation() {
+        // Real PVE, asked with path=/vms/101 by a privsep token holding only its own ACL.
+        let token = json!({"/vms/101": {"VM.PowerMgmt": 1, "VM.Audit": 1}});
+        assert_eq!(
+            privileges_on(&token, "/vms/101"),
+            ["VM.Audit", "VM.PowerMgmt"]
+        );
+        assert!(privileges_on(&token, "/vms").is_empty());
+        // A role on /vms without propagation covers /vms only.
+        let np = json!({"/vms": {"VM.PowerMgmt": 0}});
+        assert_eq!(privileges_on(&np, "/vms"), ["VM.PowerMgmt"]);
+        assert!(privileges_on(&np, "/vms/101").is_empty());
+        // root@pam (and fakepve): everything on /, propagated.
+        let root = json!({"/": {"VM.PowerMgmt": 1, "Sys.Audit": 1}});
+        assert!(privileges_on(&root, "/vms/101").contains(&"VM.PowerMgmt".to_owned()));
+        assert!(privileges_on(&json!({"/vmsx": {"VM.Audit": 1}}), "/vms/1").is_empty());
+    }
+
+    #[test]
+    fn resources_and_errors_parse() {
+        assert_eq!(parse_node_vmid("pve1/101"), Some(("pve1", 101)));
+        assert_eq!(parse_node_vmid("/101"), None);
+        assert_eq!(parse_node_vmid("pve1"), None);
+        let m = pve_message(
+            StatusCode::from_u16(595).unwrap(),
+            &json!({"data": null, "message": "No route to host\n"}),
+        );
+        assert_eq!(m, "HTTP 595: No route to host");
+        let m = pve_message(
+            StatusCode::BAD_REQUEST,
+            &json!({"errors": {"vmid": "value must be >= 100"}}),
+        );
+        assert!(m.contains("vmid: value must be >= 100"), "{m}");
+    }
+}

@@ -1,0 +1,589 @@
+//! The PostgreSQL driver against a real PostgreSQL 15 primary and streaming replica, started
+//! per test by `tools/emulators/start-pg-pair.sh` in a run dir and on ports of the test's own,
+//! and stopped by `stop.sh` when the test ends.
+//!
+//! Without the emulator scripts or PostgreSQL these tests fail with a message saying so, unless
+//! `QFENCE_SKIP_EMULATORS=1`.
+
+use std::path::PathBuf;
+use std::process::Command;
+use std::time::Duration;
+
+use qfence_controllers::postgres::{self, PostgresDriver};
+use qfence_controllers::{CallContext, Driver, ErrorKind, Target};
+use qfence_model::config::{ControllerConfig, ControllerKind, TlsTrust};
+use qfence_model::{ControllerId, Grade, OrchestratorId, SiteId, Verdict};
+use secrecy::SecretString;
+
+fn emulators() -> PathBuf {
+    PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../tools/emulators")
+}
+
+fn skip() -> bool {
+    std::env::var("QFENCE_SKIP_EMULATORS").is_ok_and(|v| v == "1")
+}
+
+fn free_port() -> u16 {
+    std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port()
+}
+
+/// A primary and a streaming replica; stopped when dropped.
+struct Pair {
+    _run: RunDir,
+    primary: u16,
+    replica: u16,
+}
+
+impl Pair {
+    fn start() -> Option<Pair> {
+        let script = emulators().join("start-pg-pair.sh");
+        if !script.exists() {
+            assert!(
+                skip(),
+                "{} is missing; set QFENCE_SKIP_EMULATORS=1 to skip",
+                script.display()
+            );
+            return None;
+        }
+        // A short run dir: the Unix socket path must stay under 108 bytes.
+        // Made before the script runs: whatever happens next, what it started is stopped.
+        let run = RunDir(
+            tempfile::Builder::new()
+                .prefix("qpg")
+                .tempdir_in("/tmp")
+                .unwrap(),
+        );
+        let mut last = String::new();
+        for _ in 0..5 {
+            let (p1, p2) = (free_port(), free_port());
+            if p1 == p2 {
+                continue;
+            }
+            let out = Command::new("bash")
+                .arg(&script)
+                .env("QFENCE_EMU_RUN", run.0.path())
+                .env("PG_PRIMARY_PORT", p1.to_string())
+                .env("PG_REPLICA_PORT", p2.to_string())
+                .output()
+                .unwrap();
+            match out.status.code() {
+                Some(0) => {
+                    return Some(Pair {
+                        _run: run,
+                        primary: p1,
+                        replica: p2,
+                    });
+                }
+                // The port was taken meanwhile: pick others.
+                Some(4) => continue,
+                _ => {
+                    last = format!(
+                        "{}{}",
+                        String::from_utf8_lossy(&out.stdout),
+                        String::from_utf8_lossy(&out.stderr)
+                    );
+                    break;
+                }
+            }
+        }
+        assert!(
+            skip(),
+            "could not start the PostgreSQL pair with {} (run tools/emulators/install.sh as root; \
+             QFENCE_SKIP_EMULATORS=1 skips): {last}",
+            script.display()
+        );
+        None
+    }
+
+    fn url(port: u16) -> String {
+        format!("host=127.0.0.1 port={port} user=postgres password=postgres dbname=app")
+    }
+
+    async fn client(port: u16) -> Result<tokio_postgres::Client, tokio_postgres::Error> {
+        let (client, conn) =
+            tokio_postgres::connect(&Self::url(port), tokio_postgres::NoTls).await?;
+        tokio::spawn(async move {
+            let _ = conn.await;
+        });
+        Ok(client)
+    }
+
+    async fn sql(port: u16, sql: &str) {
+        Self::client(port)
+            .await
+            .unwrap()
+            .batch_execute(sql)
+            .await
+            .unwrap_or_else(|e| panic!("{sql}: {e}"));
+    }
+}
+
+/// A run dir whose emulators are stopped (`stop.sh`) before it is deleted.
+#[derive(Debug)]
+struct RunDir(tempfile::TempDir);
+
+impl Drop for RunDir {
+    fn drop(&mut self) {
+        let _ = Command::new("bash")
+            .arg(emulators().join("stop.sh"))
+            .env("QFENCE_EMU_RUN", self.0.path())
+            .output();
+    }
+}
+
+fn driver_as(port: u16, user: &str, password: &str) -> PostgresDriver {
+    let config = ControllerConfig {
+        site: SiteId::new("dc1").unwrap(),
+        reach: vec![],
+        secret: None,
+        tls: TlsTrust::SystemRoots,
+        timeout: Duration::from_secs(5),
+        kind: ControllerKind::Postgres {
+            endpoint: format!("postgresql://127.0.0.1:{port}/app?sslmode=disable")
+                .parse()
+                .unwrap(),
+            username: user.to_owned(),
+        },
+    };
+    postgres::build(
+        ControllerId::new(format!("pg-{port}")).unwrap(),
+        &config,
+        Some(SecretString::from(password.to_owned())),
+    )
+    .unwrap()
+}
+
+fn driver(port: u16) -> PostgresDriver {
+    driver_as(port, "postgres", "postgres")
+}
+
+fn ctx() -> CallContext {
+    CallContext::with_timeout(
+        OrchestratorId::new("orc-dc2").unwrap(),
+        Duration::from_secs(30),
+    )
+}
+
+fn target(cap: &str, params: &[(&str, &str)]) -> Target {
+    Target {
+        capability: cap.to_owned(),
+        resource: "self".to_owned(),
+        params: params
+            .iter()
+            .map(|(k, v)| ((*k).to_owned(), (*v).to_owned()))
+            .collect(),
+        site: SiteId::new("dc2").unwrap(),
+    }
+}
+
+#[tokio::test]
+async fn the_failover_order_on_a_real_pair() {
+    let Some(pair) = Pair::start() else { return };
+    let old = driver(pair.primary);
+    let new = driver(pair.replica);
+    eprintln!("Phase: a client holds a session on the old primary and writes");
+    let session = Pair::client(pair.primary).await.unwrap();
+    session
+        .batch_execute("CREATE TABLE t(id int); INSERT INTO t VALUES (1)")
+        .await
+        .unwrap();
+
+    eprintln!("Phase: demote the old primary (application fence)");
+    let before = old.check(&ctx(), &target("db.demote", &[])).await.unwrap();
+    assert_eq!(before.verdict(), Verdict::Failed, "{before:?}");
+    let r = old
+        .perform(&ctx(), &target("db.demote", &[]))
+        .await
+        .unwrap();
+    assert!(r.holds, "{r:?}");
+    assert!(r.detail.contains("refused"), "{}", r.detail);
+    assert!(
+        session
+            .batch_execute("INSERT INTO t VALUES (2)")
+            .await
+            .is_err(),
+        "the session was ended"
+    );
+    let Err(e) = Pair::client(pair.primary).await else {
+        panic!("new connections must be refused");
+    };
+    let msg = e
+        .as_db_error()
+        .map(|d| d.message().to_owned())
+        .unwrap_or_default();
+    assert!(msg.contains("pg_hba.conf rejects"), "{e:?}");
+    // Repeating it is success, and changes nothing.
+    assert!(
+        old.perform(&ctx(), &target("db.demote", &[]))
+            .await
+            .unwrap()
+            .holds
+    );
+
+    eprintln!("Phase: the replica has everything the old primary wrote");
+    let mut ready = None;
+    for _ in 0..50 {
+        let r = new
+            .check(
+                &ctx(),
+                &target("replication.lag", &[("max_lag_bytes", "0")]),
+            )
+            .await
+            .unwrap();
+        if r.holds {
+            ready = Some(r);
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    let ready = ready.expect("the replica caught up");
+    assert!(ready.detail.contains(" 0 bytes behind"), "{}", ready.detail);
+
+    eprintln!("Phase: promote the replica");
+    assert_eq!(
+        new.check(&ctx(), &target("db.promote", &[]))
+            .await
+            .unwrap()
+            .verdict(),
+        Verdict::Failed
+    );
+    let p = new
+        .perform(&ctx(), &target("db.promote", &[]))
+        .await
+        .unwrap();
+    assert!(p.holds && p.detail.contains("timeline 2"), "{p:?}");
+    assert!(
+        new.perform(&ctx(), &target("db.promote", &[]))
+            .await
+            .unwrap()
+            .holds,
+        "idempotent"
+    );
+
+    eprintln!("Phase: writes succeed on the new primary and fail on the old one");
+    let c = Pair::client(pair.replica).await.unwrap();
+    c.batch_execute("INSERT INTO t VALUES (3)").await.unwrap();
+    let n: i64 = c
+        .query_one("SELECT count(*) FROM t", &[])
+        .await
+        .unwrap()
+        .get(0);
+    assert_eq!(n, 2);
+    assert!(Pair::client(pair.primary).await.is_err());
+    // Lag readiness on a primary does not hold: it is nobody's replica any more.
+    let l = new
+        .check(&ctx(), &target("replication.lag", &[]))
+        .await
+        .unwrap();
+    assert!(!l.holds && l.detail.contains("not a replica"), "{l:?}");
+}
+
+#[tokio::test]
+async fn replication_lag_under_write_load_and_with_replay_held_back() {
+    let Some(pair) = Pair::start() else { return };
+    let replica = driver(pair.replica);
+    Pair::sql(pair.primary, "CREATE TABLE load(id serial, pad text)").await;
+
+    eprintln!("Phase: continuous writes; the replica keeps up within generous limits");
+    let writer = tokio::spawn(async move {
+        let c = Pair::client(pair.primary).await.unwrap();
+        loop {
+            c.batch_execute(
+                "INSERT INTO load(pad) SELECT repeat('x', 200) FROM generate_series(1, 500)",
+            )
+            .await
+            .unwrap();
+        }
+    });
+    let lenient = target(
+        "replication.lag",
+        &[("max_lag_bytes", "67108864"), ("max_lag_seconds", "10")],
+    );
+    let mut seen = Vec::new();
+    for _ in 0..10 {
+        let r = replica.check(&ctx(), &lenient).await.unwrap();
+        assert!(r.holds, "{r:?}");
+        seen.push(r.detail);
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    writer.abort();
+    assert!(
+        seen.iter().all(|d| d.contains("WAL receiver streaming")),
+        "{seen:?}"
+    );
+
+    eprintln!("Phase: replay paused while 8 MB are written: the limit is exceeded");
+    Pair::sql(pair.replica, "SELECT pg_wal_replay_pause()").await;
+    Pair::sql(
+        pair.primary,
+        "INSERT INTO load(pad) SELECT repeat('y', 1000) FROM generate_series(1, 8000)",
+    )
+    .await;
+    let strict = target("replication.lag", &[("max_lag_bytes", "1048576")]);
+    let mut behind = None;
+    for _ in 0..50 {
+        let r = replica.check(&ctx(), &strict).await.unwrap();
+        if !r.holds {
+            behind = Some(r);
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    let behind = behind.expect("the lag showed");
+    let bytes: f64 = behind
+        .detail
+        .split_whitespace()
+        .nth(2)
+        .unwrap()
+        .parse()
+        .unwrap();
+    assert!(bytes > 1_048_576.0, "{}", behind.detail);
+
+    eprintln!("Phase: replay resumes and readiness returns");
+    Pair::sql(pair.replica, "SELECT pg_wal_replay_resume()").await;
+    let mut ok = false;
+    for _ in 0..100 {
+        if replica.check(&ctx(), &strict).await.unwrap().holds {
+            ok = true;
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    assert!(ok, "the replica caught up again");
+
+    let e = replica
+        .check(
+            &ctx(),
+            &target("replication.lag", &[("max_lag_bytes", "lots")]),
+        )
+        .await
+        .unwrap_err();
+    assert_eq!(e.kind, ErrorKind::Rejected);
+}
+
+#[tokio::test]
+async fn probe_identity_grades_health_and_discovery() {
+    let Some(pair) = Pair::start() else { return };
+    let p1 = driver(pair.primary).probe(&ctx()).await.unwrap();
+    let p2 = driver(pair.replica).probe(&ctx()).await.unwrap();
+    eprintln!("Phase: one lineage, two members");
+    assert_eq!(
+        p1.identity.facts["system_identifier"],
+        p2.identity.facts["system_identifier"]
+    );
+    assert_ne!(p1.identity.id, p2.identity.id);
+    assert!(
+        p1.identity
+            .id
+            .ends_with(&format!("@127.0.0.1:{}", pair.primary))
+    );
+    assert_eq!(p1.identity.facts["role"], "primary");
+    assert_eq!(p2.identity.facts["role"], "replica");
+    assert!(p1.grades.iter().all(|g| g.grade == Grade::Proven), "{p1:?}");
+
+    eprintln!("Phase: a least-privilege role, then pg_promote granted");
+    Pair::sql(
+        pair.primary,
+        "CREATE ROLE qfence LOGIN PASSWORD 'qpw'; GRANT pg_monitor TO qfence;",
+    )
+    .await;
+    let grade = |p: &qfence_controllers::Probe, cap: &str| {
+        p.grades.iter().find(|g| g.capability == cap).unwrap().grade
+    };
+    let limited = driver_as(pair.primary, "qfence", "qpw")
+        .probe(&ctx())
+        .await
+        .unwrap();
+    assert_eq!(grade(&limited, "db.promote"), Grade::Failed, "{limited:?}");
+    assert_eq!(grade(&limited, "db.demote"), Grade::Failed);
+    assert_eq!(grade(&limited, "replication.lag"), Grade::Proven);
+    Pair::sql(
+        pair.primary,
+        "GRANT EXECUTE ON FUNCTION pg_catalog.pg_promote(boolean, integer) TO qfence",
+    )
+    .await;
+    let granted = driver_as(pair.primary, "qfence", "qpw")
+        .probe(&ctx())
+        .await
+        .unwrap();
+    assert_eq!(grade(&granted, "db.promote"), Grade::Proven);
+
+    eprintln!("Phase: the probe changed nothing");
+    let c = Pair::client(pair.primary).await.unwrap();
+    let allowed: bool = c
+        .query_one(
+            "SELECT datallowconn FROM pg_database WHERE datname = 'app'",
+            &[],
+        )
+        .await
+        .unwrap()
+        .get(0);
+    assert!(allowed);
+    let rec: bool = Pair::client(pair.replica)
+        .await
+        .unwrap()
+        .query_one("SELECT pg_is_in_recovery()", &[])
+        .await
+        .unwrap()
+        .get(0);
+    assert!(rec);
+
+    eprintln!("Phase: health, with and without an expected role");
+    let h = driver(pair.primary)
+        .check(&ctx(), &target("db.health", &[]))
+        .await
+        .unwrap();
+    assert!(h.holds && h.detail.contains("primary"), "{h:?}");
+    let h = driver(pair.primary)
+        .check(&ctx(), &target("db.health", &[("expect_role", "replica")]))
+        .await
+        .unwrap();
+    assert!(!h.holds, "{h:?}");
+
+    eprintln!("Phase: discovery names the server, its role and its replicas");
+    let found = driver(pair.primary).discover(&ctx()).await.unwrap();
+    assert!(
+        found.iter().any(|f| f.capability == "db.demote"),
+        "{found:?}"
+    );
+    assert!(found[0].description.contains("replica1"), "{found:?}");
+    let found = driver(pair.replica).discover(&ctx()).await.unwrap();
+    assert!(
+        found.iter().any(|f| f.capability == "replication.lag"),
+        "{found:?}"
+    );
+
+    let probs = driver(pair.primary)
+        .check_binding(
+            &ctx(),
+            &Target {
+                resource: "elsewhere".into(),
+                ..target("db.health", &[("expect_role", "boss")])
+            },
+        )
+        .await
+        .unwrap();
+    assert_eq!(probs.len(), 2, "{probs:?}");
+    assert!(
+        driver(pair.primary)
+            .check_binding(&ctx(), &target("db.health", &[]))
+            .await
+            .unwrap()
+            .is_empty()
+    );
+}
+
+#[tokio::test]
+async fn errors_carry_their_kind_and_deadlines_hold() {
+    // Needs no server: a closed port, and one that accepts but never answers.
+    let closed = free_port();
+    let r = driver(closed)
+        .check(&ctx(), &target("db.demote", &[]))
+        .await;
+    assert_eq!(
+        r.as_ref().unwrap_err().kind,
+        ErrorKind::Unreachable,
+        "{r:?}"
+    );
+    assert_eq!(
+        qfence_controllers::driver::fence_verdict(&r),
+        Verdict::Unknown
+    );
+
+    let silent = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let port = silent.local_addr().unwrap().port();
+    let hold = tokio::spawn(async move {
+        let mut held = Vec::new();
+        while let Ok((s, _)) = silent.accept().await {
+            held.push(s);
+        }
+    });
+    let c = CallContext::with_timeout(
+        OrchestratorId::new("o").unwrap(),
+        Duration::from_millis(300),
+    );
+    let start = std::time::Instant::now();
+    let e = driver(port)
+        .perform(&c, &target("db.promote", &[]))
+        .await
+        .unwrap_err();
+    assert_eq!(e.kind, ErrorKind::Timeout);
+    assert!(start.elapsed() < Duration::from_secs(2));
+    hold.abort();
+
+    let e = driver(closed)
+        .undo(&ctx(), &target("db.demote", &[]))
+        .await
+        .unwrap_err();
+    assert_eq!(e.kind, ErrorKind::Unsupported);
+    let e = driver(closed)
+        .perform(&ctx(), &target("db.health", &[]))
+        .await
+        .unwrap_err();
+    assert_eq!(e.kind, ErrorKind::Unsupported);
+}
+
+#[tokio::test]
+async fn a_wrong_password_is_an_auth_error() {
+    let Some(pair) = Pair::start() else { return };
+    let e = driver_as(pair.primary, "postgres", "n0t-the-pw")
+        .check(&ctx(), &target("db.health", &[]))
+        .await
+        .unwrap_err();
+    assert_eq!(e.kind, ErrorKind::Auth, "{e}");
+    assert!(!e.to_string().contains("n0t-the-pw"));
+}
+
+#[tokio::test]
+async fn a_promotion_that_outlasts_pg_promote_is_still_seen_through() {
+    let Some(pair) = Pair::start() else { return };
+    // Hold the replica's startup process: pg_promote waits, gives up and returns false.
+    let pid: i32 = Pair::client(pair.replica)
+        .await
+        .unwrap()
+        .query_one(
+            "SELECT pid FROM pg_stat_activity WHERE backend_type = 'startup'",
+            &[],
+        )
+        .await
+        .unwrap()
+        .get(0);
+    let signal = |sig: &str| {
+        let st = Command::new("kill")
+            .args([sig, &pid.to_string()])
+            .status()
+            .unwrap();
+        assert!(st.success(), "kill {sig} {pid}");
+    };
+    signal("-STOP");
+    // The driver gives pg_promote half of the 8 s (4 s); the process resumes after 5 s.
+    let resume = tokio::spawn(async move {
+        tokio::time::sleep(Duration::from_secs(5)).await;
+        Command::new("kill")
+            .args(["-CONT", &pid.to_string()])
+            .status()
+            .unwrap()
+    });
+    let c = CallContext::with_timeout(OrchestratorId::new("o").unwrap(), Duration::from_secs(8));
+    let start = std::time::Instant::now();
+    let r = driver(pair.replica)
+        .perform(&c, &target("db.promote", &[]))
+        .await;
+    assert!(resume.await.unwrap().success());
+    let r = r.unwrap();
+    assert!(r.holds, "{r:?}");
+    assert!(
+        start.elapsed() >= Duration::from_secs(5),
+        "it waited for the read-back: {:?}",
+        start.elapsed()
+    );
+    let log = std::fs::read_to_string(pair._run.0.path().join("pg/replica.log")).unwrap();
+    assert!(
+        log.contains("did not promote within"),
+        "pg_promote returned false first"
+    );
+}
