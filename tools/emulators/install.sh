@@ -1,0 +1,46 @@
+#!/usr/bin/env bash
+# Install everything the qfence test emulators need, on Debian 12 as root.
+# Idempotent: when all is in place it only checks (well under a second).
+#
+#   Debian: fence-agents openipmi ipmitool postgresql-15 openssl python3-venv curl
+#           (apt-get update once, only if something is missing)
+#   PyPI:   venvs $QFENCE_EMU_HOME/sushy and /fakepve, pinned in requirements/*.txt
+#
+#   QFENCE_EMU_HOME (/opt/qfence-emu)  QFENCE_EMU_PYTHON (/usr/bin/python3)
+# Called by .ci/run before the tests; see README.md.
+source "$(dirname "$0")/_lib.sh"
+
+T0=$(now_ms)
+step() { echo "install: $*"; }
+
+DEBS=(fence-agents openipmi ipmitool postgresql-15 postgresql-client-15 openssl
+      python3 python3-venv curl util-linux)
+missing=$(apt_missing "${DEBS[@]}")
+if [ -n "$missing" ]; then
+    step "apt: installing $(echo $missing)"
+    t=$(now_ms); apt_install "${DEBS[@]}"; step "apt: done in $(( ($(now_ms) - t) / 1000 )) s"
+else
+    step "apt: all present"
+fi
+
+for v in sushy fakepve; do
+    if venv_ready $v; then
+        step "venv $v: present ($QFENCE_EMU_HOME/$v)"
+    else
+        t=$(now_ms); venv_install $v; step "venv $v: installed in $(( ($(now_ms) - t) / 1000 )) s"
+    fi
+done
+
+# quick sanity: each tool the emulators run can be found and imports work
+check() { "$@" >/dev/null 2>&1 || { step "FAILED: $*"; exit 1; }; }
+check test -x /usr/bin/ipmi_sim
+check command -v ipmitool
+check command -v fence_redfish
+check command -v fence_pve
+check command -v fence_ipmilan
+check test -x /usr/libexec/fence-agents/fence_kdump_send
+check test -x /usr/lib/postgresql/15/bin/initdb
+check "$QFENCE_EMU_HOME/sushy/bin/python" -c 'import sushy_tools.emulator.main, bcrypt'
+check "$QFENCE_EMU_HOME/fakepve/bin/python" -c 'import fakepve, aiohttp'
+ms=$(( $(now_ms) - T0 ))
+step "ready in $((ms / 1000)).$((ms % 1000 / 100)) s (venvs in $QFENCE_EMU_HOME)"
