@@ -13,6 +13,7 @@
 //! one compliance suite.
 
 pub mod driver;
+pub mod ipmi;
 
 pub use driver::{
     CallContext, CapabilityGrade, Discovered, Driver, DriverError, ErrorKind, Identity, Probe,
