@@ -369,6 +369,12 @@ impl IpmiDriver {
                 Some(s) => s,
                 None => match self.open(call).await {
                     Ok(s) => s,
+                    Err(e) if e.kind == ErrorKind::Auth => {
+                        return Err(DriverError {
+                            state_unknown: true,
+                            ..e
+                        });
+                    }
                     Err(e) => {
                         tracing::debug!(controller = %self.id, call, error = %e, "Could not re-open the IPMI session to read power");
                         continue;
@@ -595,49 +601,88 @@ impl IpmiDriver {
         })
     }
 
-    async fn power_off(&self, ctx: &CallContext) -> Result<Reading, DriverError> {
-        const CALL: &str = "power.off";
-        let mut s = self.open(CALL).await?;
-        let st = self.chassis_status(&mut s, CALL).await?;
-        if !st.power_on {
-            s.close().await;
-            let mut r = self.power_reading(ctx, st);
-            r.detail = format!("already off: {}", r.detail);
-            return Ok(r);
+    /// Makes power read `want_on`: reads it, sends Chassis Control if needed, then polls.
+    /// A command whose answer was lost is not an error yet: the next round re-opens the
+    /// session, reads power again and, if still needed, sends the command again (power down
+    /// and power up are idempotent).
+    async fn set_power(&self, ctx: &CallContext, want_on: bool) -> Result<Reading, DriverError> {
+        let (call, name, control, word) = if want_on {
+            (
+                "power.on",
+                "Chassis Control power up",
+                CHASSIS_POWER_UP,
+                "on",
+            )
+        } else {
+            (
+                "power.off",
+                "Chassis Control power down",
+                CHASSIS_POWER_DOWN,
+                "off",
+            )
+        };
+        let mut sent = false;
+        let mut last = None;
+        for _ in 0..3 {
+            let opened = self.open(call).await;
+            let mut s = match opened {
+                Ok(s) => s,
+                Err(e) if sent => {
+                    last = Some(DriverError {
+                        state_unknown: true,
+                        ..e
+                    });
+                    continue;
+                }
+                Err(e) => return Err(e),
+            };
+            let st = self
+                .chassis_status(&mut s, call)
+                .await
+                .map_err(|e| DriverError {
+                    state_unknown: sent || e.state_unknown,
+                    ..e
+                })?;
+            if st.power_on == want_on {
+                s.close().await;
+                let mut r = self.power_reading(ctx, st);
+                if !sent {
+                    r.detail = format!("already {word}: {}", r.detail);
+                }
+                return Ok(r);
+            }
+            match self
+                .command(
+                    &mut s,
+                    call,
+                    name,
+                    (netfn::CHASSIS, cmd::CHASSIS_CONTROL),
+                    &[control],
+                    true,
+                )
+                .await
+            {
+                Ok(_) => {
+                    tracing::info!(controller = %self.id, call, "Sent {name}; reading power back");
+                    return self.wait_power(ctx, call, Some(s), want_on).await;
+                }
+                Err(e) if e.state_unknown => {
+                    tracing::warn!(controller = %self.id, call, error = %e, "The answer to {name} was lost; reading power again");
+                    sent = true;
+                    last = Some(e);
+                }
+                Err(e) => return Err(e),
+            }
         }
-        self.command(
-            &mut s,
-            CALL,
-            "Chassis Control power down",
-            (netfn::CHASSIS, cmd::CHASSIS_CONTROL),
-            &[CHASSIS_POWER_DOWN],
-            true,
-        )
-        .await?;
-        tracing::info!(controller = %self.id, "Sent Chassis Control power down; reading power back");
-        self.wait_power(ctx, CALL, Some(s), false).await
-    }
-
-    async fn power_on(&self, ctx: &CallContext) -> Result<Reading, DriverError> {
-        const CALL: &str = "power.on";
-        let mut s = self.open(CALL).await?;
-        let st = self.chassis_status(&mut s, CALL).await?;
-        if st.power_on {
-            s.close().await;
-            let mut r = self.power_reading(ctx, st);
-            r.detail = format!("already on: {}", r.detail);
-            return Ok(r);
-        }
-        self.command(
-            &mut s,
-            CALL,
-            "Chassis Control power up",
-            (netfn::CHASSIS, cmd::CHASSIS_CONTROL),
-            &[CHASSIS_POWER_UP],
-            true,
-        )
-        .await?;
-        self.wait_power(ctx, CALL, Some(s), true).await
+        Err(last.unwrap_or_else(|| {
+            DriverError::new(
+                ErrorKind::Unreachable,
+                &self.id,
+                call,
+                "no round completed",
+                true,
+            )
+        }))
     }
 
     async fn check_power(&self, ctx: &CallContext) -> Result<Reading, DriverError> {
@@ -896,7 +941,10 @@ impl Driver for IpmiDriver {
 
     async fn perform(&self, ctx: &CallContext, target: &Target) -> Result<Reading, DriverError> {
         match target.capability.as_str() {
-            POWER_OFF => ctx.run(&self.id, "power.off", self.power_off(ctx)).await,
+            POWER_OFF => {
+                ctx.run(&self.id, "power.off", self.set_power(ctx, false))
+                    .await
+            }
             WATCHDOG => {
                 ctx.run(&self.id, "watchdog arm", self.arm(ctx, target))
                     .await
@@ -909,7 +957,8 @@ impl Driver for IpmiDriver {
         match target.capability.as_str() {
             POWER_OFF => {
                 // The reading describes the capability's condition (host off): false now.
-                ctx.run(&self.id, "power.on", self.power_on(ctx)).await
+                ctx.run(&self.id, "power.on", self.set_power(ctx, true))
+                    .await
             }
             WATCHDOG => {
                 ctx.run(&self.id, "watchdog disarm", self.disarm(ctx, target))
