@@ -516,74 +516,20 @@ impl IpmiDriver {
         let watchdog = self.watchdog(&mut s, CALL).await;
         s.close().await;
 
-        let operator = privilege >= Privilege::Operator && privilege != Privilege::Oem;
-        let power_grade = match (&chassis, operator) {
-            (Err(e), _) => (
-                Grade::Failed,
-                format!(
-                    "Get Chassis Status failed, so power cannot be read back: {}",
-                    e.message
-                ),
-            ),
-            (Ok(_), false) => (
-                Grade::Unverifiable,
-                format!(
-                    "the session runs at {privilege} ({privilege_source}); Chassis Control needs OPERATOR, and only sending it would tell"
-                ),
-            ),
-            (Ok(_), true) if firewall => (
-                Grade::Inferred,
-                format!(
-                    "the session runs at {privilege} ({privilege_source}) and reads chassis power; the BMC has the firmware firewall, which may disable Chassis Control, and its command enables were not read"
-                ),
-            ),
-            (Ok(_), true) => (
-                Grade::Proven,
-                format!(
-                    "the BMC granted the session {privilege} ({privilege_source}), enough for Chassis Control, and answered Get Chassis Status"
-                ),
-            ),
-        };
-        let watchdog_grade = match (&watchdog, operator) {
-            (Err(e), _) if e.kind == ErrorKind::Unsupported => (
-                Grade::Failed,
-                format!("the BMC has no watchdog: {}", e.message),
-            ),
-            (Err(e), _) => (
-                Grade::Unverifiable,
-                format!("Get Watchdog Timer failed: {}", e.message),
-            ),
-            (Ok(_), false) => (
-                Grade::Unverifiable,
-                format!(
-                    "the session runs at {privilege}; Set Watchdog Timer needs OPERATOR, and only sending it would tell"
-                ),
-            ),
-            (Ok(w), true) if w.running().is_none() => {
-                warnings.push(format!(
-                    "Get Watchdog Timer answers {} of {} bytes: the watchdog's running state cannot be read, so its checks will say UNKNOWN; arming and renewing are reported from Reset Watchdog Timer's acceptance",
-                    w.len,
-                    wire::WATCHDOG_ANSWER_LEN
-                ));
-                (
-                    Grade::Unverifiable,
-                    format!(
-                        "the session runs at {privilege}, enough for Set Watchdog Timer, but Get Watchdog Timer answers {} of {} bytes, so an armed timer cannot be read back",
-                        w.len,
-                        wire::WATCHDOG_ANSWER_LEN
-                    ),
-                )
-            }
-            (Ok(_), true) => (
-                Grade::Inferred,
-                format!(
-                    "the session runs at {privilege}, enough for Set Watchdog Timer, and the timer reads back; that its expiry powers the host off is not tested (that would fence it)"
-                ),
-            ),
-        };
+        let power_grade = grade_power(
+            chassis.as_ref().map(|_| ()).map_err(|e| e.message.as_str()),
+            privilege,
+            privilege_source,
+            firewall,
+        );
+        let (watchdog_grade, warning) = grade_watchdog(
+            watchdog.as_ref().map_err(|e| (e.kind, e.message.as_str())),
+            privilege,
+        );
+        warnings.extend(warning);
         if privilege == Privilege::Administrator {
             warnings.push(
-                "the user has ADMINISTRATOR; OPERATOR is enough for power control and the watchdog"
+                "the session runs at ADMINISTRATOR; an account limited to OPERATOR is enough for power control and the watchdog"
                     .into(),
             );
         }
@@ -835,6 +781,97 @@ impl IpmiDriver {
     }
 }
 
+/// Grades `power.off` from what a probe read (protocols.md §2.6): Chassis Control needs
+/// OPERATOR, and the BMC's word on the session's privilege is proof unless a firmware
+/// firewall may disable single commands.
+fn grade_power(
+    chassis: Result<(), &str>,
+    privilege: Privilege,
+    privilege_source: &str,
+    firewall: bool,
+) -> (Grade, String) {
+    let operator = privilege >= Privilege::Operator && privilege != Privilege::Oem;
+    match (chassis, operator) {
+        (Err(m), _) => (
+            Grade::Failed,
+            format!("Get Chassis Status failed, so power cannot be read back: {m}"),
+        ),
+        (Ok(()), false) => (
+            Grade::Unverifiable,
+            format!(
+                "the session runs at {privilege} ({privilege_source}); Chassis Control needs OPERATOR, and only sending it would tell"
+            ),
+        ),
+        (Ok(()), true) if firewall => (
+            Grade::Inferred,
+            format!(
+                "the session runs at {privilege} ({privilege_source}) and reads chassis power; the BMC has the firmware firewall, which may disable Chassis Control, and its command enables were not read"
+            ),
+        ),
+        (Ok(()), true) => (
+            Grade::Proven,
+            format!(
+                "the BMC granted the session {privilege} ({privilege_source}), enough for Chassis Control, and answered Get Chassis Status"
+            ),
+        ),
+    }
+}
+
+/// Grades `watchdog` from a probe's Get Watchdog Timer, with a warning when the timer's
+/// running state cannot be read back.
+fn grade_watchdog(
+    watchdog: Result<&WatchdogTimer, (ErrorKind, &str)>,
+    privilege: Privilege,
+) -> ((Grade, String), Option<String>) {
+    let operator = privilege >= Privilege::Operator && privilege != Privilege::Oem;
+    match (watchdog, operator) {
+        (Err((ErrorKind::Unsupported, m)), _) => (
+            (Grade::Failed, format!("the BMC has no watchdog: {m}")),
+            None,
+        ),
+        (Err((_, m)), _) => (
+            (
+                Grade::Unverifiable,
+                format!("Get Watchdog Timer failed: {m}"),
+            ),
+            None,
+        ),
+        (Ok(_), false) => (
+            (
+                Grade::Unverifiable,
+                format!(
+                    "the session runs at {privilege}; Set Watchdog Timer needs OPERATOR, and only sending it would tell"
+                ),
+            ),
+            None,
+        ),
+        (Ok(w), true) if w.running().is_none() => (
+            (
+                Grade::Unverifiable,
+                format!(
+                    "the session runs at {privilege}, enough for Set Watchdog Timer, but Get Watchdog Timer answers {} of {} bytes, so an armed timer cannot be read back",
+                    w.len,
+                    wire::WATCHDOG_ANSWER_LEN
+                ),
+            ),
+            Some(format!(
+                "Get Watchdog Timer answers {} of {} bytes: the watchdog's running state cannot be read, so its checks will say UNKNOWN; arming and renewing are reported from Reset Watchdog Timer's acceptance",
+                w.len,
+                wire::WATCHDOG_ANSWER_LEN
+            )),
+        ),
+        (Ok(_), true) => (
+            (
+                Grade::Inferred,
+                format!(
+                    "the session runs at {privilege}, enough for Set Watchdog Timer, and the timer reads back; that its expiry powers the host off is not tested (that would fence it)"
+                ),
+            ),
+            None,
+        ),
+    }
+}
+
 fn grade(capability: &str, (grade, reason): (Grade, String)) -> CapabilityGrade {
     CapabilityGrade {
         capability: capability.into(),
@@ -1064,6 +1101,38 @@ mod tests {
         let (holds, detail) = watchdog_armed(&timer(&[0x04, 0x00, 0, 0, 0x64, 0]), false).unwrap();
         assert!(!holds);
         assert!(detail.contains("action none"), "{detail}");
+    }
+
+    #[test]
+    fn power_control_grades_follow_the_sessions_privilege() {
+        let g = |p, fw| grade_power(Ok(()), p, "Get Session Info", fw).0;
+        assert_eq!(g(Privilege::Administrator, false), Grade::Proven);
+        assert_eq!(g(Privilege::Operator, false), Grade::Proven);
+        assert_eq!(g(Privilege::Operator, true), Grade::Inferred);
+        assert_eq!(g(Privilege::User, false), Grade::Unverifiable);
+        assert_eq!(g(Privilege::Callback, false), Grade::Unverifiable);
+        assert_eq!(g(Privilege::Oem, false), Grade::Unverifiable);
+        let (grade, reason) = grade_power(Err("timeout"), Privilege::Administrator, "x", false);
+        assert_eq!(grade, Grade::Failed);
+        assert!(reason.contains("timeout"));
+    }
+
+    #[test]
+    fn watchdog_grades_say_why() {
+        let full = timer(&[0x04, 0x02, 0, 0, 0x64, 0, 0x64, 0]);
+        let short = timer(&[0x04, 0x02, 0, 0, 0x64, 0]);
+        let ((g, _), w) = grade_watchdog(Ok(&full), Privilege::Operator);
+        assert_eq!((g, w), (Grade::Inferred, None));
+        let ((g, _), w) = grade_watchdog(Ok(&short), Privilege::Operator);
+        assert_eq!(g, Grade::Unverifiable);
+        assert!(w.unwrap().contains("6 of 8 bytes"));
+        let ((g, _), _) = grade_watchdog(Ok(&full), Privilege::User);
+        assert_eq!(g, Grade::Unverifiable);
+        let ((g, _), _) = grade_watchdog(
+            Err((ErrorKind::Unsupported, "0xc1")),
+            Privilege::Administrator,
+        );
+        assert_eq!(g, Grade::Failed);
     }
 
     #[test]
