@@ -23,6 +23,8 @@ pub struct Failure {
     pub message: String,
     /// Whether the request may have reached the BMC (no answer came back).
     pub maybe_delivered: bool,
+    /// The BMC refused the privilege level asked for; a lower one may work.
+    pub role_refused: bool,
 }
 
 impl Failure {
@@ -31,6 +33,7 @@ impl Failure {
             kind,
             message: message.into(),
             maybe_delivered: false,
+            role_refused: false,
         }
     }
 }
@@ -143,6 +146,7 @@ async fn exchange<T>(
             kind: ErrorKind::Protocol,
             message: format!("UDP {addr} answered {what} with bytes that are not RMCP+: {m}"),
             maybe_delivered: true,
+            role_refused: false,
         });
     }
     Err(Failure {
@@ -153,6 +157,7 @@ async fn exchange<T>(
             retry.interval.as_millis()
         ),
         maybe_delivered: true,
+        role_refused: false,
     })
 }
 
@@ -168,13 +173,15 @@ fn status_failure(step: &str, status: u8) -> Failure {
         0x01 | 0x0B => ErrorKind::Rejected,
         _ => ErrorKind::Protocol,
     };
-    Failure::new(
+    let mut f = Failure::new(
         kind,
         format!(
             "{step} refused: status 0x{status:02x} ({})",
             wire::rmcp_status_text(status)
         ),
-    )
+    );
+    f.role_refused = matches!(status, 0x09 | 0x0A);
+    f
 }
 
 /// Takes the handshake answer of `want` type for our console session id.
@@ -235,8 +242,31 @@ fn seal(
 }
 
 impl Session {
-    /// Opens a session: cipher suite 3, the highest of `params.privileges` the BMC grants.
+    /// Opens a session: cipher suite 3, the highest of `params.privileges` the BMC grants
+    /// (a BMC refuses a level above the user's limit, in RAKP 2 or in Set Session Privilege
+    /// Level; each level is a fresh handshake).
     pub async fn open(params: &Params<'_>) -> Result<Session, Failure> {
+        let mut refused = Vec::new();
+        for &level in params.privileges {
+            match Self::open_at(params, level).await {
+                Ok(s) => return Ok(s),
+                Err(f) if f.role_refused => {
+                    tracing::debug!(privilege = %level, reason = %f.message, "The BMC refused a privilege level; trying the next");
+                    refused.push(format!("{level}: {}", f.message));
+                }
+                Err(f) => return Err(f),
+            }
+        }
+        Err(Failure::new(
+            ErrorKind::Auth,
+            format!(
+                "the BMC refused every privilege level asked for ({})",
+                refused.join("; ")
+            ),
+        ))
+    }
+
+    async fn open_at(params: &Params<'_>, level: Privilege) -> Result<Session, Failure> {
         let addr = params.addr;
         let username = params.username.as_bytes();
         if username.len() > wire::MAX_USERNAME {
@@ -256,12 +286,6 @@ impl Session {
                 "the password is longer than the 20 bytes IPMI 2.0 allows",
             ));
         }
-        let Some(&first) = params.privileges.first() else {
-            return Err(Failure::new(
-                ErrorKind::Auth,
-                "no privilege level to ask for",
-            ));
-        };
         let bind: SocketAddr = if addr.is_ipv4() {
             "0.0.0.0:0".parse().expect("literal address")
         } else {
@@ -327,7 +351,7 @@ impl Session {
             console_sid,
             bmc_sid: resp.bmc_sid,
             rm: random::<16>(&rng)?,
-            role: 0x10 | first as u8,
+            role: 0x10 | level as u8,
             username: username.to_vec(),
         };
         let m1 = rakp.message1(tag);
@@ -401,45 +425,37 @@ impl Session {
             rq_seq: 0,
             open: true,
             retry: params.retry,
-            privilege: first,
+            privilege: level,
             rakp_guid: r2.guid,
         };
-        // The session starts below the requested maximum; raise it, falling back level by
-        // level (0x80-0x82: level not available to this user or channel).
-        let mut last = None;
-        for &level in params.privileges {
-            let r = session
-                .request(
-                    wire::netfn::APP,
-                    wire::cmd::SET_SESSION_PRIVILEGE,
-                    &[level as u8],
-                )
-                .await?;
-            if r.cc == 0 {
-                session.privilege = r
-                    .data
-                    .first()
-                    .and_then(|b| Privilege::from_u8(b & 0x0F))
-                    .unwrap_or(level);
-                return Ok(session);
-            }
-            last = Some(r.cc);
+        // The session starts below the requested maximum; raise it (0x80-0x82: the level is
+        // not available to this user or channel).
+        let r = session
+            .request(
+                wire::netfn::APP,
+                wire::cmd::SET_SESSION_PRIVILEGE,
+                &[level as u8],
+            )
+            .await?;
+        if r.cc == 0 {
+            session.privilege = r
+                .data
+                .first()
+                .and_then(|b| Privilege::from_u8(b & 0x0F))
+                .unwrap_or(level);
+            return Ok(session);
         }
-        let cc = last.unwrap_or(0xFF);
         session.close().await;
-        Err(Failure::new(
+        let mut f = Failure::new(
             ErrorKind::Auth,
             format!(
-                "Set Session Privilege Level refused every level asked for ({}): 0x{cc:02x} ({})",
-                params
-                    .privileges
-                    .iter()
-                    .map(|p| p.as_str())
-                    .collect::<Vec<_>>()
-                    .join(", "),
-                wire::completion_code_text(cc)
+                "Set Session Privilege Level {level} answered 0x{:02x} ({})",
+                r.cc,
+                wire::completion_code_text(r.cc)
             ),
-        ))
+        );
+        f.role_refused = matches!(r.cc, 0x80..=0x82 | 0xD4);
+        Err(f)
     }
 
     /// Sends one IPMI request in the session and returns the BMC's answer (any completion
