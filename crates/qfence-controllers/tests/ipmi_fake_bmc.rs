@@ -10,7 +10,7 @@ use std::sync::{Arc, Mutex};
 
 use ipmi_support::{ctx, driver, target};
 use qfence_controllers::Driver;
-use qfence_controllers::ipmi::wire::{self, Rakp, SessionKeys, cmd, netfn, payload};
+use qfence_controllers::ipmi::wire::{self, CipherSuite, Rakp, SessionKeys, cmd, netfn, payload};
 use qfence_model::Grade;
 use tokio::net::UdpSocket;
 
@@ -20,6 +20,8 @@ const PASSWORD: &[u8] = b"password";
 
 #[derive(Default)]
 struct Bmc {
+    /// Cipher suite 17 instead of 3.
+    suite17: bool,
     /// The highest privilege the user may have.
     max_privilege: u8,
     power_on: bool,
@@ -41,16 +43,33 @@ fn checksum(b: &[u8]) -> u8 {
 }
 
 impl Bmc {
+    fn suite(&self) -> CipherSuite {
+        if self.suite17 {
+            CipherSuite::Seventeen
+        } else {
+            CipherSuite::Three
+        }
+    }
+
     fn answer(&mut self, bytes: &[u8]) -> Option<Vec<u8>> {
-        let p = wire::parse_packet(bytes).ok()?;
+        let suite = self.suite();
+        let p = wire::parse_packet(bytes, suite.icv_len()).ok()?;
         let m = p.payload;
         match p.payload_type {
             payload::OPEN_SESSION_REQUEST => {
                 let mut r = vec![m[0], 0, 4, 0];
                 r.extend_from_slice(&m[4..8]);
                 r.extend_from_slice(&0x0B0C_0D0Eu32.to_le_bytes());
-                for i in 0..3u8 {
-                    r.extend_from_slice(&[i, 0, 0, 8, 1, 0, 0, 0]);
+                // this BMC offers one suite and refuses proposals of any other
+                let proposed = [m[12], m[20], m[28]];
+                if proposed != suite.algorithms() {
+                    return Some(handshake(
+                        payload::OPEN_SESSION_RESPONSE,
+                        &[m[0], 0x11, 0, 0],
+                    ));
+                }
+                for (i, a) in suite.algorithms().into_iter().enumerate() {
+                    r.extend_from_slice(&[i as u8, 0, 0, 8, a, 0, 0, 0]);
                 }
                 self.rakp = Some((
                     Rakp {
@@ -59,6 +78,7 @@ impl Bmc {
                         rm: [0; 16],
                         role: 0,
                         username: vec![],
+                        suite,
                     },
                     m[0],
                 ));
@@ -91,7 +111,7 @@ impl Bmc {
                 if ok {
                     let sik = rakp.sik(PASSWORD, &RC);
                     r.extend_from_slice(&rakp.expected_rakp4_icv(&sik, &GUID));
-                    self.keys = Some(SessionKeys::from_sik(&sik));
+                    self.keys = Some(SessionKeys::from_sik(suite, &sik));
                     self.session_privilege = 2;
                 }
                 Some(handshake(payload::RAKP4, &r))
@@ -313,4 +333,55 @@ async fn a_complete_watchdog_answer_makes_check_arm_and_disarm_provable() {
     assert!(!r.holds, "{}", r.detail);
     assert!(!bmc.lock().unwrap().wd_running);
     assert!(!d.check(&ctx(5), &wd).await.unwrap().holds);
+}
+
+#[tokio::test]
+async fn cipher_suite_17_opens_sessions_and_fences() {
+    use qfence_controllers::ipmi::IpmiDriver;
+    use qfence_model::config::ControllerKind;
+
+    let (endpoint, bmc) = start(Bmc {
+        suite17: true,
+        max_privilege: 4,
+        power_on: true,
+        ..Bmc::default()
+    })
+    .await;
+    // suite 3 is refused by this BMC: no cipher suite match
+    let e = driver(&endpoint, "password")
+        .probe(&ctx(5))
+        .await
+        .unwrap_err();
+    assert_eq!(e.kind, qfence_controllers::ErrorKind::Unsupported, "{e}");
+
+    let mut config = ipmi_support::config(&endpoint, "admin");
+    config.kind = ControllerKind::Ipmi {
+        endpoint: endpoint.clone(),
+        username: "admin".into(),
+        cipher_suite: 17,
+    };
+    let d = IpmiDriver::build(
+        qfence_model::ControllerId::new("bmc-17").unwrap(),
+        &config,
+        secrecy::SecretString::from("password".to_owned()),
+    )
+    .unwrap();
+    let probe = d.probe(&ctx(5)).await.expect("probe over suite 17");
+    assert_eq!(probe.identity.facts["cipher_suite"], "17");
+    let r = d
+        .perform(&ctx(5), &target("power.off", &[]))
+        .await
+        .expect("fence");
+    assert!(r.holds, "{}", r.detail);
+    assert!(!bmc.lock().unwrap().power_on);
+
+    // the wrong password is caught in RAKP 2 with SHA-256 too
+    let bad = IpmiDriver::build(
+        qfence_model::ControllerId::new("bmc-17").unwrap(),
+        &config,
+        secrecy::SecretString::from("nope".to_owned()),
+    )
+    .unwrap();
+    let e = bad.probe(&ctx(5)).await.unwrap_err();
+    assert_eq!(e.kind, qfence_controllers::ErrorKind::Auth, "{e}");
 }

@@ -9,7 +9,7 @@ use qfence_model::{ControllerId, ControllerType, Grade};
 use secrecy::SecretString;
 
 use super::session::{Failure, Params, Retry, Session};
-use super::wire::{self, Privilege, WatchdogAction, WatchdogTimer, cmd, netfn};
+use super::wire::{self, CipherSuite, Privilege, WatchdogAction, WatchdogTimer, cmd, netfn};
 use crate::driver::{
     CallContext, CapabilityGrade, Discovered, Driver, DriverError, ErrorKind, Identity, Probe,
     Reading, Target,
@@ -48,7 +48,7 @@ const PRIVILEGES: [Privilege; 3] = [
     Privilege::User,
 ];
 
-/// An IPMI BMC reached over LAN with RMCP+ (cipher suite 3).
+/// An IPMI BMC reached over LAN with RMCP+ (cipher suite 3 or 17).
 #[derive(Debug)]
 pub struct IpmiDriver {
     id: ControllerId,
@@ -56,6 +56,7 @@ pub struct IpmiDriver {
     port: u16,
     username: String,
     password: SecretString,
+    suite: CipherSuite,
     retry: Retry,
 }
 
@@ -167,17 +168,19 @@ impl IpmiDriver {
                 false,
             ));
         };
-        if *cipher_suite != 3 {
+        let Some(suite) = CipherSuite::from_number(*cipher_suite) else {
             return Err(DriverError::new(
                 ErrorKind::Unsupported,
                 &id,
                 "build",
                 format!(
-                    "cipher suite {cipher_suite} is not supported; qfence's IPMI driver speaks cipher suite 3 (RAKP-HMAC-SHA1, HMAC-SHA1-96, AES-CBC-128)"
+                    "cipher suite {cipher_suite} is not supported; qfence's IPMI driver speaks cipher suites 3 ({}) and 17 ({})",
+                    CipherSuite::Three.describe(),
+                    CipherSuite::Seventeen.describe()
                 ),
                 false,
             ));
-        }
+        };
         if username.len() > wire::MAX_USERNAME {
             return Err(DriverError::new(
                 ErrorKind::Auth,
@@ -198,6 +201,7 @@ impl IpmiDriver {
             port,
             username: username.clone(),
             password,
+            suite,
             retry: Retry::default(),
         })
     }
@@ -249,6 +253,7 @@ impl IpmiDriver {
             username: &self.username,
             password: &self.password,
             privileges: &PRIVILEGES,
+            suite: self.suite,
             retry: self.retry,
         };
         let s = Session::open(&params)
@@ -499,7 +504,7 @@ impl IpmiDriver {
             None => (s.privilege, "Set Session Privilege Level"),
         };
         facts.insert("privilege".into(), privilege.to_string());
-        facts.insert("cipher_suite".into(), "3".into());
+        facts.insert("cipher_suite".into(), self.suite.number().to_string());
 
         let chassis = self.chassis_status(&mut s, CALL).await;
         if let Ok(st) = &chassis {

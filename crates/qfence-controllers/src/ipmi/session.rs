@@ -13,7 +13,7 @@ use tokio::net::UdpSocket;
 use tokio::time::{Instant, timeout_at};
 use zeroize::Zeroizing;
 
-use super::wire::{self, IpmiResponse, Packet, Privilege, Rakp, SessionKeys, payload};
+use super::wire::{self, CipherSuite, IpmiResponse, Packet, Privilege, Rakp, SessionKeys, payload};
 use crate::driver::ErrorKind;
 
 /// Why a session step failed, before the driver names the controller and call.
@@ -64,6 +64,7 @@ pub struct Params<'a> {
     pub password: &'a SecretString,
     /// The privileges to ask for, highest first; the first the BMC grants is used.
     pub privileges: &'a [Privilege],
+    pub suite: CipherSuite,
     pub retry: Retry,
 }
 
@@ -186,7 +187,8 @@ fn status_failure(step: &str, status: u8) -> Failure {
 
 /// Takes the handshake answer of `want` type for our console session id.
 fn handshake_payload(bytes: &[u8], want: u8) -> Answer<Packet<'_>> {
-    let p = match wire::parse_packet(bytes) {
+    // handshake packets carry no integrity code; the length only matters for junk
+    let p = match wire::parse_packet(bytes, 12) {
         Ok(p) => p,
         Err(m) => return Answer::Junk(m),
     };
@@ -300,7 +302,8 @@ impl Session {
         let tag = random::<1>(&rng)?[0];
 
         // Open Session
-        let request = wire::open_session_request(tag, console_sid);
+        let suite = params.suite;
+        let request = wire::open_session_request(tag, console_sid, suite);
         let resp = exchange(
             &sock,
             addr,
@@ -336,12 +339,14 @@ impl Session {
                 wire::Malformed("Open Session Response names another session".into()),
             ));
         }
-        if resp.algorithms != [0x01, 0x01, 0x01] {
+        if resp.algorithms != suite.algorithms() {
             return Err(Failure::new(
                 ErrorKind::Unsupported,
                 format!(
-                    "the BMC chose algorithms {:02x?}, not cipher suite 3 (RAKP-HMAC-SHA1, HMAC-SHA1-96, AES-CBC-128)",
-                    resp.algorithms
+                    "the BMC chose algorithms {:02x?}, not cipher suite {} ({})",
+                    resp.algorithms,
+                    suite.number(),
+                    suite.describe()
                 ),
             ));
         }
@@ -353,6 +358,7 @@ impl Session {
             rm: random::<16>(&rng)?,
             role: 0x10 | level as u8,
             username: username.to_vec(),
+            suite,
         };
         let m1 = rakp.message1(tag);
         let r2 = exchange(
@@ -366,7 +372,7 @@ impl Session {
                     bytes,
                     payload::RAKP2,
                     tag,
-                    wire::parse_rakp2,
+                    |m| wire::parse_rakp2(m, suite.auth_code_len()),
                     |r| r.tag,
                 ))
             },
@@ -400,7 +406,7 @@ impl Session {
                     bytes,
                     payload::RAKP4,
                     tag,
-                    wire::parse_rakp4,
+                    |m| wire::parse_rakp4(m, suite.icv_len()),
                     |r| r.tag,
                 ))
             },
@@ -418,7 +424,7 @@ impl Session {
 
         let mut session = Session {
             sock,
-            keys: SessionKeys::from_sik(&sik),
+            keys: SessionKeys::from_sik(suite, &sik),
             console_sid,
             bmc_sid: resp.bmc_sid,
             seq: 0,
@@ -485,7 +491,7 @@ impl Session {
             &what,
             || seal(keys, seq, bmc_sid, &message),
             |bytes| {
-                let p = match wire::parse_packet(bytes) {
+                let p = match wire::parse_packet(bytes, keys.icv_len()) {
                     Ok(p) => p,
                     Err(m) => return Ok(Answer::Junk(m)),
                 };
