@@ -1,12 +1,13 @@
-//! IPMI over LAN (RMCP+, `lanplus`, cipher suite 3): power fencing and the BMC watchdog as a
-//! dead-man switch.
+//! IPMI over LAN (RMCP+, `lanplus`, cipher suite 3 or 17): power fencing and the BMC watchdog
+//! as a dead-man switch.
 //!
 //! # The model
 //!
 //! A BMC controls one host. qfence talks to it over UDP with IPMI v2.0 RMCP+ sessions:
 //! every driver call opens a session (Open Session, RAKP 1-4 with HMAC-SHA1, then
-//! HMAC-SHA1-96 integrity and AES-CBC-128 confidentiality on every message), sends a few
-//! commands and closes it. Nothing is kept between calls, so a BMC reboot or a lost session
+//! HMAC-SHA1-96 integrity and AES-CBC-128 confidentiality on every message; suite 17 uses
+//! SHA-256 and HMAC-SHA256-128 instead), sends a few commands and closes it. The session asks
+//! for ADMINISTRATOR and steps down to OPERATOR, then USER, when the BMC refuses a level. Nothing is kept between calls, so a BMC reboot or a lost session
 //! never poisons the next call, and no task outlives a call.
 //!
 //! Two capabilities (see `qfence_model::catalog`):
@@ -43,7 +44,7 @@
 //! commands; a USER session is *unverifiable*. It never fences to test a permission.
 
 mod driver;
-pub mod session;
+mod session;
 pub mod wire;
 
 pub use driver::IpmiDriver;
