@@ -1,6 +1,6 @@
 # Shared helpers for the qfence emulator scripts. Source it; do not run it.
 #
-#   QFENCE_EMU_HOME    Python venvs                         (default /opt/qfence-emu)
+#   QFENCE_EMU_HOME    Python venvs, PG initdb cache        (default /opt/qfence-emu)
 #   QFENCE_EMU_RUN     state, certificates, logs, pid files (default /tmp/qfence-emu)
 #                      One run dir = one instance of each emulator: give every
 #                      parallel test its own QFENCE_EMU_RUN (and its own ports).
@@ -59,18 +59,28 @@ emu_python() {
     else command -v python3; fi
 }
 
-# venv_ready NAME : true if $QFENCE_EMU_HOME/NAME matches requirements/NAME.txt.
-venv_ready() {
-    local venv=$QFENCE_EMU_HOME/$1 req=$EMU_DIR/requirements/$1.txt
-    [ -x "$venv/bin/python" ] && [ -f "$venv/.qfence-installed" ] \
-        && [ "$(cat "$venv/.qfence-installed")" = "$(sha256sum < "$req" | cut -c1-64)" ]
+# venv_dir NAME : the venv for requirements/NAME.txt, named after a hash of
+# that file and the interpreter ($QFENCE_EMU_HOME/NAME-<hash>): a changed pin
+# makes a new venv beside the old one, and a venv in use is never rebuilt.
+venv_dir() {
+    local key
+    key=$({ cat "$EMU_DIR/requirements/$1.txt"; emu_python; } | sha256sum | cut -c1-12)
+    echo "$QFENCE_EMU_HOME/$1-$key"
 }
 
-# venv_install NAME : venv at $QFENCE_EMU_HOME/NAME with the pinned packages of
-# requirements/NAME.txt. Idempotent, and safe when several processes call it at
-# once (flock); a half-built venv (no stamp) is rebuilt.
+# venv_ready NAME : true if NAME's venv is complete.
+venv_ready() {
+    local venv
+    venv=$(venv_dir "$1")
+    [ -x "$venv/bin/python" ] && [ -f "$venv/.qfence-installed" ]
+}
+
+# venv_install NAME : make NAME's venv with the pinned packages of
+# requirements/NAME.txt. Idempotent, and safe when several processes call it
+# at once (flock); a half-built venv (no stamp) is rebuilt.
 venv_install() {
-    local name=$1 venv=$QFENCE_EMU_HOME/$1 req=$EMU_DIR/requirements/$1.txt
+    local name=$1 venv req=$EMU_DIR/requirements/$1.txt
+    venv=$(venv_dir "$name")
     venv_ready "$name" && return 0
     (
         flock 9
@@ -80,8 +90,8 @@ venv_install() {
         "$(emu_python)" -m venv "$venv"
         log "pip install -r requirements/$name.txt"
         "$venv/bin/pip" install -q --disable-pip-version-check -r "$req"
-        sha256sum < "$req" | cut -c1-64 > "$venv/.qfence-installed"
-    ) 9>"$QFENCE_EMU_HOME/.$name.lock"
+        date -u +%FT%TZ > "$venv/.qfence-installed"
+    ) 9>"$venv.lock"
 }
 
 # tls_cert DIR : DIR/ca.pem (a throw-away CA) and DIR/cert.pem + DIR/key.pem
@@ -139,6 +149,30 @@ wait_tcp() {
     done
     log "nothing listening on 127.0.0.1:$port after ${secs}s"
     return 1
+}
+
+# port_in_use PORT tcp|udp : true if something on this host (this network
+# namespace) listens on / is bound to that port, any address.
+port_in_use() {
+    local hex files
+    hex=$(printf ':%04X' "$1")
+    if [ "$2" = udp ]; then files=(/proc/net/udp /proc/net/udp6)
+        awk -v h="$hex" 'FNR > 1 && substr($2, length($2) - 4) == h { f = 1 } END { exit !f }' "${files[@]}" 2>/dev/null
+    else files=(/proc/net/tcp /proc/net/tcp6)
+        awk -v h="$hex" 'FNR > 1 && $4 == "0A" && substr($2, length($2) - 4) == h { f = 1 } END { exit !f }' "${files[@]}" 2>/dev/null
+    fi
+}
+
+# need_free_ports NAME tcp|udp PORT... : exit 4 if one is taken (so a start
+# never mistakes another process on that port for its own emulator).
+need_free_ports() {
+    local name=$1 proto=$2 p; shift 2
+    for p in "$@"; do
+        if port_in_use "$p" "$proto"; then
+            log "$name: $proto port $p on this host is already in use; choose another"
+            exit 4
+        fi
+    done
 }
 
 # start_bg NAME PORT CMD... : start CMD in its own session (so stop.sh can

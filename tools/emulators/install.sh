@@ -4,7 +4,7 @@
 #
 #   Debian: fence-agents openipmi ipmitool postgresql-15 openssl python3-venv curl
 #           (apt-get update once, only if something is missing)
-#   PyPI:   venvs $QFENCE_EMU_HOME/sushy and /fakepve, pinned in requirements/*.txt
+#   PyPI:   venvs $QFENCE_EMU_HOME/sushy-<hash> and fakepve-<hash>, pinned in requirements/*.txt
 #
 #   QFENCE_EMU_HOME (/opt/qfence-emu)  QFENCE_EMU_PYTHON (/usr/bin/python3)
 # Called by .ci/run before the tests; see README.md.
@@ -25,7 +25,7 @@ fi
 
 for v in sushy fakepve; do
     if venv_ready $v; then
-        step "venv $v: present ($QFENCE_EMU_HOME/$v)"
+        step "venv $v: present ($(venv_dir $v))"
     else
         t=$(now_ms); venv_install $v; step "venv $v: installed in $(( ($(now_ms) - t) / 1000 )) s"
     fi
@@ -40,7 +40,7 @@ check command -v fence_pve
 check command -v fence_ipmilan
 check test -x /usr/libexec/fence-agents/fence_kdump_send
 check test -x /usr/lib/postgresql/15/bin/initdb
-check "$QFENCE_EMU_HOME/sushy/bin/python" -c 'import sushy_tools.emulator.main, bcrypt'
-check "$QFENCE_EMU_HOME/fakepve/bin/python" -c 'import fakepve, aiohttp'
+check "$(venv_dir sushy)/bin/python" -c 'import sushy_tools.emulator.main, bcrypt'
+check "$(venv_dir fakepve)/bin/python" -c 'import fakepve, aiohttp'
 ms=$(( $(now_ms) - T0 ))
 step "ready in $((ms / 1000)).$((ms % 1000 / 100)) s (venvs in $QFENCE_EMU_HOME)"

@@ -27,6 +27,8 @@ DIR=$QFENCE_EMU_RUN/ipmi-sim-$N
 if already_running "$NAME" "$PORT"; then exit 0; fi
 
 apt_install openipmi ipmitool python3
+need_free_ports "$NAME" udp "$PORT"
+need_free_ports "$NAME" tcp "$VMPORT"
 mkdir -p "$DIR/state"
 STARTNOW=false; [ "${IPMI_START_ON:-1}" = 1 ] && STARTNOW=true
 

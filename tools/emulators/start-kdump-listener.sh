@@ -14,6 +14,7 @@ PORT=${KDUMP_PORT:-7410}
 if already_running $NAME "$PORT"; then exit 0; fi
 
 apt_install fence-agents python3
+need_free_ports $NAME udp "$PORT"
 start_bg $NAME "$PORT" /usr/bin/python3 -u "$EMU_DIR/kdump_listener.py" --host 127.0.0.1 --port "$PORT"
 # ready once the listener has logged {"listening": ...} (bound); give up if it died
 ok=0

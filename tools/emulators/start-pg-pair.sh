@@ -5,6 +5,8 @@
 #   PG_PRIMARY_PORT (5433)  PG_REPLICA_PORT (5434)   (5432 is left to Debian's own cluster)
 #   PG_SUPERPASS (postgres)  PG_REPLPASS (replpass)  PG_SYNC (0; 1 = synchronous replica)
 #   PG_FRESH (1 = stop any old pair and rebuild; 0 = keep data dirs, start if stopped)
+#   PG_FSYNC (0 = initdb/pg_basebackup --no-sync and fsync=off: throw-away test
+#             clusters, several times faster on a busy disk; 1 = durable)
 #
 # Layout: $QFENCE_EMU_RUN/pg/{primary,replica} (data), *.log, sockets in $QFENCE_EMU_RUN/pg.
 # Replica made with pg_basebackup -R -C -S replica1 (physical slot "replica1").
@@ -46,14 +48,29 @@ if [ "${PG_FRESH:-1}" = 1 ] || [ ! -d "$D/primary" ]; then
     for c in replica primary; do
         [ -f "$D/$c/postmaster.pid" ] && PG "$BIN/pg_ctl" -D "$D/$c" -m immediate -w stop >/dev/null 2>&1 || true
     done
+    need_free_ports $NAME tcp "$P1" "$P2"
     rm -rf "$D"
     mkdir -p "$D"
     chown postgres:postgres "$D"
     chmod 700 "$D"
-    printf '%s\n' "$SUPERPASS" > "$D/.pw"; chown postgres "$D/.pw"
-    PG "$BIN/initdb" -D "$D/primary" -U postgres --auth-local=trust --auth-host=scram-sha-256 \
-        --pwfile="$D/.pw" -E UTF8 --locale=C.UTF-8 >/dev/null
-    rm -f "$D/.pw"
+    NOSYNC=(); FSYNC=on
+    [ "${PG_FSYNC:-0}" = 1 ] || { NOSYNC=(--no-sync); FSYNC=off; }
+    # initdb takes ~1.5 s of CPU: the first pair's pristine data dir is kept in
+    # $QFENCE_EMU_HOME/pg15-initdb and copied for the next ones
+    TPL=$QFENCE_EMU_HOME/pg15-initdb
+    if [ -f "$TPL/.ready" ]; then
+        cp -a "$TPL/data" "$D/primary"
+    else
+        PG "$BIN/initdb" -D "$D/primary" -U postgres --auth-local=trust --auth-host=scram-sha-256 \
+            -E UTF8 --locale=C.UTF-8 "${NOSYNC[@]}" >/dev/null
+        (
+            flock 9
+            if [ ! -f "$TPL/.ready" ]; then
+                rm -rf "$TPL"; mkdir -p "$TPL"; chmod 700 "$TPL"
+                cp -a "$D/primary" "$TPL/data" && touch "$TPL/.ready"
+            fi
+        ) 9>"$QFENCE_EMU_HOME/.pg15-initdb.lock"
+    fi
     cat >> "$D/primary/postgresql.conf" <<EOF
 # --- qfence harness ---
 listen_addresses = '127.0.0.1'
@@ -66,12 +83,14 @@ hot_standby = on
 hot_standby_feedback = on
 wal_keep_size = '128MB'
 wal_log_hints = on          # lets pg_rewind re-attach an old primary
+fsync = $FSYNC                # PG_FSYNC
 logging_collector = off
 EOF
     echo "host replication replicator 127.0.0.1/32 scram-sha-256" >> "$D/primary/pg_hba.conf"
     PG "$BIN/pg_ctl" -D "$D/primary" -l "$D/primary.log" -w start >/dev/null
     PG "$BIN/psql" -h "$D" -p "$P1" -U postgres -qAt -c \
-        "CREATE ROLE replicator WITH REPLICATION LOGIN PASSWORD '$REPLPASS';" \
+        "ALTER ROLE postgres PASSWORD '$SUPERPASS';" \
+        -c "CREATE ROLE replicator WITH REPLICATION LOGIN PASSWORD '$REPLPASS';" \
         -c "CREATE DATABASE app;" >/dev/null
     PG "$BIN/psql" -h "$D" -p "$P1" -U postgres -d app -qAt -c \
         "CREATE TABLE heartbeat(id int primary key, ts timestamptz); INSERT INTO heartbeat VALUES (1, now());" >/dev/null
@@ -79,7 +98,7 @@ EOF
     # replica: base backup over TCP as the replication user, -R writes
     # standby.signal + primary_conninfo, -C -S creates the physical slot
     PG env PGPASSWORD="$REPLPASS" "$BIN/pg_basebackup" -h 127.0.0.1 -p "$P1" -U replicator \
-        -D "$D/replica" -R -C -S replica1 -X stream -c fast >/dev/null
+        -D "$D/replica" -R -C -S replica1 -X stream -c fast "${NOSYNC[@]}" >/dev/null
     cat >> "$D/replica/postgresql.conf" <<EOF
 port = $P2
 cluster_name = 'replica1'

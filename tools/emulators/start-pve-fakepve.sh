@@ -23,6 +23,7 @@ DIR=$QFENCE_EMU_RUN/fakepve
 if already_running $NAME "$PORT"; then exit 0; fi
 
 apt_install openssl python3-venv
+need_free_ports $NAME tcp "$PORT" "$CTL"
 venv_install fakepve
 tls_cert "$DIR"
 
@@ -43,7 +44,7 @@ cat > "$SCEN" <<EOF
 EOF
 fi
 
-start_bg $NAME "$PORT" "$QFENCE_EMU_HOME/fakepve/bin/python" "$EMU_DIR/fakepve_harness.py" \
+start_bg $NAME "$PORT" "$(venv_dir fakepve)/bin/python" "$EMU_DIR/fakepve_harness.py" \
     --scenario "$SCEN" --host 127.0.0.1 --port "$PORT" --ctl-port "$CTL" \
     --user "$USER_" --password "$PASS_" --cert "$DIR/cert.pem" --key "$DIR/key.pem" \
     --time-scale "${PVE_TIME_SCALE:-0.1}"

@@ -22,12 +22,14 @@ DIR=$QFENCE_EMU_RUN/sushy
 if already_running $NAME "$PORT"; then exit 0; fi
 
 apt_install openssl python3-venv
+need_free_ports $NAME tcp "$PORT"
 venv_install sushy
+PY=$(venv_dir sushy)/bin/python
 
 mkdir -p "$DIR/state"
 [ "${REDFISH_RESET_STATE:-0}" = 1 ] && rm -f "$DIR"/state/*
 # bcrypt htpasswd (the only digest sushy's basic-auth middleware accepts)
-"$QFENCE_EMU_HOME/sushy/bin/python" - "$USER_" "$PASS_" > "$DIR/htpasswd" <<'EOF'
+"$PY" - "$USER_" "$PASS_" > "$DIR/htpasswd" <<'EOF'
 import sys, bcrypt
 print(sys.argv[1] + ':' + bcrypt.hashpw(sys.argv[2].encode(), bcrypt.gensalt(rounds=4)).decode())
 EOF
@@ -57,7 +59,7 @@ SUSHY_EMULATOR_FAKE_SYSTEMS = [
 ]
 EOF
 
-start_bg $NAME "$PORT" "$QFENCE_EMU_HOME/sushy/bin/python" "$EMU_DIR/sushy_launcher.py" \
+start_bg $NAME "$PORT" "$PY" "$EMU_DIR/sushy_launcher.py" \
     --config "$DIR/emulator.conf"
 wait_tcp "$PORT" 30 $NAME || fail_with_log $NAME
 
