@@ -18,6 +18,15 @@ async fn probe_reads_the_guid_and_grades_power_control_without_fencing() {
 
     eprintln!("phase: probe");
     let probe = d.probe(&ctx(10)).await.expect("probe");
+    eprintln!("{probe:#?}");
+    // Get Channel Authentication Capabilities, outside the session
+    assert_eq!(probe.identity.facts["kg"], "not set");
+    // start-ipmi-sim.sh enables user 1 with an empty name
+    assert!(
+        probe.warnings.iter().any(|w| w.contains("null name")),
+        "{:?}",
+        probe.warnings
+    );
     assert_eq!(probe.identity.id, sim.expected_guid());
     assert_eq!(probe.identity.facts["guid_source"], "Get System GUID");
     assert_eq!(probe.identity.facts["privilege"], "ADMINISTRATOR");

@@ -8,7 +8,7 @@ use qfence_model::config::{ControllerConfig, ControllerKind};
 use qfence_model::{ControllerId, ControllerType, Grade};
 use secrecy::SecretString;
 
-use super::session::{Failure, Params, Retry, Session};
+use super::session::{self, Failure, Params, Retry, Session};
 use super::wire::{self, CipherSuite, Privilege, WatchdogAction, WatchdogTimer, cmd, netfn};
 use crate::driver::{
     CallContext, CapabilityGrade, Discovered, Driver, DriverError, ErrorKind, Identity, Probe,
@@ -457,9 +457,34 @@ impl IpmiDriver {
 
     async fn probe_inner(&self, _ctx: &CallContext) -> Result<Probe, DriverError> {
         const CALL: &str = "probe";
-        let mut s = self.open(CALL).await?;
         let mut facts = BTreeMap::new();
         let mut warnings = Vec::new();
+        // Every IPMI 2.0 BMC answers this outside a session; it says how logins are guarded.
+        let addr = self.addr(CALL).await?;
+        match session::channel_auth(addr, self.retry).await {
+            Ok(a) => {
+                facts.insert("kg".into(), if a.kg_set { "set" } else { "not set" }.into());
+                if a.anonymous_login {
+                    warnings.push(
+                        "the BMC allows anonymous login (null user name and password)".into(),
+                    );
+                }
+                if a.null_usernames {
+                    warnings.push(
+                        "the BMC has a user with a null name enabled: anyone with its password can log in without a user name".into(),
+                    );
+                }
+                if !a.ipmi20 {
+                    warnings.push("the BMC does not announce IPMI 2.0 (RMCP+) support".into());
+                }
+            }
+            Err(f) if f.kind == ErrorKind::Unreachable => return Err(self.err(CALL, f, false)),
+            Err(f) => warnings.push(format!(
+                "Get Channel Authentication Capabilities failed: {}",
+                f.message
+            )),
+        }
+        let mut s = self.open(CALL).await?;
 
         let (guid, source) = self.guid(&mut s, CALL).await?;
         facts.insert("guid_source".into(), source.into());

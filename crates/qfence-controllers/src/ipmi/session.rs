@@ -222,6 +222,62 @@ fn handshake<T>(
     }
 }
 
+/// Asks the BMC for Get Channel Authentication Capabilities (for the current channel, at
+/// ADMINISTRATOR), outside any session.
+pub async fn channel_auth(addr: SocketAddr, retry: Retry) -> Result<wire::ChannelAuth, Failure> {
+    let sock = bound(addr).await?;
+    let m = wire::ipmi_request(
+        wire::netfn::APP,
+        wire::cmd::GET_CHANNEL_AUTH_CAPS,
+        1,
+        &[0x8E, 0x04],
+    );
+    let packet = wire::build_sessionless(&m);
+    let r = exchange(
+        &sock,
+        addr,
+        retry,
+        "Get Channel Authentication Capabilities",
+        || Ok(packet.clone()),
+        |bytes| {
+            let r = match wire::parse_sessionless(bytes).and_then(wire::parse_ipmi_response) {
+                Ok(r) => r,
+                Err(m) => return Ok(Answer::Junk(m)),
+            };
+            if r.cmd != wire::cmd::GET_CHANNEL_AUTH_CAPS || r.rq_seq != 1 {
+                return Ok(Answer::Ignore);
+            }
+            Ok(Answer::Take(r))
+        },
+    )
+    .await?;
+    if r.cc != 0 {
+        return Err(Failure::new(
+            ErrorKind::Rejected,
+            format!(
+                "Get Channel Authentication Capabilities answered 0x{:02x} ({})",
+                r.cc,
+                wire::completion_code_text(r.cc)
+            ),
+        ));
+    }
+    wire::parse_channel_auth(&r.data).map_err(|m| protocol(addr, m))
+}
+
+/// A UDP socket connected to the BMC.
+async fn bound(addr: SocketAddr) -> Result<UdpSocket, Failure> {
+    let bind: SocketAddr = if addr.is_ipv4() {
+        "0.0.0.0:0".parse().expect("literal address")
+    } else {
+        "[::]:0".parse().expect("literal address")
+    };
+    let sock = UdpSocket::bind(bind)
+        .await
+        .map_err(|e| io_failure(addr, &e))?;
+    sock.connect(addr).await.map_err(|e| io_failure(addr, &e))?;
+    Ok(sock)
+}
+
 /// Encrypts and signs one IPMI message with the next session sequence number (never 0: that
 /// is for session-less messages).
 fn seal(
@@ -288,15 +344,7 @@ impl Session {
                 "the password is longer than the 20 bytes IPMI 2.0 allows",
             ));
         }
-        let bind: SocketAddr = if addr.is_ipv4() {
-            "0.0.0.0:0".parse().expect("literal address")
-        } else {
-            "[::]:0".parse().expect("literal address")
-        };
-        let sock = UdpSocket::bind(bind)
-            .await
-            .map_err(|e| io_failure(addr, &e))?;
-        sock.connect(addr).await.map_err(|e| io_failure(addr, &e))?;
+        let sock = bound(addr).await?;
         let rng = SystemRandom::new();
         let console_sid = u32::from_le_bytes(random::<4>(&rng)?) | 1;
         let tag = random::<1>(&rng)?[0];

@@ -55,6 +55,8 @@ pub mod cmd {
     pub const GET_DEVICE_ID: u8 = 0x01;
     /// App: Get Device GUID.
     pub const GET_DEVICE_GUID: u8 = 0x08;
+    /// App: Get Channel Authentication Capabilities (session-less, IPMI v1.5 framing).
+    pub const GET_CHANNEL_AUTH_CAPS: u8 = 0x38;
     /// App: Get NetFn Support (IPMI 2.0 firmware firewall).
     pub const GET_NETFN_SUPPORT: u8 = 0x09;
     /// App: Reset Watchdog Timer.
@@ -859,8 +861,73 @@ pub fn completion_code_text(cc: u8) -> &'static str {
     }
 }
 
+/// Frames an IPMI v1.5 session-less message (authentication type none, session 0), the
+/// form Get Channel Authentication Capabilities takes before any session exists.
+pub fn build_sessionless(message: &[u8]) -> Vec<u8> {
+    let mut p = RMCP_HEADER.to_vec();
+    p.push(0x00);
+    p.extend_from_slice(&[0; 8]);
+    p.push(message.len() as u8);
+    p.extend_from_slice(message);
+    p
+}
+
+/// Decodes an IPMI v1.5 session-less packet and returns its IPMI message.
+pub fn parse_sessionless(buf: &[u8]) -> Result<&[u8], Malformed> {
+    let mut r = Reader::new(buf, "IPMI v1.5 packet");
+    let rmcp = r.take(4)?;
+    if rmcp[0] != 0x06 || rmcp[3] & 0x1F != 0x07 {
+        return Err(malformed(format!(
+            "not an RMCP IPMI message (header {rmcp:02x?})"
+        )));
+    }
+    let auth_type = r.u8()?;
+    if auth_type != 0x00 {
+        return Err(malformed(format!(
+            "authentication type 0x{auth_type:02x} in a session-less answer"
+        )));
+    }
+    let _seq = r.u32()?;
+    let session = r.u32()?;
+    if session != 0 {
+        return Err(malformed("session-less answer names a session"));
+    }
+    let len = usize::from(r.u8()?);
+    r.take(len)
+}
+
 // ---------------------------------------------------------------------------------------------
 // Command answers
+
+/// Get Channel Authentication Capabilities, the parts that matter for security.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct ChannelAuth {
+    pub channel: u8,
+    /// The BMC speaks IPMI 2.0 (RMCP+).
+    pub ipmi20: bool,
+    /// A BMC key (Kg) other than the default is set.
+    pub kg_set: bool,
+    /// Users with a null name are enabled.
+    pub null_usernames: bool,
+    /// Anonymous login (null name and null password) is enabled.
+    pub anonymous_login: bool,
+}
+
+/// Decodes Get Channel Authentication Capabilities data.
+pub fn parse_channel_auth(data: &[u8]) -> Result<ChannelAuth, Malformed> {
+    let mut r = Reader::new(data, "Get Channel Authentication Capabilities answer");
+    let channel = r.u8()? & 0x0F;
+    let _auth_types = r.u8()?;
+    let flags = r.u8()?;
+    let ext = r.u8()?;
+    Ok(ChannelAuth {
+        channel,
+        ipmi20: ext & 0x02 != 0,
+        kg_set: flags & 0x20 != 0,
+        null_usernames: flags & 0x02 != 0,
+        anonymous_login: flags & 0x01 != 0,
+    })
+}
 
 /// Get Chassis Status, first byte (current power state).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -1135,6 +1202,17 @@ mod tests {
     }
 
     #[test]
+    fn sessionless_packets_round_trip() {
+        let m = ipmi_request(netfn::APP, cmd::GET_CHANNEL_AUTH_CAPS, 1, &[0x8E, 0x04]);
+        let p = build_sessionless(&m);
+        assert_eq!(p.len(), 4 + 10 + m.len());
+        assert_eq!(parse_sessionless(&p).unwrap(), &m[..]);
+        assert!(parse_sessionless(&p[..p.len() - 1]).is_err());
+        let a = parse_channel_auth(&[0x01, 0x97, 0x06, 0x02, 0, 0, 0, 0]).unwrap();
+        assert!(a.ipmi20 && a.null_usernames && !a.anonymous_login && !a.kg_set);
+    }
+
+    #[test]
     fn guids_print_like_ipmitool() {
         // ipmi_sim's lan.conf guid for port 6269, as `ipmitool mc guid` shows it
         let raw = hex::decode("a123456789abcdefa12345670000187d").unwrap();
@@ -1212,6 +1290,8 @@ mod tests {
         fn no_decoder_panics_on_arbitrary_bytes(bytes in proptest::collection::vec(any::<u8>(), 0..200)) {
             let _ = parse_packet(&bytes, 12);
             let _ = parse_packet(&bytes, 16);
+            let _ = parse_sessionless(&bytes);
+            let _ = parse_channel_auth(&bytes);
             let _ = parse_packet(&bytes, 99);
             let _ = parse_open_session_response(&bytes);
             let _ = parse_rakp2(&bytes, 20);
