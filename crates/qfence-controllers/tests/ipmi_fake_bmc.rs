@@ -53,6 +53,15 @@ impl Bmc {
 
     fn answer(&mut self, bytes: &[u8]) -> Option<Vec<u8>> {
         let suite = self.suite();
+        if let Ok(req) = wire::parse_sessionless(bytes) {
+            // Get Channel Authentication Capabilities: IPMI 2.0, named users only, no Kg
+            let mut r = vec![0x81, (netfn::APP + 1) << 2];
+            r.push(checksum(&r));
+            let body = [0x20, req[4], req[5], 0, 0x01, 0x80, 0x04, 0x02, 0, 0, 0, 0];
+            r.extend_from_slice(&body);
+            r.push(checksum(&body));
+            return Some(wire::build_sessionless(&r));
+        }
         let p = wire::parse_packet(bytes, suite.icv_len()).ok()?;
         let m = p.payload;
         match p.payload_type {

@@ -123,9 +123,10 @@ fn open_session_answer(request: &[u8], status: u8, algs: [u8; 3]) -> Option<Vec<
 
 #[tokio::test]
 async fn a_bmc_without_cipher_suite_3_is_unsupported() {
+    let power = target("power.off", &[]);
     let endpoint = fake_bmc(|req| open_session_answer(req, 0x11, [0; 3])).await;
     let e = driver(&endpoint, "password")
-        .probe(&ctx(10))
+        .check(&ctx(10), &power)
         .await
         .unwrap_err();
     assert_eq!(e.kind, ErrorKind::Unsupported, "{e}");
@@ -134,7 +135,7 @@ async fn a_bmc_without_cipher_suite_3_is_unsupported() {
     // A BMC that picks other algorithms than proposed is refused too.
     let endpoint = fake_bmc(|req| open_session_answer(req, 0, [0x01, 0x00, 0x00])).await;
     let e = driver(&endpoint, "password")
-        .probe(&ctx(10))
+        .check(&ctx(10), &power)
         .await
         .unwrap_err();
     assert_eq!(e.kind, ErrorKind::Unsupported, "{e}");
