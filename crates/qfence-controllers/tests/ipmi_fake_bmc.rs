@@ -27,6 +27,9 @@ struct Bmc {
     power_on: bool,
     /// Chassis Control answers to swallow (the command is still carried out).
     lose_control_answers: u32,
+    /// Sign Get Chassis Status answers with session sequence 1 again, as a replay of an
+    /// earlier answer would carry.
+    replay_status: bool,
     controls: u32,
     rakp: Option<(Rakp, u8)>,
     keys: Option<SessionKeys>,
@@ -147,6 +150,9 @@ impl Bmc {
                 let keys = self.keys.as_ref()?;
                 let enc = keys.encrypt(&r, [3; 16]);
                 self.seq += 1;
+                if self.replay_status && nf == netfn::CHASSIS && c == cmd::GET_CHASSIS_STATUS {
+                    self.seq = 1;
+                }
                 let console_sid = self.rakp.as_ref()?.0.console_sid;
                 Some(wire::build_packet(
                     payload::IPMI,
@@ -393,4 +399,27 @@ async fn cipher_suite_17_opens_sessions_and_fences() {
     .unwrap();
     let e = bad.probe(&ctx(5)).await.unwrap_err();
     assert_eq!(e.kind, qfence_controllers::ErrorKind::Auth, "{e}");
+}
+
+#[tokio::test]
+async fn an_answer_repeating_an_earlier_session_sequence_is_never_taken() {
+    let (endpoint, _bmc) = start(Bmc {
+        max_privilege: 4,
+        power_on: false,
+        replay_status: true,
+        ..Bmc::default()
+    })
+    .await;
+    let d = driver(&endpoint, "password").with_retry(std::time::Duration::from_millis(100), 2);
+    // a correctly signed "power off" that repeats sequence 1 must not count as a read-back
+    let e = d
+        .check(&ctx(5), &target("power.off", &[]))
+        .await
+        .unwrap_err();
+    assert_eq!(e.kind, qfence_controllers::ErrorKind::Protocol, "{e}");
+    assert!(e.message.contains("repeats an earlier one"), "{e}");
+    assert_eq!(
+        qfence_controllers::driver::fence_verdict(&Err(e)),
+        qfence_model::Verdict::Unknown
+    );
 }

@@ -77,6 +77,9 @@ pub struct Session {
     bmc_sid: u32,
     /// Our outbound session sequence number.
     seq: u32,
+    /// The BMC's highest session sequence number taken so far: an answer that does not go
+    /// beyond it is a replay (BMCs that always send 0 get no such check).
+    bmc_seq: u32,
     rq_seq: u8,
     open: bool,
     retry: Retry,
@@ -476,6 +479,7 @@ impl Session {
             console_sid,
             bmc_sid: resp.bmc_sid,
             seq: 0,
+            bmc_seq: 0,
             rq_seq: 0,
             open: true,
             retry: params.retry,
@@ -532,6 +536,7 @@ impl Session {
         let retry = self.retry;
         let keys = &self.keys;
         let seq = &mut self.seq;
+        let bmc_seq = &mut self.bmc_seq;
         exchange(
             &self.sock,
             addr,
@@ -567,6 +572,14 @@ impl Session {
                 if r.rq_seq != rq_seq || r.cmd != cmd || r.netfn != netfn + 1 {
                     return Ok(Answer::Ignore);
                 }
+                if p.sequence != 0 && p.sequence <= *bmc_seq {
+                    // signed by this session, but seen before: a replay, never an answer
+                    return Ok(Answer::Junk(wire::Malformed(format!(
+                        "answer with session sequence {} repeats an earlier one",
+                        p.sequence
+                    ))));
+                }
+                *bmc_seq = (*bmc_seq).max(p.sequence);
                 Ok(Answer::Take(r))
             },
         )
