@@ -30,6 +30,8 @@ struct Bmc {
     /// Sign Get Chassis Status answers with session sequence 1 again, as a replay of an
     /// earlier answer would carry.
     replay_status: bool,
+    /// Accept Chassis Control but never change power.
+    stuck: bool,
     controls: u32,
     rakp: Option<(Rakp, u8)>,
     keys: Option<SessionKeys>,
@@ -191,7 +193,9 @@ impl Bmc {
                     return (0xD4, vec![]);
                 }
                 self.controls += 1;
-                self.power_on = data[0] == 1;
+                if !self.stuck {
+                    self.power_on = data[0] == 1;
+                }
                 (0, vec![])
             }
             (netfn::APP, cmd::SET_WATCHDOG) => {
@@ -422,4 +426,31 @@ async fn an_answer_repeating_an_earlier_session_sequence_is_never_taken() {
         qfence_controllers::driver::fence_verdict(&Err(e)),
         qfence_model::Verdict::Unknown
     );
+}
+
+#[tokio::test]
+async fn an_accepted_power_down_that_never_shows_is_a_timeout_naming_the_last_read() {
+    let (endpoint, bmc) = start(Bmc {
+        max_privilege: 4,
+        power_on: true,
+        stuck: true,
+        ..Bmc::default()
+    })
+    .await;
+    let d = driver(&endpoint, "password");
+    let t = std::time::Instant::now();
+    let e = d
+        .perform(&ctx(2), &target("power.off", &[]))
+        .await
+        .unwrap_err();
+    assert_eq!(e.kind, qfence_controllers::ErrorKind::Timeout, "{e}");
+    assert!(e.state_unknown);
+    assert!(e.message.contains("did not read off"), "{e}");
+    assert!(e.message.contains("Chassis power on"), "{e}");
+    assert!(
+        t.elapsed() < std::time::Duration::from_millis(2100),
+        "{:?}",
+        t.elapsed()
+    );
+    assert_eq!(bmc.lock().unwrap().controls, 1);
 }

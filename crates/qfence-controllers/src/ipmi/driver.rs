@@ -361,8 +361,9 @@ impl IpmiDriver {
         )
     }
 
-    /// Reads power until it is `want_on`, re-opening the session whenever a read fails;
-    /// the caller's deadline ends it.
+    /// Reads power until it is `want_on`, re-opening the session whenever a read fails.
+    /// Just before the caller's deadline it gives up with what it last read, so the error
+    /// says more than "deadline passed".
     async fn wait_power(
         &self,
         ctx: &CallContext,
@@ -371,7 +372,22 @@ impl IpmiDriver {
         want_on: bool,
     ) -> Result<Reading, DriverError> {
         let mut delay = FIRST_POWER_POLL;
+        let started = tokio::time::Instant::now();
+        let mut last = String::from("no read succeeded");
         loop {
+            if tokio::time::Instant::now() + delay >= ctx.deadline {
+                let word = if want_on { "on" } else { "off" };
+                return Err(DriverError::new(
+                    ErrorKind::Timeout,
+                    &self.id,
+                    call,
+                    format!(
+                        "power did not read {word} within {} ms of the command; last: {last}",
+                        started.elapsed().as_millis()
+                    ),
+                    true,
+                ));
+            }
             tokio::time::sleep(delay).await;
             delay = (delay * 2).min(POWER_POLL);
             let mut s = match session.take() {
@@ -385,6 +401,7 @@ impl IpmiDriver {
                         });
                     }
                     Err(e) => {
+                        last = e.message.clone();
                         tracing::debug!(controller = %self.id, call, error = %e, "Could not re-open the IPMI session to read power");
                         continue;
                     }
@@ -395,8 +412,12 @@ impl IpmiDriver {
                     s.close().await;
                     return Ok(self.power_reading(ctx, st));
                 }
-                Ok(_) => session = Some(s),
+                Ok(st) => {
+                    last = self.power_reading(ctx, st).detail;
+                    session = Some(s);
+                }
                 Err(e) if e.kind == ErrorKind::Unreachable || e.kind == ErrorKind::Protocol => {
+                    last = e.message.clone();
                     tracing::debug!(controller = %self.id, call, error = %e, "Reading power failed; re-opening the IPMI session");
                 }
                 Err(e) => {
