@@ -32,6 +32,8 @@ struct Bmc {
     replay_status: bool,
     /// Accept Chassis Control but never change power.
     stuck: bool,
+    /// Close Session requests received.
+    closes: u32,
     controls: u32,
     rakp: Option<(Rakp, u8)>,
     keys: Option<SessionKeys>,
@@ -186,7 +188,10 @@ impl Bmc {
                 0,
                 vec![0x20, 1, 1, 0x10, 0x02, 0xBF, 0x57, 0x01, 0, 0x34, 0x12],
             ),
-            (netfn::APP, cmd::CLOSE_SESSION) => (0, vec![]),
+            (netfn::APP, cmd::CLOSE_SESSION) => {
+                self.closes += 1;
+                (0, vec![])
+            }
             (netfn::CHASSIS, cmd::GET_CHASSIS_STATUS) => (0, vec![u8::from(self.power_on), 0, 0]),
             (netfn::CHASSIS, cmd::CHASSIS_CONTROL) => {
                 if self.session_privilege < 3 {
@@ -453,4 +458,35 @@ async fn an_accepted_power_down_that_never_shows_is_a_timeout_naming_the_last_re
         t.elapsed()
     );
     assert_eq!(bmc.lock().unwrap().controls, 1);
+    tokio::time::sleep(std::time::Duration::from_millis(100)).await;
+    assert_eq!(bmc.lock().unwrap().closes, 1, "the session was not closed");
+}
+
+#[tokio::test]
+async fn a_call_cancelled_mid_session_still_closes_its_session() {
+    let (endpoint, bmc) = start(Bmc {
+        max_privilege: 4,
+        power_on: true,
+        stuck: true,
+        ..Bmc::default()
+    })
+    .await;
+    let d = driver(&endpoint, "password");
+    let c = ctx(30);
+    let token = c.cancel.clone();
+    tokio::spawn(async move {
+        tokio::time::sleep(std::time::Duration::from_millis(500)).await;
+        token.cancel();
+    });
+    let e = d.perform(&c, &target("power.off", &[])).await.unwrap_err();
+    assert_eq!(e.kind, qfence_controllers::ErrorKind::Cancelled, "{e}");
+    assert!(e.state_unknown);
+    // the command was sent: polling was under way when the call was dropped
+    assert_eq!(bmc.lock().unwrap().controls, 1);
+    tokio::time::sleep(std::time::Duration::from_millis(100)).await;
+    assert_eq!(
+        bmc.lock().unwrap().closes,
+        1,
+        "Drop did not close the session"
+    );
 }
