@@ -24,6 +24,7 @@ pub mod error;
 pub mod fence_agent;
 pub mod fortigate;
 pub mod http;
+pub mod ipmi;
 pub mod postgres;
 pub mod proxmox;
 pub mod redfish;
