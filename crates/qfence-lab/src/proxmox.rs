@@ -1,0 +1,1 @@
+pub struct PveHandle; impl PveHandle { pub fn attach_power(&self) {} }
