@@ -180,7 +180,11 @@ impl Faults {
 
     pub(crate) fn set_host_down(&self, down: bool) {
         let changed = {
-            let mut host_down = self.inner.host_down.lock().unwrap_or_else(|p| p.into_inner());
+            let mut host_down = self
+                .inner
+                .host_down
+                .lock()
+                .unwrap_or_else(|p| p.into_inner());
             std::mem::replace(&mut *host_down, down) != down
         };
         if changed {
@@ -189,11 +193,19 @@ impl Faults {
     }
 
     pub(crate) fn gate(&self, peer: IpAddr) -> Gate {
-        if *self.inner.host_down.lock().unwrap_or_else(|p| p.into_inner()) {
+        if *self
+            .inner
+            .host_down
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+        {
             return Gate::Refuse;
         }
         let set = self.lock();
-        match set.unreachable.or_else(|| set.cut_peers.get(&peer).copied()) {
+        match set
+            .unreachable
+            .or_else(|| set.cut_peers.get(&peer).copied())
+        {
             None => Gate::Open,
             Some(Cut::Refuse) => Gate::Refuse,
             Some(Cut::Blackhole) => Gate::Blackhole,
@@ -223,7 +235,8 @@ impl Faults {
         let (status, ended) = {
             let mut set = self.lock();
             let storm = set.error_storm.as_mut()?;
-            let status = StatusCode::from_u16(storm.status).unwrap_or(StatusCode::SERVICE_UNAVAILABLE);
+            let status =
+                StatusCode::from_u16(storm.status).unwrap_or(StatusCode::SERVICE_UNAVAILABLE);
             let ended = match storm.remaining.as_mut() {
                 None => false,
                 Some(0) => return None,

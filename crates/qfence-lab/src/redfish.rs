@@ -344,7 +344,13 @@ pub async fn start(
         generations: Mutex::new(BTreeMap::new()),
     });
     let faults = Faults::new();
-    let server = tls::serve(addr, &tls, faults.clone(), router(shared.clone(), faults.clone())).await?;
+    let server = tls::serve(
+        addr,
+        &tls,
+        faults.clone(),
+        router(shared.clone(), faults.clone()),
+    )
+    .await?;
     tracing::info!(addr = %server.addr, fingerprint = tls.fingerprint(), "Redfish simulator started");
     Ok(BmcHandle {
         server,
@@ -428,7 +434,10 @@ type Shr = State<Arc<Shared>>;
 
 fn router(shared: Arc<Shared>, faults: Faults) -> Router {
     let api = Router::new()
-        .route("/redfish", get(|| async { json_ok(json!({"v1": "/redfish/v1/"})) }))
+        .route(
+            "/redfish",
+            get(|| async { json_ok(json!({"v1": "/redfish/v1/"})) }),
+        )
         .route("/redfish/v1", get(service_root))
         .route("/redfish/v1/Systems", get(systems))
         .route("/redfish/v1/Systems/{id}", get(system))
@@ -436,7 +445,10 @@ fn router(shared: Arc<Shared>, faults: Faults) -> Router {
             "/redfish/v1/Systems/{id}/Actions/ComputerSystem.Reset",
             post(reset),
         )
-        .route("/redfish/v1/Systems/{id}/ResetActionInfo", get(reset_action_info))
+        .route(
+            "/redfish/v1/Systems/{id}/ResetActionInfo",
+            get(reset_action_info),
+        )
         .route("/redfish/v1/Chassis", get(chassis_collection))
         .route("/redfish/v1/Chassis/{id}", get(chassis))
         .route("/redfish/v1/Managers", get(managers))
@@ -455,7 +467,10 @@ fn router(shared: Arc<Shared>, faults: Faults) -> Router {
         .route("/redfish/v1/AccountService/Accounts/{id}", get(account))
         .route("/redfish/v1/AccountService/Roles", get(roles))
         .route("/redfish/v1/AccountService/Roles/{id}", get(role))
-        .route("/redfish/v1/AccountService/PrivilegeMap", get(privilege_map))
+        .route(
+            "/redfish/v1/AccountService/PrivilegeMap",
+            get(privilege_map),
+        )
         .fallback(|| async {
             rf_error(
                 StatusCode::NOT_FOUND,
@@ -570,12 +585,16 @@ fn authorize(shared: &Shared, headers: &HeaderMap, privilege: &str) -> Result<Ca
     let state = shared.lock();
     let caller = if let Some(token) = headers.get("X-Auth-Token") {
         let token = token.to_str().unwrap_or_default();
-        let session = state.sessions.iter().find(|s| s.token == token).ok_or_else(|| {
-            unauthorized(
-                "Base.1.8.NoValidSession",
-                "There is no valid session established with the implementation.",
-            )
-        })?;
+        let session = state
+            .sessions
+            .iter()
+            .find(|s| s.token == token)
+            .ok_or_else(|| {
+                unauthorized(
+                    "Base.1.8.NoValidSession",
+                    "There is no valid session established with the implementation.",
+                )
+            })?;
         let account = state
             .accounts
             .iter()
@@ -620,7 +639,9 @@ fn authorize(shared: &Shared, headers: &HeaderMap, privilege: &str) -> Result<Ca
 }
 
 fn parse_basic(value: &str) -> Option<(String, String)> {
-    let encoded = value.strip_prefix("Basic ").or_else(|| value.strip_prefix("basic "))?;
+    let encoded = value
+        .strip_prefix("Basic ")
+        .or_else(|| value.strip_prefix("basic "))?;
     let decoded = base64::engine::general_purpose::STANDARD
         .decode(encoded.trim())
         .ok()?;
@@ -1070,7 +1091,11 @@ async fn create_session(State(shared): Shr, body: Bytes) -> Response {
 }
 
 /// A session is visible to its owner and to accounts with `ConfigureManager`.
-fn session_for<'a>(state: &'a BmcState, caller: &Caller, id: &str) -> Result<&'a Session, Response> {
+fn session_for<'a>(
+    state: &'a BmcState,
+    caller: &Caller,
+    id: &str,
+) -> Result<&'a Session, Response> {
     let session = state
         .sessions
         .iter()
@@ -1209,9 +1234,7 @@ async fn privilege_map(State(shared): Shr, headers: HeaderMap) -> Response {
     }
     // The DMTF default mapping, which this simulator enforces.
     let op = |p: &str| json!([{"Privilege": [p]}]);
-    let map = |read: &str, write: &str| {
-        json!({"GET": op(read), "HEAD": op(read), "PATCH": op(write), "POST": op(write), "PUT": op(write), "DELETE": op(write)})
-    };
+    let map = |read: &str, write: &str| json!({"GET": op(read), "HEAD": op(read), "PATCH": op(write), "POST": op(write), "PUT": op(write), "DELETE": op(write)});
     json_ok(json!({
         "@odata.id": "/redfish/v1/AccountService/PrivilegeMap",
         "@odata.type": "#PrivilegeRegistry.v1_1_4.PrivilegeRegistry",

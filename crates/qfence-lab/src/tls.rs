@@ -175,7 +175,10 @@ impl Server {
         if let Some(task) = self.task.take() {
             // Idle keep-alive connections close at once; a request stuck in a fault (a slow
             // BMC) must not hold the caller for longer than this.
-            if tokio::time::timeout(Duration::from_secs(5), task).await.is_err() {
+            if tokio::time::timeout(Duration::from_secs(5), task)
+                .await
+                .is_err()
+            {
                 tracing::warn!("Simulator did not stop within 5 s; abandoning its connections");
             }
         }
