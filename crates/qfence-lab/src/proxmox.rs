@@ -23,6 +23,8 @@
 //! its VMs stop; if it is the node answering the API, the whole API goes dark (connections
 //! refused) until power returns.
 
+// Helpers return the ready HTTP answer as their error: it is built once, on a cold path.
+#![allow(clippy::result_large_err)]
 use std::collections::{BTreeMap, BTreeSet};
 use std::net::SocketAddr;
 use std::sync::{Arc, Mutex, MutexGuard};
@@ -565,7 +567,7 @@ impl PveHandle {
     /// `https://ADDR`, the base URL a driver is configured with (the API is under
     /// `/api2/json`).
     pub fn base_url(&self) -> String {
-        format!("https://{}", self.server.addr)
+        tls::loopback_url(self.server.addr)
     }
 
     /// SHA-256 of the published certificate (lower-case hex), for `tls: {pin: ...}`.
@@ -1212,7 +1214,7 @@ async fn permissions(
     let mut out = Map::new();
     for path in paths {
         let privs = effective(&state, &subject, &path);
-        if privs.is_empty() && query.get("path").is_none() {
+        if privs.is_empty() && !query.contains_key("path") {
             continue;
         }
         let entry: Map<String, Value> = privs

@@ -22,6 +22,8 @@
 //! connection and HTTP faults are in [`Faults`]. Errors use the Redfish body
 //! `{"error": {"code", "message", "@Message.ExtendedInfo": [..]}}`.
 
+// Helpers return the ready HTTP answer as their error: it is built once, on a cold path.
+#![allow(clippy::result_large_err)]
 use std::collections::BTreeMap;
 use std::net::SocketAddr;
 use std::sync::{Arc, Mutex, MutexGuard};
@@ -368,7 +370,7 @@ impl BmcHandle {
 
     /// `https://ADDR`, the base URL a driver is configured with.
     pub fn base_url(&self) -> String {
-        format!("https://{}", self.server.addr)
+        tls::loopback_url(self.server.addr)
     }
 
     /// SHA-256 of the published certificate (lower-case hex), for `tls: {pin: ...}`.

@@ -133,6 +133,15 @@ impl TlsIdentity {
     }
 }
 
+/// `https://ADDR`, with an unspecified bind address (`0.0.0.0`, `::`) replaced by loopback.
+pub(crate) fn loopback_url(addr: SocketAddr) -> String {
+    let mut addr = addr;
+    if addr.ip().is_unspecified() {
+        addr.set_ip(std::net::Ipv4Addr::LOCALHOST.into());
+    }
+    format!("https://{addr}")
+}
+
 /// Lower-case hex SHA-256 of a certificate's DER: the pin format of qfence's configuration.
 pub fn sha256_fingerprint(der: &[u8]) -> String {
     let digest = ring::digest::digest(&ring::digest::SHA256, der);
@@ -212,6 +221,10 @@ pub(crate) async fn serve(
             .with_no_client_auth()
             .with_cert_resolver(Arc::new(resolver));
     config.alpn_protocols = vec![b"http/1.1".to_vec()];
+    // No session resumption: a resumed session skips the certificate, which would let a
+    // client that met the real certificate once walk past the "wrong certificate" fault.
+    config.session_storage = Arc::new(rustls::server::NoServerSessionStorage {});
+    config.send_tls13_tickets = 0;
     let acceptor = TlsAcceptor::from(Arc::new(config));
 
     let tcp = TcpListener::bind(addr)
