@@ -488,6 +488,18 @@ impl Shared {
                 vm.pid = None;
                 vm.started_at = None;
             }
+            // A running VM has a QEMU process: give the ones set running by hand a pid.
+            let now = self.clock.now();
+            for vm in state
+                .vms
+                .iter_mut()
+                .filter(|v| v.status == VmStatus::Running)
+            {
+                if vm.pid.is_none() {
+                    vm.pid = Some(self.next_pid() + 10_000);
+                }
+                vm.started_at.get_or_insert(now);
+            }
             let api_node = state.api_node.clone();
             state.node(&api_node).is_none_or(|n| !n.powered)
         };
@@ -1240,8 +1252,8 @@ async fn cluster_status(State(shared): Shr, method: Method, headers: HeaderMap) 
         "nodes": state.nodes.len(),
         "quorate": u8::from(state.quorate()),
         "version": state.nodes.len(),
+        "online": online,
     })];
-    let _ = online;
     for node in &state.nodes {
         out.push(json!({
             "type": "node",
@@ -1255,6 +1267,26 @@ async fn cluster_status(State(shared): Shr, method: Method, headers: HeaderMap) 
         }));
     }
     data(Value::Array(out))
+}
+
+/// Usage counters PVE reports for a guest; plausible constants, zero when stopped.
+fn add_usage(entry: &mut Value, vm: &Vm) {
+    let running = vm.status == VmStatus::Running;
+    let counters = [
+        ("cpu", json!(if running { 0.02 } else { 0.0 })),
+        ("mem", json!(if running { vm.maxmem / 4 } else { 0 })),
+        ("disk", json!(0)),
+        ("maxdisk", json!(34_359_738_368_u64)),
+        ("diskread", json!(0)),
+        ("diskwrite", json!(0)),
+        ("netin", json!(0)),
+        ("netout", json!(0)),
+    ];
+    if let Some(obj) = entry.as_object_mut() {
+        for (key, value) in counters {
+            obj.insert(key.to_owned(), value);
+        }
+    }
 }
 
 fn uptime(shared: &Shared, vm: &Vm) -> u64 {
@@ -1311,6 +1343,7 @@ async fn cluster_resources(
                 "maxmem": vm.maxmem,
                 "uptime": uptime(&shared, vm),
             });
+            add_usage(&mut entry, vm);
             if let Some(lock) = &vm.lock {
                 entry["lock"] = json!(lock);
             }
@@ -1445,6 +1478,7 @@ async fn vm_current(
         "ha": {"managed": 0},
         "agent": 0,
     });
+    add_usage(&mut out, vm);
     if let Some(pid) = vm.pid {
         out["pid"] = json!(pid);
     }

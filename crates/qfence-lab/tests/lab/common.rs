@@ -3,7 +3,7 @@
 use std::net::{IpAddr, SocketAddr};
 use std::time::Duration;
 
-use anyhow::{Context as _, Result, bail};
+use anyhow::{Result, bail};
 use reqwest::{Client, Method, StatusCode};
 use serde_json::Value;
 
@@ -73,8 +73,9 @@ pub async fn call(request: reqwest::RequestBuilder) -> Result<Reply> {
     let body = if bytes.is_empty() {
         Value::Null
     } else {
+        // Not every server answers every error in JSON (fakepve's 404 is text): keep it.
         serde_json::from_slice(&bytes)
-            .with_context(|| format!("body is not JSON: {}", String::from_utf8_lossy(&bytes)))?
+            .unwrap_or_else(|_| Value::String(String::from_utf8_lossy(&bytes).into_owned()))
     };
     Ok(Reply {
         status,
