@@ -713,3 +713,95 @@ async fn fidelity_proxmox_against_fakepve() -> Result<()> {
     h.shutdown().await;
     cmp.finish("Proxmox VE (fakepve)")
 }
+
+/// Runs a fence agent and returns its exit code and output.
+async fn agent(program: &str, args: &[String]) -> Result<(i32, String)> {
+    let output = tokio::process::Command::new(program)
+        .args(args)
+        .output()
+        .await?;
+    let text = format!(
+        "{}{}",
+        String::from_utf8_lossy(&output.stdout),
+        String::from_utf8_lossy(&output.stderr)
+    );
+    Ok((output.status.code().unwrap_or(-1), text))
+}
+
+/// Debian's fence-agents (independent clients of both protocols) drive the simulators:
+/// status, off (they poll until off), status again, on.
+#[tokio::test]
+#[ignore = "needs Debian's fence-agents (fence_redfish, fence_pve)"]
+async fn fidelity_fence_agents_drive_the_simulators() -> Result<()> {
+    phase("fence_redfish against the BMC simulator");
+    let state = BmcState::new(
+        vec![System::new(
+            "pve-dc1-01",
+            "5b7e4f10-0001-4c2a-9d5e-000000000001",
+        )],
+        vec![Account::new("admin", "password", Role::Administrator)],
+    );
+    let bmc = redfish::start(loopback(), TlsIdentity::loopback()?, state).await?;
+    let base = vec![
+        "--ip=127.0.0.1".to_owned(),
+        format!("--ipport={}", bmc.addr().port()),
+        "--username=admin".to_owned(),
+        "--password=password".to_owned(),
+        "--ssl-insecure".to_owned(),
+        "--systems-uri=/redfish/v1/Systems/pve-dc1-01".to_owned(),
+    ];
+    let with = |action: &str| {
+        let mut a = base.clone();
+        a.push(format!("--action={action}"));
+        a
+    };
+    for (action, code, says) in [
+        ("status", 0, "Status: ON"),
+        ("off", 0, "Success: Powered OFF"),
+        ("status", 2, "Status: OFF"),
+        ("on", 0, "Success: Powered ON"),
+    ] {
+        let (rc, out) = agent("fence_redfish", &with(action)).await?;
+        eprintln!("   fence_redfish {action}: rc={rc} {}", out.trim());
+        ensure!(
+            rc == code && out.contains(says),
+            "fence_redfish {action}: rc {rc}: {out}"
+        );
+    }
+    bmc.shutdown().await;
+
+    phase("fence_pve (ticket login) against the Proxmox simulator");
+    let mut s = PveState::single_node("pve-dc1", "pve-dc1-01", "secret");
+    s.vms
+        .push(Vm::new(101, "erp-db", "pve-dc1-01", VmStatus::Running));
+    let pve = proxmox::start(loopback(), TlsIdentity::loopback()?, s).await?;
+    let base = vec![
+        "--ip=127.0.0.1".to_owned(),
+        format!("--ipport={}", pve.addr().port()),
+        "--username=root@pam".to_owned(),
+        "--password=secret".to_owned(),
+        "--ssl-insecure".to_owned(),
+        "--plug=101".to_owned(),
+        "--pve-node=pve-dc1-01".to_owned(),
+    ];
+    let with = |action: &str| {
+        let mut a = base.clone();
+        a.push(format!("--action={action}"));
+        a
+    };
+    for (action, code, says) in [
+        ("status", 0, "Status: ON"),
+        ("off", 0, "Success: Powered OFF"),
+        ("status", 2, "Status: OFF"),
+        ("on", 0, "Success: Powered ON"),
+    ] {
+        let (rc, out) = agent("fence_pve", &with(action)).await?;
+        eprintln!("   fence_pve {action}: rc={rc} {}", out.trim());
+        ensure!(
+            rc == code && out.contains(says),
+            "fence_pve {action}: rc {rc}: {out}"
+        );
+    }
+    pve.shutdown().await;
+    Ok(())
+}
