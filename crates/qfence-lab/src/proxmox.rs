@@ -1517,6 +1517,13 @@ async fn vm_action(
         if !allowed(&state, &caller, &path, "VM.PowerMgmt") {
             return forbidden(&path, "VM.PowerMgmt");
         }
+        // pmxcfs is read-only without quorum: the VM's config cannot be locked.
+        if !state.quorate() {
+            return pve_error(
+                StatusCode::INTERNAL_SERVER_ERROR,
+                "cluster not ready - no quorum?",
+            );
+        }
         match vm_on(&state, &node, &vmid) {
             Ok(vm) => (vm.clone(), state.task_duration),
             Err(r) => return r,

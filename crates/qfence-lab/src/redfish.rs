@@ -219,6 +219,19 @@ pub struct BmcState {
     pub already_in_state: AlreadyInState,
     /// Publish the privilege map under `AccountService.PrivilegeMap`.
     pub publish_privilege_map: bool,
+    /// How an accepted reset is answered: 204, or 202 with a task monitor.
+    pub reset_reply: ResetReply,
+}
+
+/// How the BMC answers an accepted reset.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub enum ResetReply {
+    /// 204 No Content (sushy-tools, many BMCs).
+    #[default]
+    NoContent,
+    /// 202 Accepted with `Location` = a task monitor that answers 202 while the power
+    /// change is under way and 204 once it is done (iDRAC-style asynchronous actions).
+    TaskMonitor,
 }
 
 impl BmcState {
@@ -235,6 +248,7 @@ impl BmcState {
             power_delay: Duration::from_millis(300),
             already_in_state: AlreadyInState::Accept,
             publish_privilege_map: true,
+            reset_reply: ResetReply::NoContent,
         }
     }
 
@@ -272,6 +286,10 @@ struct Shared {
     lines: BTreeMap<String, watch::Sender<bool>>,
     /// Per system: bumped by every reset, so a newer reset supersedes a pending one.
     generations: Mutex<BTreeMap<String, u64>>,
+    /// (system, generation) of every reset whose last step was applied.
+    completed: Mutex<std::collections::BTreeSet<(String, u64)>>,
+    /// Reset tasks handed out with 202: task id → (system, generation).
+    tasks: Mutex<BTreeMap<String, (String, u64)>>,
 }
 
 impl Shared {
@@ -305,6 +323,29 @@ impl Shared {
         let generation = generations.entry(id.to_owned()).or_default();
         *generation += 1;
         *generation
+    }
+
+    fn complete(&self, id: &str, generation: u64) {
+        self.completed
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .insert((id.to_owned(), generation));
+    }
+
+    /// `Running`, `Completed`, or `Cancelled` (superseded by a newer reset first).
+    fn task_state(&self, id: &str, generation: u64) -> &'static str {
+        let done = self
+            .completed
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .contains(&(id.to_owned(), generation));
+        if done {
+            "Completed"
+        } else if self.is_current(id, generation) {
+            "Running"
+        } else {
+            "Cancelled"
+        }
     }
 
     fn is_current(&self, id: &str, generation: u64) -> bool {
@@ -344,6 +385,8 @@ pub async fn start(
         state: Mutex::new(state),
         lines,
         generations: Mutex::new(BTreeMap::new()),
+        completed: Mutex::new(std::collections::BTreeSet::new()),
+        tasks: Mutex::new(BTreeMap::new()),
     });
     let faults = Faults::new();
     let server = tls::serve(
@@ -472,6 +515,13 @@ fn router(shared: Arc<Shared>, faults: Faults) -> Router {
         .route(
             "/redfish/v1/AccountService/PrivilegeMap",
             get(privilege_map),
+        )
+        .route("/redfish/v1/TaskService", get(task_service))
+        .route("/redfish/v1/TaskService/Tasks", get(task_collection))
+        .route("/redfish/v1/TaskService/Tasks/{id}", get(task))
+        .route(
+            "/redfish/v1/TaskService/TaskMonitors/{id}",
+            get(task_monitor),
         )
         .fallback(|| async {
             rf_error(
@@ -692,6 +742,7 @@ async fn service_root(State(shared): Shr) -> Response {
         "Managers": link("/redfish/v1/Managers"),
         "SessionService": link("/redfish/v1/SessionService"),
         "AccountService": link("/redfish/v1/AccountService"),
+        "TaskService": link("/redfish/v1/TaskService"),
         "Links": {"Sessions": link("/redfish/v1/SessionService/Sessions")},
     }))
 }
@@ -811,12 +862,17 @@ async fn reset(
     body: Bytes,
 ) -> Response {
     authorized!(shared, headers, "ConfigureComponents");
-    let (current, delay, already) = {
+    let (current, delay, already, reply) = {
         let state = shared.lock();
         let Some(system) = state.system(&id) else {
             return not_found("ComputerSystem", &id);
         };
-        (system.power, state.power_delay, state.already_in_state)
+        (
+            system.power,
+            state.power_delay,
+            state.already_in_state,
+            state.reset_reply,
+        )
     };
     let Ok(request) = serde_json::from_slice::<Value>(&body) else {
         return rf_error(
@@ -865,22 +921,37 @@ async fn reset(
     }
     let steps = reset_steps(reset_type, current);
     tracing::debug!(system = %id, reset_type, ?steps, "Simulated BMC accepted a reset");
-    schedule_power(&shared, &id, steps, delay);
-    StatusCode::NO_CONTENT.into_response()
+    let generation = schedule_power(&shared, &id, steps, delay);
+    if reply == ResetReply::NoContent {
+        return StatusCode::NO_CONTENT.into_response();
+    }
+    let task_id = random_hex(6);
+    shared
+        .tasks
+        .lock()
+        .unwrap_or_else(|p| p.into_inner())
+        .insert(task_id.clone(), (id.clone(), generation));
+    let body = task_body(&shared, &task_id).unwrap_or(Value::Null);
+    let mut response = (StatusCode::ACCEPTED, axum::Json(body)).into_response();
+    let headers = response.headers_mut();
+    if let Ok(v) = HeaderValue::from_str(&format!("/redfish/v1/TaskService/TaskMonitors/{task_id}"))
+    {
+        headers.insert(header::LOCATION, v);
+    }
+    headers.insert(header::RETRY_AFTER, HeaderValue::from_static("1"));
+    response
 }
 
 /// Applies `steps` one `delay` apart, showing the transitional state in between; a newer
 /// reset of the same system supersedes what is left.
-fn schedule_power(shared: &Arc<Shared>, id: &str, steps: Vec<PowerState>, delay: Duration) {
+fn schedule_power(shared: &Arc<Shared>, id: &str, steps: Vec<PowerState>, delay: Duration) -> u64 {
     let generation = shared.next_generation(id);
-    if steps.is_empty() {
-        return;
-    }
-    if delay.is_zero() {
+    if steps.is_empty() || delay.is_zero() {
         for step in steps {
             shared.set_power(id, step);
         }
-        return;
+        shared.complete(id, generation);
+        return generation;
     }
     let transitional = |to: PowerState| {
         if to == PowerState::Off {
@@ -904,7 +975,92 @@ fn schedule_power(shared: &Arc<Shared>, id: &str, steps: Vec<PowerState>, delay:
                 shared.set_power(&id, transitional(steps[i + 1]));
             }
         }
+        shared.complete(&id, generation);
     });
+    generation
+}
+
+fn task_body(shared: &Shared, task_id: &str) -> Option<Value> {
+    let (system, generation) = shared
+        .tasks
+        .lock()
+        .unwrap_or_else(|p| p.into_inner())
+        .get(task_id)
+        .cloned()?;
+    let state = shared.task_state(&system, generation);
+    let (status, percent) = match state {
+        "Completed" => ("OK", 100),
+        "Cancelled" => ("Warning", 100),
+        _ => ("OK", 50),
+    };
+    Some(json!({
+        "@odata.id": format!("/redfish/v1/TaskService/Tasks/{task_id}"),
+        "@odata.type": "#Task.v1_7_4.Task",
+        "Id": task_id,
+        "Name": format!("Reset {system}"),
+        "TaskState": state,
+        "TaskStatus": status,
+        "PercentComplete": percent,
+        "TaskMonitor": format!("/redfish/v1/TaskService/TaskMonitors/{task_id}"),
+        "Messages": [],
+    }))
+}
+
+async fn task_service(State(shared): Shr, headers: HeaderMap) -> Response {
+    authorized!(shared, headers, "Login");
+    json_ok(json!({
+        "@odata.id": "/redfish/v1/TaskService",
+        "@odata.type": "#TaskService.v1_2_1.TaskService",
+        "Id": "TaskService",
+        "Name": "Task Service",
+        "ServiceEnabled": true,
+        "Tasks": link("/redfish/v1/TaskService/Tasks"),
+    }))
+}
+
+async fn task_collection(State(shared): Shr, headers: HeaderMap) -> Response {
+    authorized!(shared, headers, "Login");
+    let members = shared
+        .tasks
+        .lock()
+        .unwrap_or_else(|p| p.into_inner())
+        .keys()
+        .map(|id| format!("/redfish/v1/TaskService/Tasks/{id}"))
+        .collect();
+    collection(
+        "/redfish/v1/TaskService/Tasks",
+        "#TaskCollection.TaskCollection",
+        "Task Collection",
+        members,
+    )
+}
+
+async fn task(State(shared): Shr, Path(id): Path<String>, headers: HeaderMap) -> Response {
+    authorized!(shared, headers, "Login");
+    match task_body(&shared, &id) {
+        Some(body) => json_ok(body),
+        None => not_found("Task", &id),
+    }
+}
+
+/// A task monitor: 202 (with the task) while running, then the final answer of the
+/// operation itself: 204 for a completed reset.
+async fn task_monitor(State(shared): Shr, Path(id): Path<String>, headers: HeaderMap) -> Response {
+    authorized!(shared, headers, "Login");
+    let Some(body) = task_body(&shared, &id) else {
+        return not_found("TaskMonitor", &id);
+    };
+    match body["TaskState"].as_str() {
+        Some("Running") => {
+            let mut response = (StatusCode::ACCEPTED, axum::Json(body)).into_response();
+            response
+                .headers_mut()
+                .insert(header::RETRY_AFTER, HeaderValue::from_static("1"));
+            response
+        }
+        Some("Completed") => StatusCode::NO_CONTENT.into_response(),
+        _ => json_ok(body),
+    }
 }
 
 async fn chassis_collection(State(shared): Shr, headers: HeaderMap) -> Response {

@@ -473,6 +473,21 @@ async fn an_offline_node_answers_595_and_its_guests_become_unknown() -> Result<(
         find(&status.body["data"], "type", json!("cluster"))["quorate"],
         0
     );
+    h.update(|s| {
+        s.vms
+            .push(Vm::new(105, "local", "pve-a", VmStatus::Running))
+    });
+    let stop = api(
+        &c,
+        &h,
+        Method::POST,
+        "/nodes/pve-a/qemu/105/status/stop",
+        ROOT_TOKEN,
+    )
+    .await?;
+    assert_eq!(stop.status, StatusCode::INTERNAL_SERVER_ERROR);
+    assert_eq!(stop.body["message"], "cluster not ready - no quorum?\n");
+    assert_eq!(h.snapshot().vm(105).unwrap().status, VmStatus::Running);
     h.shutdown().await;
     Ok(())
 }

@@ -6,7 +6,7 @@ use std::time::Duration;
 use anyhow::Result;
 use qfence_lab::TlsIdentity;
 use qfence_lab::redfish::{
-    self, Account, AlreadyInState, BmcHandle, BmcState, PowerState, Role, System,
+    self, Account, AlreadyInState, BmcHandle, BmcState, PowerState, ResetReply, Role, System,
 };
 use reqwest::{Client, Method, StatusCode};
 use serde_json::{Value, json};
@@ -623,5 +623,81 @@ async fn a_start_with_a_bad_state_is_refused() -> Result<()> {
         error.to_string().contains("\"same\" appears twice"),
         "{error}"
     );
+    Ok(())
+}
+
+#[tokio::test]
+async fn an_asynchronous_bmc_answers_202_with_a_task_monitor() -> Result<()> {
+    let (h, c) = bmc(Duration::from_millis(400)).await?;
+    h.update(|s| s.reset_reply = ResetReply::TaskMonitor);
+
+    phase("ForceOff: 202, Location = a task monitor, Retry-After, a Task body");
+    let accepted = reset(
+        &c,
+        &h,
+        "pve-dc1-01",
+        "fencer",
+        "fencer-pw",
+        json!({"ResetType": "ForceOff"}),
+    )
+    .await?;
+    assert_eq!(accepted.status, StatusCode::ACCEPTED);
+    let monitor = accepted.header("Location").expect("Location");
+    assert!(accepted.header("Retry-After").is_some());
+    assert_eq!(accepted.body["TaskState"], "Running");
+
+    phase("the monitor answers 202 while the power is going, then 204; the task reads Completed");
+    let running = get(&c, &h, &monitor, "fencer", "fencer-pw").await?;
+    assert_eq!(running.status, StatusCode::ACCEPTED);
+    let task_path = running.body["@odata.id"].as_str().unwrap().to_owned();
+    eventually(
+        Duration::from_secs(3),
+        "the monitor's final answer",
+        || async {
+            let r = get(&c, &h, &monitor, "fencer", "fencer-pw").await?;
+            Ok((r.status == StatusCode::NO_CONTENT).then_some(()))
+        },
+    )
+    .await?;
+    assert_eq!(power(&c, &h, "pve-dc1-01").await?, "Off");
+    let task = get(&c, &h, &task_path, "fencer", "fencer-pw").await?;
+    assert_eq!(
+        (
+            task.body["TaskState"].clone(),
+            task.body["TaskStatus"].clone()
+        ),
+        (json!("Completed"), json!("OK"))
+    );
+
+    phase("a reset superseded before it finished reads Cancelled");
+    let first = reset(
+        &c,
+        &h,
+        "pve-dc1-01",
+        "fencer",
+        "fencer-pw",
+        json!({"ResetType": "On"}),
+    )
+    .await?;
+    reset(
+        &c,
+        &h,
+        "pve-dc1-01",
+        "fencer",
+        "fencer-pw",
+        json!({"ResetType": "ForceOff"}),
+    )
+    .await?;
+    let superseded = get(
+        &c,
+        &h,
+        &first.header("Location").unwrap(),
+        "fencer",
+        "fencer-pw",
+    )
+    .await?;
+    assert_eq!(superseded.status, StatusCode::OK);
+    assert_eq!(superseded.body["TaskState"], "Cancelled");
+    h.shutdown().await;
     Ok(())
 }
