@@ -731,3 +731,85 @@ async fn flapping_replication_alternates_failures_and_successes() -> Result<()> 
     h.shutdown().await;
     Ok(())
 }
+
+#[tokio::test]
+async fn reset_reboot_node_status_job_config_and_ticket_renewal() -> Result<()> {
+    let (h, c) = pve(replicated_state(Duration::from_secs(60))).await?;
+
+    phase("reset and reboot keep a running VM running with a new QEMU process");
+    let pid_before = h.snapshot().vm(101).unwrap().pid;
+    for action in ["reset", "reboot"] {
+        let r = api(
+            &c,
+            &h,
+            Method::POST,
+            &format!("/nodes/pve-b/qemu/101/status/{action}"),
+            ROOT_TOKEN,
+        )
+        .await?;
+        let done = wait_task(&c, &h, r.body["data"].as_str().unwrap()).await?;
+        assert_eq!(done["exitstatus"], "OK");
+        assert_eq!(done["type"], format!("qm{action}"));
+    }
+    let vm = h.snapshot().vm(101).unwrap().clone();
+    assert_eq!(vm.status, VmStatus::Running);
+    assert_ne!(vm.pid, pid_before);
+    let stopped = api(
+        &c,
+        &h,
+        Method::POST,
+        "/nodes/pve-b/qemu/102/status/reboot",
+        ROOT_TOKEN,
+    )
+    .await?;
+    assert_eq!(stopped.status, StatusCode::INTERNAL_SERVER_ERROR);
+    assert_eq!(stopped.body["message"], "VM 102 not running\n");
+
+    phase("node status and one job's configuration");
+    let node = api(&c, &h, Method::GET, "/nodes/pve-b/status", ROOT_TOKEN).await?;
+    assert!(
+        node.body["data"]["pveversion"]
+            .as_str()
+            .unwrap()
+            .starts_with("pve-manager/9.0.10")
+    );
+    let config = api(
+        &c,
+        &h,
+        Method::GET,
+        "/cluster/replication/101-1",
+        ROOT_TOKEN,
+    )
+    .await?;
+    assert_eq!(config.body["data"]["target"], "pve-dc2-01");
+    assert_eq!(config.body["data"]["source"], "pve-b");
+    let missing = api(
+        &c,
+        &h,
+        Method::GET,
+        "/cluster/replication/101-9",
+        ROOT_TOKEN,
+    )
+    .await?;
+    assert_eq!(missing.status, StatusCode::INTERNAL_SERVER_ERROR);
+
+    phase("a ticket renews with itself as the password; a forged one is refused");
+    let base = format!("{}/api2/json", h.base_url());
+    let login = |user: &str, password: &str| {
+        c.post(format!("{base}/access/ticket"))
+            .json(&json!({"username": user, "password": password}))
+    };
+    let first = call(login("root@pam", "secret")).await?;
+    let ticket = first.body["data"]["ticket"].as_str().unwrap().to_owned();
+    let renewed = call(login("root@pam", &ticket)).await?;
+    assert_eq!(renewed.status, StatusCode::OK);
+    assert_ne!(renewed.body["data"]["ticket"].as_str().unwrap(), ticket);
+    let forged = call(
+        c.get(format!("{base}/version"))
+            .header("Cookie", "PVEAuthCookie=PVE:root@pam:00000000::forged"),
+    )
+    .await?;
+    assert_eq!(forged.status, StatusCode::UNAUTHORIZED);
+    h.shutdown().await;
+    Ok(())
+}

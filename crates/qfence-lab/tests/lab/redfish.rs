@@ -701,3 +701,102 @@ async fn an_asynchronous_bmc_answers_202_with_a_task_monitor() -> Result<()> {
     h.shutdown().await;
     Ok(())
 }
+
+#[tokio::test]
+async fn the_remaining_collections_and_services_answer() -> Result<()> {
+    let (h, c) = bmc(Duration::ZERO).await?;
+
+    let chassis = get(&c, &h, "/redfish/v1/Chassis", "viewer", "viewer-pw").await?;
+    assert_eq!(chassis.body["Members@odata.count"], 2);
+    let roles = get(
+        &c,
+        &h,
+        "/redfish/v1/AccountService/Roles",
+        "viewer",
+        "viewer-pw",
+    )
+    .await?;
+    assert_eq!(roles.body["Members@odata.count"], 3);
+    let sessions = get(&c, &h, "/redfish/v1/SessionService", "viewer", "viewer-pw").await?;
+    assert_eq!(sessions.body["ServiceEnabled"], true);
+    assert_eq!(
+        sessions.body["Sessions"]["@odata.id"],
+        "/redfish/v1/SessionService/Sessions"
+    );
+    let tasks = get(&c, &h, "/redfish/v1/TaskService", "viewer", "viewer-pw").await?;
+    assert_eq!(
+        tasks.body["Tasks"]["@odata.id"],
+        "/redfish/v1/TaskService/Tasks"
+    );
+
+    phase("a session collection shows one's own sessions; an administrator sees all");
+    let path = "/redfish/v1/SessionService/Sessions";
+    for (user, pw) in [("viewer", "viewer-pw"), ("fencer", "fencer-pw")] {
+        let login = call(
+            req(&c, Method::POST, &h.base_url(), path)
+                .json(&json!({"UserName": user, "Password": pw})),
+        )
+        .await?;
+        assert_eq!(login.status, StatusCode::CREATED);
+    }
+    let own = get(&c, &h, path, "viewer", "viewer-pw").await?;
+    assert_eq!(own.body["Members@odata.count"], 1);
+    let all = get(&c, &h, path, "admin", "admin-pw").await?;
+    assert_eq!(all.body["Members@odata.count"], 2);
+    let fencer_session = h
+        .snapshot()
+        .sessions
+        .iter()
+        .find(|s| s.user_name == "fencer")
+        .unwrap()
+        .id
+        .clone();
+    let foreign = call(
+        req(
+            &c,
+            Method::DELETE,
+            &h.base_url(),
+            &format!("{path}/{fencer_session}"),
+        )
+        .basic_auth("viewer", Some("viewer-pw")),
+    )
+    .await?;
+    assert_eq!(
+        foreign.status,
+        StatusCode::FORBIDDEN,
+        "not one's own session"
+    );
+
+    phase("a reset handed out as a task shows in the task collection");
+    h.update(|s| s.reset_reply = ResetReply::TaskMonitor);
+    let accepted = reset(
+        &c,
+        &h,
+        "pve-dc1-02",
+        "fencer",
+        "fencer-pw",
+        json!({"ResetType": "ForceOff"}),
+    )
+    .await?;
+    assert_eq!(accepted.status, StatusCode::ACCEPTED);
+    let list = get(
+        &c,
+        &h,
+        "/redfish/v1/TaskService/Tasks",
+        "viewer",
+        "viewer-pw",
+    )
+    .await?;
+    assert_eq!(
+        list.body["Members"][0]["@odata.id"],
+        accepted.body["@odata.id"]
+    );
+    let wrong_method = call(
+        req(&c, Method::DELETE, &h.base_url(), "/redfish/v1/Systems")
+            .basic_auth("admin", Some("admin-pw")),
+    )
+    .await?;
+    assert_eq!(wrong_method.status, StatusCode::METHOD_NOT_ALLOWED);
+    h.shutdown().await;
+    Ok(())
+}
