@@ -118,6 +118,27 @@ pub struct Vm {
     pub started_at: Option<u64>,
     /// Its QEMU process id while running.
     pub pid: Option<u32>,
+    /// Set when `vm:ID` is an HA resource: power requests then go through the HA stack.
+    pub ha: Option<HaService>,
+}
+
+/// The HA state of an HA-managed guest.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct HaService {
+    /// The requested state (`/cluster/ha/resources` `state`): `started` or `stopped`.
+    pub requested: String,
+    /// The CRM's service state: `started`, `stopped`, `request_stop`, `fence`, ...
+    pub crm_state: String,
+}
+
+impl HaService {
+    /// An HA resource requested `started` and running.
+    pub fn started() -> Self {
+        Self {
+            requested: "started".to_owned(),
+            crm_state: "started".to_owned(),
+        }
+    }
 }
 
 impl Vm {
@@ -133,6 +154,7 @@ impl Vm {
             maxmem: 2 << 30,
             started_at: None,
             pid: None,
+            ha: None,
         }
     }
 }
@@ -322,6 +344,8 @@ pub struct PveState {
     pub replication: Vec<ReplicationJob>,
     /// How long a power task runs before it takes effect.
     pub task_duration: Duration,
+    /// How long the HA stack takes to act on a queued `hastart`/`hastop` request.
+    pub ha_delay: Duration,
     /// Every task started, oldest first.
     pub tasks: Vec<Task>,
 }
@@ -346,6 +370,7 @@ impl PveState {
             tokens: Vec::new(),
             replication: Vec::new(),
             task_duration: Duration::from_millis(300),
+            ha_delay: Duration::from_secs(1),
             tasks: Vec::new(),
         }
     }
@@ -481,6 +506,12 @@ impl Shared {
                 .map(|n| n.name.clone())
                 .collect();
             for vm in state.vms.iter_mut().filter(|v| dead.contains(&v.node)) {
+                if let Some(ha) = vm.ha.as_mut()
+                    && ha.requested == "started"
+                {
+                    // The CRM waits for the lost node to be fenced before recovering.
+                    ha.crm_state = "fence".to_owned();
+                }
                 if vm.status == VmStatus::Running {
                     tracing::debug!(vmid = vm.vmid, node = %vm.node, "Simulated VM died with its host");
                 }
@@ -768,6 +799,9 @@ fn router(shared: Arc<Shared>, faults: Faults) -> Router {
             "/api2/json/cluster/replication/{id}",
             get(replication_config_one),
         )
+        .route("/api2/json/cluster/ha/resources", get(ha_resources))
+        .route("/api2/json/cluster/ha/resources/{sid}", get(ha_resource))
+        .route("/api2/json/cluster/ha/status/current", get(ha_status))
         .route("/api2/json/nodes", get(nodes))
         .route("/api2/json/nodes/{node}/status", get(node_status))
         .route("/api2/json/nodes/{node}/qemu", get(node_vms))
@@ -1347,6 +1381,9 @@ async fn cluster_resources(
             if let Some(lock) = &vm.lock {
                 entry["lock"] = json!(lock);
             }
+            if let Some(ha) = &vm.ha {
+                entry["hastate"] = json!(ha.crm_state);
+            }
             out.push(entry);
         }
     }
@@ -1475,7 +1512,10 @@ async fn vm_current(
         "cpus": vm.cpus,
         "maxmem": vm.maxmem,
         "uptime": uptime(&shared, vm),
-        "ha": {"managed": 0},
+        "ha": match &vm.ha {
+            Some(ha) => json!({"managed": 1, "state": ha.crm_state}),
+            None => json!({"managed": 0}),
+        },
         "agent": 0,
     });
     add_usage(&mut out, vm);
@@ -1555,6 +1595,9 @@ async fn vm_action(
             .into_response();
     }
     let running = vm.status == VmStatus::Running;
+    if vm.ha.is_some() && matches!(action.as_str(), "start" | "stop" | "shutdown") {
+        return ha_request(&shared, &node, &vmid, vm.vmid, action == "start", &caller);
+    }
     // Checked before the worker starts, as PVE does.
     if matches!(action.as_str(), "shutdown" | "reset" | "reboot") && !running {
         return pve_error(
@@ -1589,6 +1632,74 @@ async fn vm_action(
             finish_task(&shared, &done, vm.vmid, effect, failure);
         });
     }
+    data(json!(upid))
+}
+
+/// An HA-managed guest: the request is queued for the HA stack in an `hastart`/`hastop`
+/// task that ends OK at once; the VM changes `ha_delay` later. `OK` only means "queued".
+fn ha_request(
+    shared: &Arc<Shared>,
+    node: &str,
+    vmid: &str,
+    id: u32,
+    start: bool,
+    caller: &Principal,
+) -> Response {
+    let kind = if start { "hastart" } else { "hastop" };
+    let task = new_task(shared, node, kind, vmid, caller);
+    let upid = task.upid.clone();
+    let delay = {
+        let mut state = shared.lock();
+        state.tasks.push(task);
+        if let Some(ha) = state
+            .vms
+            .iter_mut()
+            .find(|v| v.vmid == id)
+            .and_then(|v| v.ha.as_mut())
+        {
+            ha.requested = if start { "started" } else { "stopped" }.to_owned();
+            if !start && ha.crm_state == "started" {
+                ha.crm_state = "request_stop".to_owned();
+            }
+        }
+        state.ha_delay
+    };
+    finish_task(shared, &upid, id, Effect::Nothing, None);
+    let shared = shared.clone();
+    tokio::spawn(async move {
+        tokio::time::sleep(delay).await;
+        let mut state = shared.lock();
+        let Some(vm) = state.vms.iter().find(|v| v.vmid == id).cloned() else {
+            return;
+        };
+        if !state.node(&vm.node).is_some_and(Node::online) {
+            return;
+        }
+        let pid = if start {
+            Some(shared.next_pid() + 10_000)
+        } else {
+            None
+        };
+        let now = shared.clock.now();
+        if let Some(vm) = state.vms.iter_mut().find(|v| v.vmid == id) {
+            let wanted = vm.ha.as_ref().map(|h| h.requested == "started");
+            if wanted != Some(start) {
+                return; // a newer request changed its mind
+            }
+            if start && vm.status != VmStatus::Running {
+                vm.status = VmStatus::Running;
+                vm.pid = pid;
+                vm.started_at = Some(now);
+            } else if !start {
+                vm.status = VmStatus::Stopped;
+                vm.pid = None;
+                vm.started_at = None;
+            }
+            if let Some(ha) = vm.ha.as_mut() {
+                ha.crm_state = if start { "started" } else { "stopped" }.to_owned();
+            }
+        }
+    });
     data(json!(upid))
 }
 
@@ -1963,6 +2074,109 @@ async fn replication_schedule_now(
     finished.log.push("TASK OK".to_owned());
     shared.lock().tasks.push(finished);
     data(json!(upid))
+}
+
+fn ha_resource_body(vm: &Vm, ha: &HaService) -> Value {
+    json!({
+        "sid": format!("vm:{}", vm.vmid),
+        "type": "vm",
+        "state": ha.requested,
+        "max_restart": 1,
+        "max_relocate": 1,
+        "failback": 1,
+        "digest": format!("{:040x}", u128::from(vm.vmid)),
+    })
+}
+
+async fn ha_resources(State(shared): Shr, method: Method, headers: HeaderMap) -> Response {
+    let caller = authenticated!(shared, method, headers);
+    let state = shared.lock();
+    if !allowed(&state, &caller, "/", "Sys.Audit") {
+        return forbidden("/", "Sys.Audit");
+    }
+    let out: Vec<Value> = state
+        .vms
+        .iter()
+        .filter_map(|v| v.ha.as_ref().map(|ha| ha_resource_body(v, ha)))
+        .collect();
+    data(Value::Array(out))
+}
+
+async fn ha_resource(
+    State(shared): Shr,
+    method: Method,
+    headers: HeaderMap,
+    Path(sid): Path<String>,
+) -> Response {
+    let caller = authenticated!(shared, method, headers);
+    let state = shared.lock();
+    if !allowed(&state, &caller, "/", "Sys.Audit") {
+        return forbidden("/", "Sys.Audit");
+    }
+    let vmid = sid.strip_prefix("vm:").unwrap_or(&sid);
+    let found = state
+        .vms
+        .iter()
+        .find(|v| v.vmid.to_string() == vmid)
+        .and_then(|v| v.ha.as_ref().map(|ha| ha_resource_body(v, ha)));
+    match found {
+        Some(body) => data(body),
+        None => pve_error(
+            StatusCode::INTERNAL_SERVER_ERROR,
+            &format!("no such resource '{sid}'"),
+        ),
+    }
+}
+
+async fn ha_status(State(shared): Shr, method: Method, headers: HeaderMap) -> Response {
+    let caller = authenticated!(shared, method, headers);
+    let state = shared.lock();
+    if !allowed(&state, &caller, "/", "Sys.Audit") {
+        return forbidden("/", "Sys.Audit");
+    }
+    let quorate = state.quorate();
+    let mut out = vec![json!({
+        "id": "quorum",
+        "type": "quorum",
+        "node": state.api_node,
+        "quorate": u8::from(quorate),
+        "status": if quorate { "OK" } else { "No quorum on node" },
+    })];
+    out.push(json!({
+        "id": "master",
+        "type": "master",
+        "node": state.api_node,
+        "status": format!("{} (active, {})", state.api_node, shared.clock.now()),
+    }));
+    for node in &state.nodes {
+        let status = if node.online() {
+            "active"
+        } else {
+            "old timestamp - dead?"
+        };
+        out.push(json!({
+            "id": format!("lrm:{}", node.name),
+            "type": "lrm",
+            "node": node.name,
+            "mode": "active",
+            "status": format!("{} ({status}, {})", node.name, shared.clock.now()),
+        }));
+    }
+    for vm in &state.vms {
+        if let Some(ha) = &vm.ha {
+            out.push(json!({
+                "id": format!("service:vm:{}", vm.vmid),
+                "type": "service",
+                "sid": format!("vm:{}", vm.vmid),
+                "node": vm.node,
+                "state": ha.crm_state,
+                "crm_state": ha.crm_state,
+                "request_state": ha.requested,
+                "status": format!("vm:{} ({}, {})", vm.vmid, vm.node, ha.crm_state),
+            }));
+        }
+    }
+    data(Value::Array(out))
 }
 
 #[cfg(test)]

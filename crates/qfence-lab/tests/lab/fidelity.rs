@@ -16,7 +16,7 @@ use std::time::Duration;
 
 use anyhow::{Result, ensure};
 use qfence_lab::TlsIdentity;
-use qfence_lab::proxmox::{self, ApiToken, Node, PveState, Vm, VmStatus};
+use qfence_lab::proxmox::{self, ApiToken, HaService, Node, PveState, Vm, VmStatus};
 use qfence_lab::redfish::{self, Account, BmcState, Role, System};
 use reqwest::{Client, RequestBuilder};
 use serde_json::{Value, json};
@@ -361,7 +361,11 @@ fn fakepve_like() -> PveState {
     s.nodes.push(Node::new("pve3", 3, "192.0.2.13"));
     s.vms.push(Vm::new(100, "db1", "pve1", VmStatus::Running));
     s.vms.push(Vm::new(101, "db2", "pve2", VmStatus::Running));
+    let mut app = Vm::new(102, "app1", "pve2", VmStatus::Running);
+    app.ha = Some(HaService::started());
+    s.vms.push(app);
     s.vms.push(Vm::new(103, "spare", "pve3", VmStatus::Stopped));
+    s.ha_delay = Duration::from_secs(1);
     s.tokens.push(ApiToken {
         userid: "root@pam".into(),
         name: "qfence".into(),
@@ -633,6 +637,58 @@ async fn fidelity_proxmox_against_fakepve() -> Result<()> {
         cmp.critical
             .push("permissions do not show VM.PowerMgmt for root".into());
     }
+
+    phase("an HA-managed VM: hastop, OK at once, stopped about a second later on both");
+    let (a, b) = both(
+        get(&fake, "/nodes/pve2/qemu/102/status/current"),
+        get(&ours, "/nodes/pve2/qemu/102/status/current"),
+    )
+    .await?;
+    cmp.compare(
+        "GET status/current (HA)",
+        &a,
+        &b,
+        &["/data/ha/managed", "/data/ha/state"],
+    );
+    let (a, b) = both(
+        post(&fake, "/nodes/pve2/qemu/102/status/stop"),
+        post(&ours, "/nodes/pve2/qemu/102/status/stop"),
+    )
+    .await?;
+    let kind = |r: &Reply| {
+        r.body["data"]
+            .as_str()
+            .unwrap_or_default()
+            .split(':')
+            .nth(5)
+            .unwrap_or_default()
+            .to_owned()
+    };
+    if kind(&a) != kind(&b) {
+        cmp.critical
+            .push(format!("HA stop task type: {} vs {}", kind(&a), kind(&b)));
+    }
+    tokio::time::sleep(Duration::from_secs(3)).await;
+    let (a, b) = both(
+        get(&fake, "/nodes/pve2/qemu/102/status/current"),
+        get(&ours, "/nodes/pve2/qemu/102/status/current"),
+    )
+    .await?;
+    if a.body["data"]["status"] != b.body["data"]["status"] {
+        cmp.critical.push(format!(
+            "HA VM after stop: {} vs {}",
+            a.body["data"]["status"], b.body["data"]["status"]
+        ));
+    }
+    cmp.notes.push(format!(
+        "HA VM after stop: ha {} (emulator) vs {} (simulator)",
+        a.body["data"]["ha"], b.body["data"]["ha"]
+    ));
+    both(
+        post(&fake, "/nodes/pve2/qemu/102/status/start"),
+        post(&ours, "/nodes/pve2/qemu/102/status/start"),
+    )
+    .await?;
 
     let (a, b) = both(
         get(&fake, "/nodes/pve1/replication"),

@@ -6,7 +6,8 @@ use std::time::Duration;
 use anyhow::Result;
 use qfence_lab::TlsIdentity;
 use qfence_lab::proxmox::{
-    self, Acl, ApiToken, Flapping, Node, PveHandle, PveState, ReplicationJob, User, Vm, VmStatus,
+    self, Acl, ApiToken, Flapping, HaService, Node, PveHandle, PveState, ReplicationJob, User, Vm,
+    VmStatus,
 };
 use reqwest::{Client, Method, StatusCode};
 use serde_json::{Value, json};
@@ -810,6 +811,136 @@ async fn reset_reboot_node_status_job_config_and_ticket_renewal() -> Result<()> 
     )
     .await?;
     assert_eq!(forged.status, StatusCode::UNAUTHORIZED);
+    h.shutdown().await;
+    Ok(())
+}
+
+#[tokio::test]
+async fn an_ha_managed_vm_is_stopped_by_the_ha_stack_after_the_task_says_ok() -> Result<()> {
+    let mut s = state();
+    s.vms[0].ha = Some(HaService::started());
+    s.ha_delay = Duration::from_millis(600);
+    let (h, c) = pve(s).await?;
+
+    phase("the VM is an HA resource, started");
+    let resources = api(&c, &h, Method::GET, "/cluster/ha/resources", ROOT_TOKEN).await?;
+    assert_eq!(resources.body["data"][0]["sid"], "vm:101");
+    assert_eq!(resources.body["data"][0]["state"], "started");
+    let current = api(
+        &c,
+        &h,
+        Method::GET,
+        "/nodes/pve-b/qemu/101/status/current",
+        ROOT_TOKEN,
+    )
+    .await?;
+    assert_eq!(
+        current.body["data"]["ha"],
+        json!({"managed": 1, "state": "started"})
+    );
+
+    phase("stop: an hastop task that ends OK at once, while the VM still runs");
+    let stop = api(
+        &c,
+        &h,
+        Method::POST,
+        "/nodes/pve-b/qemu/101/status/stop",
+        ROOT_TOKEN,
+    )
+    .await?;
+    let upid = stop.body["data"].as_str().unwrap().to_owned();
+    assert!(upid.contains(":hastop:101:"), "{upid}");
+    let task = task_status(&c, &h, &upid).await?;
+    assert_eq!(
+        (task["status"].clone(), task["exitstatus"].clone()),
+        (json!("stopped"), json!("OK"))
+    );
+    let current = api(
+        &c,
+        &h,
+        Method::GET,
+        "/nodes/pve-b/qemu/101/status/current",
+        ROOT_TOKEN,
+    )
+    .await?;
+    assert_eq!(
+        current.body["data"]["status"], "running",
+        "OK on hastop only means queued"
+    );
+    assert_eq!(current.body["data"]["ha"]["state"], "request_stop");
+    let status = api(
+        &c,
+        &h,
+        Method::GET,
+        "/cluster/ha/status/current",
+        ROOT_TOKEN,
+    )
+    .await?;
+    let service = find(&status.body["data"], "sid", json!("vm:101"));
+    assert_eq!(service["request_state"], "stopped");
+
+    phase("the HA stack stops it later; the requested state is now stopped");
+    eventually(Duration::from_secs(3), "VM 101 stopped by HA", || async {
+        let r = api(
+            &c,
+            &h,
+            Method::GET,
+            "/nodes/pve-b/qemu/101/status/current",
+            ROOT_TOKEN,
+        )
+        .await?;
+        Ok((r.body["data"]["status"] == "stopped").then_some(r))
+    })
+    .await
+    .map(|r| assert_eq!(r.body["data"]["ha"]["state"], "stopped"))?;
+    let one = api(
+        &c,
+        &h,
+        Method::GET,
+        "/cluster/ha/resources/vm:101",
+        ROOT_TOKEN,
+    )
+    .await?;
+    assert_eq!(one.body["data"]["state"], "stopped");
+
+    phase("start goes through hastart the same way");
+    let start = api(
+        &c,
+        &h,
+        Method::POST,
+        "/nodes/pve-b/qemu/101/status/start",
+        ROOT_TOKEN,
+    )
+    .await?;
+    assert!(
+        start.body["data"]
+            .as_str()
+            .unwrap()
+            .contains(":hastart:101:")
+    );
+    eventually(Duration::from_secs(3), "VM 101 started by HA", || async {
+        Ok((h.snapshot().vm(101).unwrap().status == VmStatus::Running).then_some(()))
+    })
+    .await?;
+
+    phase("its node loses power: the service waits for fencing");
+    h.set_node_powered("pve-b", false);
+    assert_eq!(
+        h.snapshot().vm(101).unwrap().ha.as_ref().unwrap().crm_state,
+        "fence"
+    );
+    let resources = api(
+        &c,
+        &h,
+        Method::GET,
+        "/cluster/resources?type=vm",
+        ROOT_TOKEN,
+    )
+    .await?;
+    assert_eq!(
+        find(&resources.body["data"], "vmid", json!(101))["hastate"],
+        "fence"
+    );
     h.shutdown().await;
     Ok(())
 }
