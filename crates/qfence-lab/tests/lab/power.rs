@@ -43,7 +43,7 @@ async fn powering_a_host_off_takes_its_node_offline_and_stops_its_vms() -> Resul
 
     phase("the BMC powers pve-b off");
     press(&bc, &bmc, "pve-b", "ForceOff").await?;
-    eventually(Duration::from_secs(3), "pve-b offline", || async {
+    eventually(Duration::from_secs(10), "pve-b offline", || async {
         let s = api(&pc, &p, Method::GET, "/cluster/status", ROOT_TOKEN).await?;
         let node = s.body["data"]
             .as_array()
@@ -67,7 +67,7 @@ async fn powering_a_host_off_takes_its_node_offline_and_stops_its_vms() -> Resul
 
     phase("power back: the node is online, and the VM stays stopped (it died with its host)");
     press(&bc, &bmc, "pve-b", "On").await?;
-    eventually(Duration::from_secs(3), "pve-b online", || async {
+    eventually(Duration::from_secs(10), "pve-b online", || async {
         let r = api(
             &pc,
             &p,
@@ -113,7 +113,7 @@ async fn the_lab_shape_fencing_dc1_darkens_its_api_and_breaks_replication() -> R
     p2.attach_power("pve-dc2-01", bmc2.power_line("pve-dc2-01").unwrap());
 
     phase("replication runs while both hosts are up");
-    eventually(Duration::from_secs(3), "a sync", || async {
+    eventually(Duration::from_secs(10), "a sync", || async {
         let r = api(
             &pc1,
             &p1,
@@ -128,7 +128,7 @@ async fn the_lab_shape_fencing_dc1_darkens_its_api_and_breaks_replication() -> R
 
     phase("dc2's host loses power: dc1 sees replication fail");
     press(&bc2, &bmc2, "pve-dc2-01", "ForceOff").await?;
-    eventually(Duration::from_secs(3), "a failed sync", || async {
+    eventually(Duration::from_secs(10), "a failed sync", || async {
         let r = api(
             &pc1,
             &p1,
@@ -150,7 +150,7 @@ async fn the_lab_shape_fencing_dc1_darkens_its_api_and_breaks_replication() -> R
 
     phase("dc1's host is fenced: its API refuses connections; the VM is stopped");
     press(&bc1, &bmc1, "pve-dc1-01", "ForceOff").await?;
-    eventually(Duration::from_secs(3), "dc1 API dark", || async {
+    eventually(Duration::from_secs(10), "dc1 API dark", || async {
         match pc1
             .get(format!("{}/api2/json/version", p1.base_url()))
             .send()
@@ -167,7 +167,7 @@ async fn the_lab_shape_fencing_dc1_darkens_its_api_and_breaks_replication() -> R
     let v = api(&pc2, &p2, Method::GET, "/version", ROOT_TOKEN).await?;
     assert_eq!(v.status, StatusCode::OK);
     press(&bc1, &bmc1, "pve-dc1-01", "On").await?;
-    let current = eventually(Duration::from_secs(3), "dc1 API back", || async {
+    let current = eventually(Duration::from_secs(10), "dc1 API back", || async {
         match api(
             &pc1,
             &p1,

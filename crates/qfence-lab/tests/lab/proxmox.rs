@@ -46,7 +46,7 @@ pub fn state() -> PveState {
         privsep: true,
         acl: vec![Acl::new("/vms/101", &["VM.Audit"], false)],
     });
-    s.task_duration = Duration::from_millis(200);
+    s.task_duration = Duration::from_millis(800);
     s
 }
 
@@ -259,7 +259,7 @@ async fn task_status(c: &Client, h: &PveHandle, upid: &str) -> Result<Value> {
 }
 
 async fn wait_task(c: &Client, h: &PveHandle, upid: &str) -> Result<Value> {
-    eventually(Duration::from_secs(3), "task stopped", || async {
+    eventually(Duration::from_secs(10), "task stopped", || async {
         let s = task_status(c, h, upid).await?;
         Ok((s["status"] == "stopped").then_some(s))
     })
@@ -271,6 +271,8 @@ async fn power_actions_return_upids_and_take_effect_when_the_task_ends() -> Resu
     let (h, c) = pve(state()).await?;
 
     phase("stop: a UPID at once; the task runs, then stops with OK; then the VM reads stopped");
+    // A long task, so that even a loaded machine reads it while it runs.
+    h.update(|s| s.task_duration = Duration::from_secs(3));
     let stop = api(
         &c,
         &h,
@@ -285,9 +287,7 @@ async fn power_actions_return_upids_and_take_effect_when_the_task_ends() -> Resu
     assert_eq!(parts[1], "pve-b");
     assert_eq!(&parts[5..8], &["qmstop", "101", "root@pam!qfence"]);
     assert_eq!(parts[2].len(), 8, "pid is 8 hex digits");
-    let running = task_status(&c, &h, &upid).await?;
-    assert_eq!(running["status"], "running");
-    assert!(running.get("exitstatus").is_none());
+    // The VM first, then the task: while the task still runs, the VM must still run.
     let current = api(
         &c,
         &h,
@@ -296,6 +296,9 @@ async fn power_actions_return_upids_and_take_effect_when_the_task_ends() -> Resu
         ROOT_TOKEN,
     )
     .await?;
+    let running = task_status(&c, &h, &upid).await?;
+    assert_eq!(running["status"], "running");
+    assert!(running.get("exitstatus").is_none());
     assert_eq!(
         current.body["data"]["status"], "running",
         "not before the task ends"
@@ -303,6 +306,7 @@ async fn power_actions_return_upids_and_take_effect_when_the_task_ends() -> Resu
     let done = wait_task(&c, &h, &upid).await?;
     assert_eq!(done["exitstatus"], "OK");
     assert_eq!(done["type"], "qmstop");
+    h.update(|s| s.task_duration = Duration::from_millis(800));
     assert_eq!(done["user"], "root@pam!qfence");
     let current = api(
         &c,
@@ -613,7 +617,7 @@ async fn replication_syncs_on_schedule_and_reports_failures_like_pve() -> Result
         (json!(101), json!("pve-dc2-01"), json!("local"))
     );
     assert_eq!(entry["jobnum"], 1);
-    let first = eventually(Duration::from_secs(3), "a first sync", || async {
+    let first = eventually(Duration::from_secs(10), "a first sync", || async {
         let r = job(&c, &h).await?;
         Ok((r.body["data"]["last_sync"].as_u64().unwrap_or(0) > 0).then_some(r))
     })
@@ -652,9 +656,11 @@ async fn replication_syncs_on_schedule_and_reports_failures_like_pve() -> Result
     );
 
     phase("the target becomes unreachable: fail_count rises, error is set, last_sync ages");
-    let synced = s["last_sync"].as_u64().unwrap();
     h.update(|st| st.remote_nodes.insert("pve-dc2-01".into(), false));
-    let failing = eventually(Duration::from_secs(5), "two failed attempts", || async {
+    // Read after the cut: a sync may have landed since the first read.
+    let synced = h.snapshot().replication[0].status.last_sync;
+    assert!(synced >= s["last_sync"].as_u64().unwrap());
+    let failing = eventually(Duration::from_secs(10), "two failed attempts", || async {
         let r = job(&c, &h).await?;
         Ok((r.body["data"]["fail_count"].as_u64().unwrap_or(0) >= 2).then_some(r))
     })
@@ -678,7 +684,7 @@ async fn replication_syncs_on_schedule_and_reports_failures_like_pve() -> Result
         ROOT_TOKEN,
     )
     .await?;
-    let healed = eventually(Duration::from_secs(5), "a sync after healing", || async {
+    let healed = eventually(Duration::from_secs(10), "a sync after healing", || async {
         let r = job(&c, &h).await?;
         Ok((r.body["data"]["fail_count"] == 0).then_some(r))
     })
@@ -695,7 +701,8 @@ async fn replication_syncs_on_schedule_and_reports_failures_like_pve() -> Result
 
 #[tokio::test]
 async fn flapping_replication_alternates_failures_and_successes() -> Result<()> {
-    let mut s = replicated_state(Duration::from_millis(150));
+    // Each state lasts at least a second, so sampling cannot miss one under load.
+    let mut s = replicated_state(Duration::from_secs(1));
     s.replication[0].flapping = Some(Flapping {
         fail: 2,
         succeed: 1,
@@ -704,7 +711,7 @@ async fn flapping_replication_alternates_failures_and_successes() -> Result<()> 
     let mut seen_fail_counts = std::collections::BTreeSet::new();
     let mut recovered_after_failing = false;
     let mut last = 0;
-    for _ in 0..80 {
+    for _ in 0..300 {
         let r = job(&c, &h).await?;
         let fails = r.body["data"]["fail_count"].as_u64().unwrap_or(0);
         seen_fail_counts.insert(fails);
@@ -712,7 +719,8 @@ async fn flapping_replication_alternates_failures_and_successes() -> Result<()> 
             recovered_after_failing = true;
         }
         last = fails;
-        if recovered_after_failing && seen_fail_counts.contains(&2) {
+        if recovered_after_failing && seen_fail_counts.contains(&1) && seen_fail_counts.contains(&2)
+        {
             break;
         }
         tokio::time::sleep(Duration::from_millis(50)).await;
@@ -819,7 +827,7 @@ async fn reset_reboot_node_status_job_config_and_ticket_renewal() -> Result<()> 
 async fn an_ha_managed_vm_is_stopped_by_the_ha_stack_after_the_task_says_ok() -> Result<()> {
     let mut s = state();
     s.vms[0].ha = Some(HaService::started());
-    s.ha_delay = Duration::from_millis(600);
+    s.ha_delay = Duration::from_millis(1500);
     let (h, c) = pve(s).await?;
 
     phase("the VM is an HA resource, started");
@@ -880,7 +888,7 @@ async fn an_ha_managed_vm_is_stopped_by_the_ha_stack_after_the_task_says_ok() ->
     assert_eq!(service["request_state"], "stopped");
 
     phase("the HA stack stops it later; the requested state is now stopped");
-    eventually(Duration::from_secs(3), "VM 101 stopped by HA", || async {
+    eventually(Duration::from_secs(10), "VM 101 stopped by HA", || async {
         let r = api(
             &c,
             &h,
@@ -918,7 +926,7 @@ async fn an_ha_managed_vm_is_stopped_by_the_ha_stack_after_the_task_says_ok() ->
             .unwrap()
             .contains(":hastart:101:")
     );
-    eventually(Duration::from_secs(3), "VM 101 started by HA", || async {
+    eventually(Duration::from_secs(10), "VM 101 started by HA", || async {
         Ok((h.snapshot().vm(101).unwrap().status == VmStatus::Running).then_some(()))
     })
     .await?;

@@ -209,7 +209,7 @@ async fn systems_are_listed_with_identity_and_the_reset_action() -> Result<()> {
 
 #[tokio::test]
 async fn force_off_is_accepted_at_once_and_only_read_back_shows_off() -> Result<()> {
-    let (h, c) = bmc(Duration::from_millis(300)).await?;
+    let (h, c) = bmc(Duration::from_millis(1000)).await?;
 
     phase("ForceOff: 204, then PoweringOff, then Off after the power delay");
     let accepted = reset(
@@ -223,7 +223,7 @@ async fn force_off_is_accepted_at_once_and_only_read_back_shows_off() -> Result<
     .await?;
     assert_eq!(accepted.status, StatusCode::NO_CONTENT);
     assert_eq!(power(&c, &h, "pve-dc1-01").await?, "PoweringOff");
-    eventually(Duration::from_secs(3), "PowerState Off", || async {
+    eventually(Duration::from_secs(10), "PowerState Off", || async {
         Ok((power(&c, &h, "pve-dc1-01").await? == "Off").then_some(()))
     })
     .await?;
@@ -248,7 +248,7 @@ async fn force_off_is_accepted_at_once_and_only_read_back_shows_off() -> Result<
     )
     .await?;
     assert_eq!(power(&c, &h, "pve-dc1-01").await?, "PoweringOn");
-    eventually(Duration::from_secs(3), "PowerState On", || async {
+    eventually(Duration::from_secs(10), "PowerState On", || async {
         Ok((power(&c, &h, "pve-dc1-01").await? == "On").then_some(()))
     })
     .await?;
@@ -628,7 +628,7 @@ async fn a_start_with_a_bad_state_is_refused() -> Result<()> {
 
 #[tokio::test]
 async fn an_asynchronous_bmc_answers_202_with_a_task_monitor() -> Result<()> {
-    let (h, c) = bmc(Duration::from_millis(400)).await?;
+    let (h, c) = bmc(Duration::from_millis(1000)).await?;
     h.update(|s| s.reset_reply = ResetReply::TaskMonitor);
 
     phase("ForceOff: 202, Location = a task monitor, Retry-After, a Task body");
@@ -651,7 +651,7 @@ async fn an_asynchronous_bmc_answers_202_with_a_task_monitor() -> Result<()> {
     assert_eq!(running.status, StatusCode::ACCEPTED);
     let task_path = running.body["@odata.id"].as_str().unwrap().to_owned();
     eventually(
-        Duration::from_secs(3),
+        Duration::from_secs(10),
         "the monitor's final answer",
         || async {
             let r = get(&c, &h, &monitor, "fencer", "fencer-pw").await?;
