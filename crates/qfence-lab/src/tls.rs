@@ -55,6 +55,14 @@ pub enum LabError {
         /// The operating system's error.
         source: io::Error,
     },
+    /// A PEM certificate or key could not be read.
+    #[error("cannot read the PEM {what}: {reason}")]
+    Pem {
+        /// `certificate` or `private key`.
+        what: &'static str,
+        /// What was wrong.
+        reason: String,
+    },
     /// The initial state names something that does not exist or repeats a name.
     #[error("invalid initial state: {0}")]
     InvalidState(String),
@@ -66,6 +74,7 @@ pub struct TlsIdentity {
     cert_der: CertificateDer<'static>,
     key_der: Arc<Vec<u8>>,
     cert_pem: String,
+    key_pem: Arc<String>,
     fingerprint: String,
 }
 
@@ -89,7 +98,34 @@ impl TlsIdentity {
             certified.cert.der().clone(),
             certified.signing_key.serialize_der(),
             certified.cert.pem(),
+            certified.signing_key.serialize_pem(),
         ))
+    }
+
+    /// An identity saved earlier with [`TlsIdentity::cert_pem`] and
+    /// [`TlsIdentity::key_pem`] (PKCS#8), so that a restarted simulator keeps the
+    /// fingerprint a configuration pins.
+    pub fn from_pem(cert_pem: &str, key_pem: &str) -> Result<Self, LabError> {
+        use rustls::pki_types::pem::PemObject as _;
+        let cert =
+            CertificateDer::from_pem_slice(cert_pem.as_bytes()).map_err(|e| LabError::Pem {
+                what: "certificate",
+                reason: e.to_string(),
+            })?;
+        let key =
+            PrivatePkcs8KeyDer::from_pem_slice(key_pem.as_bytes()).map_err(|e| LabError::Pem {
+                what: "private key",
+                reason: e.to_string(),
+            })?;
+        let identity = Self::from_der(
+            cert,
+            key.secret_pkcs8_der().to_vec(),
+            cert_pem.to_owned(),
+            key_pem.to_owned(),
+        );
+        // Fail now, not at the first handshake, if the key is unusable.
+        identity.certified_key()?;
+        Ok(identity)
     }
 
     /// The identity the lab uses when it has no reason to choose: `localhost` and `127.0.0.1`.
@@ -97,14 +133,26 @@ impl TlsIdentity {
         Self::generate(&["localhost", "127.0.0.1"])
     }
 
-    fn from_der(cert_der: CertificateDer<'static>, pkcs8_key: Vec<u8>, cert_pem: String) -> Self {
+    fn from_der(
+        cert_der: CertificateDer<'static>,
+        pkcs8_key: Vec<u8>,
+        cert_pem: String,
+        key_pem: String,
+    ) -> Self {
         let fingerprint = sha256_fingerprint(&cert_der);
         Self {
             cert_der,
             key_der: Arc::new(pkcs8_key),
             cert_pem,
+            key_pem: Arc::new(key_pem),
             fingerprint,
         }
+    }
+
+    /// The private key in PKCS#8 PEM, to save the identity (a lab credential, not a
+    /// production secret).
+    pub fn key_pem(&self) -> &str {
+        &self.key_pem
     }
 
     /// SHA-256 of the certificate's DER, lower-case hex, no colons.

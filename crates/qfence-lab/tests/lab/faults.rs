@@ -237,3 +237,24 @@ async fn shutdown_stops_listening() -> Result<()> {
     assert!(error.is_connect(), "{}", chain(&error));
     Ok(())
 }
+
+#[tokio::test]
+async fn a_saved_identity_keeps_its_fingerprint_across_restarts() -> Result<()> {
+    let original = TlsIdentity::loopback()?;
+    let restored = TlsIdentity::from_pem(original.cert_pem(), original.key_pem())?;
+    assert_eq!(restored.fingerprint(), original.fingerprint());
+    let h = redfish::start(loopback(), restored, BmcState::new(vec![], vec![])).await?;
+    let served = inspecting_client(None, Duration::from_secs(2))
+        .get(format!("{}/redfish/v1", h.base_url()))
+        .send()
+        .await?;
+    assert_eq!(
+        peer_fingerprint(&served).as_deref(),
+        Some(original.fingerprint())
+    );
+    h.shutdown().await;
+
+    let broken = TlsIdentity::from_pem("not pem", original.key_pem()).unwrap_err();
+    assert!(broken.to_string().contains("certificate"), "{broken}");
+    Ok(())
+}
