@@ -809,6 +809,7 @@ fn router(shared: Arc<Shared>, faults: Faults) -> Router {
             "/api2/json/nodes/{node}/qemu/{vmid}/status/current",
             get(vm_current),
         )
+        .route("/api2/json/nodes/{node}/qemu/{vmid}/config", get(vm_config))
         .route(
             "/api2/json/nodes/{node}/qemu/{vmid}/status/{action}",
             post(vm_action),
@@ -1522,6 +1523,42 @@ async fn vm_current(
     if let Some(pid) = vm.pid {
         out["pid"] = json!(pid);
     }
+    if let Some(lock) = &vm.lock {
+        out["lock"] = json!(lock);
+    }
+    data(out)
+}
+
+async fn vm_config(
+    State(shared): Shr,
+    method: Method,
+    headers: HeaderMap,
+    Path((node, vmid)): Path<(String, String)>,
+) -> Response {
+    let caller = authenticated!(shared, method, headers);
+    let state = shared.lock();
+    if let Err(r) = reach_node(&state, &node) {
+        return r;
+    }
+    let path = format!("/vms/{vmid}");
+    if !allowed(&state, &caller, &path, "VM.Audit") {
+        return forbidden(&path, "VM.Audit");
+    }
+    let vm = match vm_on(&state, &node, &vmid) {
+        Ok(vm) => vm,
+        Err(r) => return r,
+    };
+    let text = format!("{}:{}:{}", vm.vmid, vm.name, vm.node);
+    let digest = crate::tls::sha256_fingerprint(text.as_bytes());
+    let mut out = json!({
+        "name": vm.name,
+        "cores": vm.cpus,
+        "sockets": 1,
+        // PVE sends memory as a property string.
+        "memory": (vm.maxmem >> 20).to_string(),
+        "smbios1": format!("uuid={:08x}-0000-4000-8000-{:012x}", vm.vmid, vm.vmid),
+        "digest": digest.get(..40).unwrap_or(&digest),
+    });
     if let Some(lock) = &vm.lock {
         out["lock"] = json!(lock);
     }

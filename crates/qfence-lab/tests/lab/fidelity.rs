@@ -512,6 +512,18 @@ async fn fidelity_proxmox_against_fakepve() -> Result<()> {
         ));
     }
 
+    let (a, b) = both(
+        get(&fake, "/nodes/pve1/qemu/100/config"),
+        get(&ours, "/nodes/pve1/qemu/100/config"),
+    )
+    .await?;
+    cmp.compare(
+        "GET qemu/{id}/config",
+        &a,
+        &b,
+        &["/data/name", "/data/memory", "/data/digest", "/data/cores"],
+    );
+
     phase("stop a stopped VM on both: a UPID, then the task's status");
     let (a, b) = both(
         post(&fake, "/nodes/pve3/qemu/103/status/stop"),

@@ -220,6 +220,24 @@ async fn the_cluster_nodes_and_guests_are_described_as_pve_does() -> Result<()> 
     assert_eq!(current.body["data"]["qmpstatus"], "running");
     assert_eq!(current.body["data"]["ha"]["managed"], 0);
 
+    let config = api(
+        &c,
+        &h,
+        Method::GET,
+        "/nodes/pve-b/qemu/101/config",
+        ROOT_TOKEN,
+    )
+    .await?;
+    assert_eq!(config.body["data"]["name"], "erp-db");
+    assert_eq!(config.body["data"]["memory"], "2048");
+    assert!(
+        config.body["data"]["smbios1"]
+            .as_str()
+            .unwrap()
+            .starts_with("uuid=")
+    );
+    assert_eq!(config.body["data"]["digest"].as_str().unwrap().len(), 40);
+
     phase("a VM asked on the wrong node: 500 with PVE's message; an unknown path: 501");
     let wrong_node = api(
         &c,
