@@ -18,6 +18,9 @@
 //! holds (`last_sync`, `last_try`, `duration`, `fail_count`, `error`, `next_sync`), and,
 //! as on PVE, it is read through the guest's node: once that node is down, it is 595.
 //!
+//! HA-managed guests ([`Vm::ha`]) go through the HA stack: a power request queues an
+//! `hastart`/`hastop` task that ends `OK` at once, and the VM changes `ha_delay` later.
+//!
 //! Host power comes from outside: [`PveHandle::attach_power`] follows a BMC's power line
 //! ([`crate::redfish::BmcHandle::power_line`]). A node that loses power goes offline and
 //! its VMs stop; if it is the node answering the API, the whole API goes dark (connections

@@ -17,8 +17,9 @@
 //! the service publishes that map under `AccountService.PrivilegeMap`, so a driver can grade
 //! its privilege check "proven" instead of "inferred".
 //!
-//! Protocol faults are fields of [`BmcState`]: `power_delay` (a slow BMC) and
-//! `already_in_state` (iDRAC's 409 or iLO's 400 for a reset that changes nothing); the
+//! Protocol faults are fields of [`BmcState`]: `power_delay` (a slow BMC),
+//! `already_in_state` (iDRAC's 409 or iLO's 400 for a reset that changes nothing),
+//! `reset_reply` (202 with a task monitor instead of 204) and `max_sessions`; the
 //! connection and HTTP faults are in [`Faults`]. Errors use the Redfish body
 //! `{"error": {"code", "message", "@Message.ExtendedInfo": [..]}}`.
 
