@@ -1577,7 +1577,6 @@ enum Effect {
     Nothing,
 }
 
-#[allow(clippy::too_many_arguments)]
 async fn vm_action(
     State(shared): Shr,
     method: Method,
