@@ -46,7 +46,10 @@ pub enum LabError {
     },
     /// rustls refused the key or the configuration.
     #[error("cannot build the TLS server configuration: {0}")]
-    Tls(#[from] rustls::Error),
+    Rustls(#[from] rustls::Error),
+    /// A TLS setup step failed, described in words (the FortiOS simulator's form).
+    #[error("TLS setup failed: {0}")]
+    Tls(String),
     /// The listening socket could not be opened.
     #[error("cannot listen on {addr}: {source}")]
     Bind {
