@@ -1,30 +1,32 @@
-//! qfence's lab: simulators that speak the real protocols, for tests, the demo and fault
-//! injection.
+//! qfence-lab: simulators that speak the real protocols, for the demo lab and for fault tests.
 //!
-//! The model: each simulator is an in-process server started with [`fortios::start`] (and
-//! siblings to come for Redfish and Proxmox VE) from an initial state. The returned handle
-//! knows the server's address, lets a test read and change the simulated device's state, and
-//! injects faults (latency, failed or silently ignored writes, shutdown). Simulators follow the
-//! vendors' public API documents, not qfence's drivers: a driver passing against a simulator
-//! must also be right against the real device wherever the documents are.
+//! Each simulator is an HTTPS server modelled on the public API documents of the system it
+//! stands for, so that qfence's real drivers work against it unchanged. Every simulator has
+//! the same shape: `start(bind address, TLS identity, initial state) -> Handle`, and the
+//! handle exposes the bound address, the certificate's SHA-256 fingerprint (for pinning),
+//! the live state (snapshot and update, for tests and for `qfence lab fail|heal`), the
+//! fault switches, and a graceful shutdown.
+//!
+//! - [`fortios`]: a FortiGate (FortiOS REST API): policies, VIPs, VDOMs, revisions, HA sync.
+//! - [`redfish`]: a BMC (Redfish): systems, power with a realistic delay, sessions, roles.
+//! - [`proxmox`]: a Proxmox VE cluster API: nodes, VMs, UPID tasks, replication, ACLs.
+//! - [`faults`]: the protocol-independent faults (unreachable, wrong certificate, latency,
+//!   5xx storms) every simulator shares.
+//! - [`tls`]: self-signed identities and the server loop.
+//!
+//! A BMC's host power is wired to a Proxmox node with [`redfish::BmcHandle::power_line`]
+//! and [`proxmox::PveHandle::attach_power`]: powering the host off takes the node offline.
+//! Endpoints, state and faults are documented in `docs/specs/lab-simulators.md`.
 
+pub mod faults;
 pub mod fortios;
+pub mod proxmox;
+pub mod redfish;
+pub mod tls;
+
+pub use tls::{LabError, TlsIdentity};
 
 use std::sync::Arc;
-
-/// Errors of the lab crate.
-#[derive(Debug, thiserror::Error)]
-pub enum LabError {
-    /// The listening socket could not be opened.
-    #[error("cannot listen on {addr}: {source}")]
-    Bind {
-        addr: std::net::SocketAddr,
-        source: std::io::Error,
-    },
-    /// A certificate or TLS configuration could not be made.
-    #[error("TLS setup failed: {0}")]
-    Tls(String),
-}
 
 /// A TLS server identity for a simulator: a self-signed certificate and its server config.
 #[derive(Clone)]
