@@ -267,7 +267,8 @@ role_extractor!(
     Access::Admin
 );
 
-/// A JSON body whose rejections are [`ApiError`]s.
+/// A JSON body whose rejections are [`ApiError`]s. The body must be a JSON object: serde
+/// would otherwise read a struct from an array (`[1]`), which no client means.
 #[derive(Debug)]
 pub struct ApiJson<T>(pub T);
 
@@ -275,11 +276,51 @@ impl<S: Send + Sync, T: DeserializeOwned> FromRequest<S> for ApiJson<T> {
     type Rejection = ApiError;
 
     async fn from_request(req: Request, state: &S) -> Result<Self, ApiError> {
-        match Json::<T>::from_request(req, state).await {
+        if !json_content_type(req.headers()) {
+            return Err(ApiError::unsupported_media_type());
+        }
+        let bytes = axum::body::Bytes::from_request(req, state)
+            .await
+            .map_err(|r| {
+                if r.status() == StatusCode::PAYLOAD_TOO_LARGE {
+                    ApiError::body_too_large()
+                } else {
+                    ApiError::invalid_json(format!("the body could not be read: {}", r.body_text()))
+                }
+            })?;
+        // Syntax first, whole: a typed parse would report an unknown field before a syntax
+        // error further on, and malformed JSON should say so.
+        if let Err(e) = serde_json::from_slice::<serde::de::IgnoredAny>(&bytes) {
+            return Err(ApiError::invalid_json(format!(
+                "the body is not valid JSON: {e}"
+            )));
+        }
+        if bytes.iter().find(|b| !b.is_ascii_whitespace()) != Some(&b'{') {
+            return Err(ApiError::invalid_body("the body must be a JSON object"));
+        }
+        match Json::<T>::from_bytes(&bytes) {
             Ok(Json(v)) => Ok(ApiJson(v)),
             Err(r) => Err(r.into()),
         }
     }
+}
+
+/// `application/json`, or any `application/*+json`, parameters allowed.
+fn json_content_type(headers: &axum::http::HeaderMap) -> bool {
+    let Some(ct) = headers
+        .get(header::CONTENT_TYPE)
+        .and_then(|v| v.to_str().ok())
+    else {
+        return false;
+    };
+    let essence = ct
+        .split(';')
+        .next()
+        .unwrap_or("")
+        .trim()
+        .to_ascii_lowercase();
+    essence == "application/json"
+        || (essence.starts_with("application/") && essence.ends_with("+json"))
 }
 
 /// A query string whose rejections are [`ApiError`]s.
@@ -444,7 +485,7 @@ async fn create_plan(
 
 /// One plan, with its staged change if any. Viewer.
 #[utoipa::path(get, path = "/api/v1/plans/{plan}", tag = "plans", security(("bearer" = [])),
-    params(("plan" = String, Path, description = "The plan's name")),
+    params(("plan" = String, Path, description = "The plan's name", example = "erp-db")),
     responses((status = 200, body = PlanView), (status = 401, body = ErrorBody),
         (status = 404, body = ErrorBody), (status = 503, body = ErrorBody)))]
 async fn get_plan(
@@ -457,7 +498,7 @@ async fn get_plan(
 
 /// Deletes a plan if it is still at `expected_generation`. Admin.
 #[utoipa::path(delete, path = "/api/v1/plans/{plan}", tag = "plans", security(("bearer" = [])),
-    params(("plan" = String, Path, description = "The plan's name"), DeletePlanQuery),
+    params(("plan" = String, Path, description = "The plan's name", example = "erp-db"), DeletePlanQuery),
     responses((status = 204, description = "Deleted"), (status = 400, body = ErrorBody),
         (status = 401, body = ErrorBody), (status = 403, body = ErrorBody),
         (status = 404, body = ErrorBody),
@@ -477,7 +518,7 @@ async fn delete_plan(
 
 /// Stages a change of the plan, validated; nothing is in force until it is applied. Admin.
 #[utoipa::path(put, path = "/api/v1/plans/{plan}/staged", tag = "plans", security(("bearer" = [])),
-    params(("plan" = String, Path, description = "The plan's name")),
+    params(("plan" = String, Path, description = "The plan's name", example = "erp-db")),
     request_body = StagePlan,
     responses((status = 200, body = PlanView), (status = 400, body = ErrorBody),
         (status = 401, body = ErrorBody), (status = 403, body = ErrorBody),
@@ -499,7 +540,7 @@ async fn stage_plan(
 
 /// Drops the staged change. Admin.
 #[utoipa::path(delete, path = "/api/v1/plans/{plan}/staged", tag = "plans", security(("bearer" = [])),
-    params(("plan" = String, Path, description = "The plan's name")),
+    params(("plan" = String, Path, description = "The plan's name", example = "erp-db")),
     responses((status = 200, body = PlanView), (status = 401, body = ErrorBody),
         (status = 403, body = ErrorBody), (status = 404, body = ErrorBody),
         (status = 409, description = "Nothing is staged", body = ErrorBody),
@@ -515,7 +556,7 @@ async fn discard_staged(
 /// Applies the staged change if the plan is still at `expected_generation`
 /// (compare-and-set). Admin.
 #[utoipa::path(post, path = "/api/v1/plans/{plan}/apply", tag = "plans", security(("bearer" = [])),
-    params(("plan" = String, Path, description = "The plan's name")),
+    params(("plan" = String, Path, description = "The plan's name", example = "erp-db")),
     request_body = ApplyStaged,
     responses((status = 200, body = PlanView), (status = 400, body = ErrorBody),
         (status = 401, body = ErrorBody), (status = 403, body = ErrorBody),
@@ -539,7 +580,7 @@ async fn apply_staged(
 /// What would happen: the next cycle, applying the staged change, a switchover or a
 /// failover. Changes nothing. Viewer.
 #[utoipa::path(post, path = "/api/v1/plans/{plan}/dry-run", tag = "plans", security(("bearer" = [])),
-    params(("plan" = String, Path, description = "The plan's name")),
+    params(("plan" = String, Path, description = "The plan's name", example = "erp-db")),
     request_body = DryRun,
     responses((status = 200, body = DryRunResult), (status = 400, body = ErrorBody),
         (status = 401, body = ErrorBody), (status = 404, body = ErrorBody),
@@ -558,7 +599,7 @@ async fn dry_run(
 /// Moves ownership to `target`, in order, if the plan is still at `expected_generation`.
 /// Operator.
 #[utoipa::path(post, path = "/api/v1/plans/{plan}/switchover", tag = "operations", security(("bearer" = [])),
-    params(("plan" = String, Path, description = "The plan's name")),
+    params(("plan" = String, Path, description = "The plan's name", example = "erp-db")),
     request_body = SwitchoverRequest,
     responses((status = 202, body = OperationAccepted), (status = 400, body = ErrorBody),
         (status = 401, body = ErrorBody), (status = 403, body = ErrorBody),
@@ -580,7 +621,7 @@ async fn switchover(
 /// Fences the owner and promotes `target` (or the first by priority), if the plan is still
 /// at `expected_generation`. Operator.
 #[utoipa::path(post, path = "/api/v1/plans/{plan}/failover", tag = "operations", security(("bearer" = [])),
-    params(("plan" = String, Path, description = "The plan's name")),
+    params(("plan" = String, Path, description = "The plan's name", example = "erp-db")),
     request_body = FailoverRequest,
     responses((status = 202, body = OperationAccepted), (status = 400, body = ErrorBody),
         (status = 401, body = ErrorBody), (status = 403, body = ErrorBody),
@@ -605,8 +646,8 @@ async fn failover(
 /// reason. Operator.
 #[utoipa::path(post, path = "/api/v1/plans/{plan}/sites/{site}/confirm-fenced", tag = "operations",
     security(("bearer" = [])),
-    params(("plan" = String, Path, description = "The plan's name"),
-        ("site" = String, Path, description = "The site's name")),
+    params(("plan" = String, Path, description = "The plan's name", example = "erp-db"),
+        ("site" = String, Path, description = "The site's name", example = "dc2")),
     request_body = ConfirmFencedRequest,
     responses((status = 200, body = OperationAccepted), (status = 400, body = ErrorBody),
         (status = 401, body = ErrorBody), (status = 403, body = ErrorBody),
@@ -633,7 +674,7 @@ async fn confirm_fenced(
 
 /// Pauses automatic actions on the plan (operator actions still work). Operator.
 #[utoipa::path(post, path = "/api/v1/plans/{plan}/pause", tag = "operations", security(("bearer" = [])),
-    params(("plan" = String, Path, description = "The plan's name")),
+    params(("plan" = String, Path, description = "The plan's name", example = "erp-db")),
     request_body = PauseRequest,
     responses((status = 200, body = OperationAccepted), (status = 400, body = ErrorBody),
         (status = 401, body = ErrorBody), (status = 403, body = ErrorBody),
@@ -651,7 +692,7 @@ async fn pause(
 
 /// Resumes automatic actions on the plan. Operator.
 #[utoipa::path(post, path = "/api/v1/plans/{plan}/resume", tag = "operations", security(("bearer" = [])),
-    params(("plan" = String, Path, description = "The plan's name")),
+    params(("plan" = String, Path, description = "The plan's name", example = "erp-db")),
     request_body = PauseRequest,
     responses((status = 200, body = OperationAccepted), (status = 400, body = ErrorBody),
         (status = 401, body = ErrorBody), (status = 403, body = ErrorBody),
@@ -724,7 +765,7 @@ async fn register_controller(
 /// Admin.
 #[utoipa::path(post, path = "/api/v1/controllers/{controller}/test", tag = "controllers",
     security(("bearer" = [])),
-    params(("controller" = String, Path, description = "The controller's name")),
+    params(("controller" = String, Path, description = "The controller's name", example = "bmc-dc1")),
     responses((status = 200, body = ControllerTest), (status = 401, body = ErrorBody),
         (status = 403, body = ErrorBody), (status = 404, body = ErrorBody),
         (status = 503, body = ErrorBody)))]

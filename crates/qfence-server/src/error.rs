@@ -84,6 +84,32 @@ impl ApiError {
         Self::new(StatusCode::UNPROCESSABLE_ENTITY, "invalid_body", message)
     }
 
+    /// 415: not sent as JSON.
+    pub fn unsupported_media_type() -> Self {
+        Self::new(
+            StatusCode::UNSUPPORTED_MEDIA_TYPE,
+            "unsupported_media_type",
+            "send the body as JSON with `Content-Type: application/json`",
+        )
+    }
+
+    /// 413.
+    pub fn body_too_large() -> Self {
+        Self::new(
+            StatusCode::PAYLOAD_TOO_LARGE,
+            "body_too_large",
+            format!(
+                "the body is larger than the {} byte limit",
+                crate::api::BODY_LIMIT
+            ),
+        )
+    }
+
+    /// 400: not JSON at all.
+    pub fn invalid_json(message: impl Into<String>) -> Self {
+        Self::new(StatusCode::BAD_REQUEST, "invalid_json", message)
+    }
+
     /// 408/503 style: the call took too long.
     pub fn timeout() -> Self {
         Self::new(

@@ -88,7 +88,7 @@ pub struct Event {
     /// One sentence, for people.
     pub message: String,
     /// Details, for machines. Any JSON value.
-    #[schema(value_type = Object)]
+    #[schema(value_type = Value)]
     pub data: serde_json::Value,
     /// The previous record's hash; [`GENESIS`] for the first.
     pub prev: String,

@@ -38,7 +38,7 @@ pub fn check_plan(
 ) -> Result<Checked<PlanConfig>, Vec<Issue>> {
     let text = with_entry(config_text, "plans", name, spec, true)?;
     let prefix = format!("plans.{name}");
-    let loaded = load_str(&text, "the configuration").map_err(|issues| strip(issues, None))?;
+    let loaded = load_str(&text, "the configuration").map_err(|issues| strip(issues, &prefix))?;
     let plan = loaded
         .config
         .config()
@@ -49,7 +49,7 @@ pub fn check_plan(
     match plan {
         Some(value) => Ok(Checked {
             value,
-            warnings: strip(loaded.warnings, Some(&prefix)),
+            warnings: strip(loaded.warnings, &prefix),
         }),
         None => Err(vec![missing(&prefix)]),
     }
@@ -64,7 +64,7 @@ pub fn check_controller(
 ) -> Result<Checked<ControllerConfig>, Vec<Issue>> {
     let text = with_entry(config_text, "controllers", name, spec, true)?;
     let prefix = format!("controllers.{name}");
-    let loaded = load_str(&text, "the configuration").map_err(|issues| strip(issues, None))?;
+    let loaded = load_str(&text, "the configuration").map_err(|issues| strip(issues, &prefix))?;
     let controller = loaded
         .config
         .config()
@@ -75,7 +75,7 @@ pub fn check_controller(
     match controller {
         Some(value) => Ok(Checked {
             value,
-            warnings: strip(loaded.warnings, Some(&prefix)),
+            warnings: strip(loaded.warnings, &prefix),
         }),
         None => Err(vec![missing(&prefix)]),
     }
@@ -151,17 +151,19 @@ fn missing(path: &str) -> Issue {
     }
 }
 
-/// Drops lines (they refer to the rebuilt text) and, with a prefix, the issues about
-/// anything else.
-fn strip(issues: Vec<Issue>, prefix: Option<&str>) -> Vec<Issue> {
+/// Drops lines (they refer to the rebuilt text) and the warnings about anything but the
+/// entry at `prefix` (the base configuration's own warnings are not the sender's concern).
+/// Errors are kept wherever they are.
+fn strip(issues: Vec<Issue>, prefix: &str) -> Vec<Issue> {
     issues
         .into_iter()
         .filter(|i| {
-            prefix.is_none_or(|p| {
+            i.is_error() || {
+                let p = prefix;
                 i.path == p
                     || i.path.starts_with(&format!("{p}."))
                     || i.path.starts_with(&format!("{p}["))
-            })
+            }
         })
         .map(|mut i| {
             i.line = None;
