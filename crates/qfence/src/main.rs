@@ -32,6 +32,9 @@ enum Command {
     /// Show availability plans.
     #[command(subcommand)]
     Plan(cmd::plan::PlanCommand),
+    /// Check the hash-chained event log, offline.
+    #[command(subcommand)]
+    Events(cmd::events::EventsCommand),
 }
 
 fn main() -> ExitCode {
@@ -39,6 +42,7 @@ fn main() -> ExitCode {
     let result = match cli.command {
         Command::Config(c) => cmd::config::run(c, cli.format),
         Command::Plan(c) => cmd::plan::run(c, cli.format),
+        Command::Events(c) => cmd::events::run(c, cli.format),
     };
     match result {
         Ok(code) => code,

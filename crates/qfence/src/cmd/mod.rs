@@ -1,6 +1,7 @@
 //! The subcommands, one module per group.
 
 pub mod config;
+pub mod events;
 pub mod plan;
 
 use std::path::Path;
