@@ -9,7 +9,7 @@ use super::roles::endpoints;
 use super::{ADMIN, Api, OPERATOR, VIEWER};
 use qfence_server::api::BODY_LIMIT;
 
-fn raw(
+pub(super) fn raw(
     method: Method,
     path: &str,
     token: &str,
@@ -318,4 +318,75 @@ async fn a_delete_without_its_generation_is_400_invalid_query() {
         );
     }
     assert_eq!(api.snapshot().await, before);
+}
+
+mod generated {
+    //! Generated bodies on every body endpoint, without Python: whatever is sent, the answer
+    //! is never a 5xx, and anything but a 2xx changes nothing.
+
+    use proptest::prelude::*;
+    use serde_json::Value;
+
+    use super::super::roles::endpoints;
+    use super::super::{ADMIN, Api};
+    use super::raw;
+
+    fn json_value() -> impl Strategy<Value = Value> {
+        let leaf = prop_oneof![
+            Just(Value::Null),
+            any::<bool>().prop_map(Value::Bool),
+            any::<i64>().prop_map(Value::from),
+            any::<f64>()
+                .prop_filter("finite", |f| f.is_finite())
+                .prop_map(Value::from),
+            "[a-z0-9.-]{0,12}".prop_map(Value::String),
+            any::<String>().prop_map(Value::String),
+        ];
+        leaf.prop_recursive(4, 32, 6, |inner| {
+            let keys = prop_oneof![
+                Just("name".to_owned()),
+                Just("spec".to_owned()),
+                Just("target".to_owned()),
+                Just("expected_generation".to_owned()),
+                Just("reason".to_owned()),
+                Just("action".to_owned()),
+                Just("owner".to_owned()),
+                Just("instances".to_owned()),
+                "[a-z_]{1,8}",
+            ];
+            prop_oneof![
+                prop::collection::vec(inner.clone(), 0..4).prop_map(Value::Array),
+                prop::collection::btree_map(keys, inner, 0..5)
+                    .prop_map(|m| Value::Object(m.into_iter().collect())),
+            ]
+        })
+    }
+
+    proptest! {
+        #![proptest_config(ProptestConfig { cases: 64, ..ProptestConfig::default() })]
+
+        #[test]
+        fn no_generated_body_gets_a_server_error_or_changes_anything_when_refused(
+            body in json_value(),
+            bytes in prop::collection::vec(any::<u8>(), 0..64),
+            pick in 0usize..64,
+        ) {
+            let rt = tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap();
+            rt.block_on(async {
+                let api = Api::new();
+                let targets: Vec<_> = endpoints().into_iter().filter(|e| e.2.is_some()).collect();
+                let (m, path, _, _) = &targets[pick % targets.len()];
+                for payload in [serde_json::to_vec(&body).unwrap(), bytes.clone()] {
+                    let before = api.snapshot().await;
+                    let r = api.send(raw(m.clone(), path, ADMIN, Some("application/json"), payload.clone())).await;
+                    prop_assert!(!r.status.is_server_error(), "{m} {path} {:?}: {r:?}", String::from_utf8_lossy(&payload));
+                    prop_assert!(r.status.is_success() || !r.code().is_empty(), "{r:?}");
+                    if !r.status.is_success() {
+                        prop_assert_eq!(api.snapshot().await, before);
+                    }
+                }
+                Ok(())
+            })?;
+        }
+    }
 }
