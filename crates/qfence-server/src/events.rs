@@ -378,6 +378,42 @@ impl JsonlStore {
     }
 }
 
+/// What [`repair_torn_tail`] did.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct TornTail {
+    /// How many bytes were cut off the end.
+    pub bytes: u64,
+}
+
+/// Cuts a torn last record off a JSON-lines log: a final line without its line feed that does
+/// not parse, which is what a crash during an append leaves. Nothing else is touched: a broken
+/// record anywhere else stays, and the log still refuses to open. The caller should record an
+/// alarm saying so. Returns `None` when the tail is whole.
+pub fn repair_torn_tail(path: &Path) -> Result<Option<TornTail>, EventLogError> {
+    let err = |source| EventLogError::Write {
+        path: path.to_owned(),
+        source,
+    };
+    let bytes = std::fs::read(path).map_err(err)?;
+    if bytes.is_empty() || bytes.ends_with(b"\n") {
+        return Ok(None);
+    }
+    let start = bytes.iter().rposition(|b| *b == b'\n').map_or(0, |i| i + 1);
+    if serde_json::from_slice::<Event>(&bytes[start..]).is_ok() {
+        // A whole record that only lacks its line feed: complete it instead.
+        let mut f = OpenOptions::new().append(true).open(path).map_err(err)?;
+        f.write_all(b"\n").map_err(err)?;
+        f.sync_data().map_err(err)?;
+        return Ok(None);
+    }
+    let f = OpenOptions::new().write(true).open(path).map_err(err)?;
+    f.set_len(start as u64).map_err(err)?;
+    f.sync_data().map_err(err)?;
+    Ok(Some(TornTail {
+        bytes: (bytes.len() - start) as u64,
+    }))
+}
+
 impl EventStore for JsonlStore {
     fn append(&mut self, event: &Event) -> Result<(), EventLogError> {
         let mut line = serde_json::to_vec(event).expect("an event serialises");
@@ -943,6 +979,58 @@ mod tests {
             EventLog::open(JsonlStore::open(&path).unwrap()),
             Err(EventLogError::Broken { .. })
         ));
+    }
+
+    #[test]
+    fn a_torn_last_record_is_cut_off_and_the_log_reopens_but_a_torn_middle_is_not() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("events.jsonl");
+        let mut log = EventLog::open(JsonlStore::open(&path).unwrap()).unwrap();
+        for i in 0..3 {
+            log.append(NewEvent::new(EventKind::Decision, "a", format!("d{i}")), i)
+                .unwrap();
+        }
+        drop(log);
+        let whole = std::fs::read(&path).unwrap();
+        assert_eq!(repair_torn_tail(&path).unwrap(), None);
+        // A crash in the middle of the fourth append.
+        let mut torn = whole.clone();
+        torn.extend_from_slice(b"{\"seq\":4,\"time_ms\":3,\"ki");
+        std::fs::write(&path, &torn).unwrap();
+        assert!(EventLog::open(JsonlStore::open(&path).unwrap()).is_err());
+        assert_eq!(
+            repair_torn_tail(&path).unwrap(),
+            Some(TornTail { bytes: 24 })
+        );
+        assert_eq!(std::fs::read(&path).unwrap(), whole);
+        let mut log = EventLog::open(JsonlStore::open(&path).unwrap()).unwrap();
+        assert_eq!(
+            log.append(NewEvent::new(EventKind::Alarm, "a", "torn"), 4)
+                .unwrap()
+                .seq,
+            4
+        );
+        drop(log);
+
+        // A whole last record without its line feed is kept.
+        let text = std::fs::read(&path).unwrap();
+        std::fs::write(&path, &text[..text.len() - 1]).unwrap();
+        assert_eq!(repair_torn_tail(&path).unwrap(), None);
+        assert_eq!(std::fs::read(&path).unwrap(), text);
+
+        // A cut record in the middle is not a torn tail.
+        let lines: Vec<&[u8]> = text.split(|b| *b == b'\n').collect();
+        let mut mid = Vec::new();
+        mid.extend_from_slice(&lines[0][..10]);
+        mid.push(b'\n');
+        for l in &lines[1..] {
+            mid.extend_from_slice(l);
+            mid.push(b'\n');
+        }
+        mid.pop();
+        std::fs::write(&path, &mid).unwrap();
+        assert_eq!(repair_torn_tail(&path).unwrap(), None);
+        assert!(EventLog::open(JsonlStore::open(&path).unwrap()).is_err());
     }
 
     #[test]
