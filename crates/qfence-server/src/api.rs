@@ -137,6 +137,8 @@ fn api_router() -> OpenApiRouter<AppState> {
         .routes(routes!(confirm_fenced))
         .routes(routes!(pause))
         .routes(routes!(resume))
+        .routes(routes!(maintenance))
+        .routes(routes!(secrets))
         .routes(routes!(list_controllers, register_controller))
         .routes(routes!(test_controller))
         .routes(routes!(events))
@@ -706,6 +708,42 @@ async fn resume(
     ApiJson(req): ApiJson<PauseRequest>,
 ) -> Result<Json<OperationAccepted>, ApiError> {
     Ok(Json(s.backend.resume(&c, &plan_id(&plan)?, &req).await?))
+}
+
+/// Takes a site in or out of maintenance, if the plan is still at `expected_generation`.
+/// Operator.
+#[utoipa::path(put, path = "/api/v1/plans/{plan}/sites/{site}/maintenance", tag = "operations",
+    security(("bearer" = [])),
+    params(("plan" = String, Path, description = "The plan's name", example = "erp-db"),
+        ("site" = String, Path, description = "The site's name", example = "dc2")),
+    request_body = MaintenanceRequest,
+    responses((status = 200, body = OperationAccepted), (status = 400, body = ErrorBody),
+        (status = 401, body = ErrorBody), (status = 403, body = ErrorBody),
+        (status = 404, body = ErrorBody),
+        (status = 409, description = "Stale generation, or refused (the site owns the plan)", body = ErrorBody),
+        (status = 413, body = ErrorBody), (status = 415, body = ErrorBody),
+        (status = 422, body = ErrorBody), (status = 503, body = ErrorBody)))]
+async fn maintenance(
+    Operator(c): Operator,
+    State(s): State<AppState>,
+    ApiPath((plan, site)): ApiPath<(String, String)>,
+    ApiJson(req): ApiJson<MaintenanceRequest>,
+) -> Result<Json<OperationAccepted>, ApiError> {
+    let (plan, site) = (plan_id(&plan)?, site_id(&site)?);
+    Ok(Json(
+        s.backend.set_maintenance(&c, &plan, &site, &req).await?,
+    ))
+}
+
+/// The secret references controllers name, and who names them; never a secret. Admin.
+#[utoipa::path(get, path = "/api/v1/secrets", tag = "controllers", security(("bearer" = [])),
+    responses((status = 200, body = Vec<SecretRefView>), (status = 401, body = ErrorBody),
+        (status = 403, body = ErrorBody), (status = 503, body = ErrorBody)))]
+async fn secrets(
+    _: Admin,
+    State(s): State<AppState>,
+) -> Result<Json<Vec<SecretRefView>>, ApiError> {
+    Ok(Json(s.backend.secrets().await?))
 }
 
 /// Every controller, with the grades of its last test. Viewer.

@@ -37,9 +37,9 @@ use utoipa::ToSchema;
 pub enum Access {
     /// Read everything.
     Viewer,
-    /// Also: switchover, failover, confirm fenced, pause and resume.
+    /// Also: switchover, failover, confirm fenced, pause and resume, maintenance.
     Operator,
-    /// Also: controllers and plans.
+    /// Also: controllers, plans and secret references.
     Admin,
 }
 

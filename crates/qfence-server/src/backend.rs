@@ -13,8 +13,8 @@ use qfence_model::{ControllerId, PlanId, SiteId};
 use crate::auth::Caller;
 use crate::dto::{
     ConfirmFencedRequest, ControllerTest, ControllerView, DryRun, DryRunResult, FailoverRequest,
-    LeaderInfo, OperationAccepted, OrchestratorView, PauseRequest, PlanView, StatusResponse,
-    SwitchoverRequest,
+    LeaderInfo, MaintenanceRequest, OperationAccepted, OrchestratorView, PauseRequest, PlanView,
+    SecretRefView, StatusResponse, SwitchoverRequest,
 };
 use crate::events::{EventPage, EventQuery};
 
@@ -165,6 +165,19 @@ pub trait Backend: Send + Sync + 'static {
         plan: &PlanId,
         req: &PauseRequest,
     ) -> Result<OperationAccepted, BackendError>;
+
+    /// Takes a site of a plan in or out of maintenance, if the plan is still at
+    /// `req.expected_generation`. Refused for the owner: switch over first.
+    async fn set_maintenance(
+        &self,
+        caller: &Caller,
+        plan: &PlanId,
+        site: &SiteId,
+        req: &MaintenanceRequest,
+    ) -> Result<OperationAccepted, BackendError>;
+
+    /// The secret references the controllers name, and who names them.
+    async fn secrets(&self) -> Result<Vec<SecretRefView>, BackendError>;
 
     /// One page of the event log.
     async fn events(&self, query: &EventQuery) -> Result<EventPage, BackendError>;

@@ -136,6 +136,9 @@ pub struct SiteStatus {
     pub verdict: VerdictDto,
     /// When its verdict was last checked (ms since the Unix epoch).
     pub checked_at_ms: Option<u64>,
+    /// Whether the site is in maintenance: qfence neither fails over to it nor alarms about
+    /// its health.
+    pub maintenance: bool,
 }
 
 /// What a plan is doing.
@@ -331,6 +334,25 @@ pub struct ConfirmFencedRequest {
     pub reason: String,
 }
 
+/// `PUT /api/v1/plans/{plan}/sites/{site}/maintenance`: take a site in or out of maintenance.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, ToSchema)]
+#[serde(deny_unknown_fields)]
+pub struct MaintenanceRequest {
+    pub enabled: bool,
+    pub expected_generation: u64,
+    /// Why, for the event log.
+    pub reason: Option<String>,
+}
+
+/// A secret reference and who uses it. Never the secret.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, ToSchema)]
+pub struct SecretRefView {
+    /// The name each orchestrator resolves in its own store.
+    pub name: String,
+    /// The controllers that name it.
+    pub used_by: Vec<String>,
+}
+
 /// `POST /api/v1/plans/{plan}/pause` and `/resume`.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize, ToSchema)]
 #[serde(deny_unknown_fields)]
@@ -342,7 +364,7 @@ pub struct PauseRequest {
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize, ToSchema)]
 pub struct OperationAccepted {
     pub plan: String,
-    /// `switchover`, `failover`, `confirm_fenced`, `pause`, `resume`.
+    /// `switchover`, `failover`, `confirm_fenced`, `pause`, `resume`, `maintenance`.
     pub operation: String,
     /// The plan's generation after the change.
     pub generation: u64,

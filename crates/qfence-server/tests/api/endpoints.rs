@@ -25,7 +25,7 @@ async fn status_shows_every_plan_with_owner_generation_verdicts_and_reason() {
     assert!(p["last_reason"].as_str().unwrap().contains("owned by dc1"));
     assert_eq!(
         p["sites"][0],
-        json!({"site": "dc1", "role": "owner", "verdict": "UNKNOWN", "checked_at_ms": null})
+        json!({"site": "dc1", "role": "owner", "verdict": "UNKNOWN", "checked_at_ms": null, "maintenance": false})
     );
     assert_eq!(p["sites"][1]["role"], "standby");
 }
@@ -920,4 +920,97 @@ async fn a_call_past_its_deadline_is_answered_timeout() {
         "{r:?}"
     );
     assert!(r.body["message"].as_str().unwrap().contains("event log"));
+}
+
+#[tokio::test]
+async fn a_site_in_maintenance_is_not_failed_over_to_and_the_owner_cannot_be_put_in_it() {
+    let api = Api::new();
+    phase("the owner cannot go into maintenance");
+    let r = api
+        .call(
+            Method::PUT,
+            "/api/v1/plans/erp-db/sites/dc1/maintenance",
+            Some(OPERATOR),
+            Some(json!({"enabled": true, "expected_generation": 1})),
+        )
+        .await;
+    assert_eq!(
+        (r.status, r.code()),
+        (StatusCode::CONFLICT, "refused"),
+        "{r:?}"
+    );
+    phase("dc2 goes into maintenance: generation 2, shown in the status");
+    let r = api
+        .call(
+            Method::PUT,
+            "/api/v1/plans/erp-db/sites/dc2/maintenance",
+            Some(OPERATOR),
+            Some(json!({"enabled": true, "expected_generation": 1, "reason": "firmware"})),
+        )
+        .await;
+    assert_eq!(r.status, StatusCode::OK, "{r:?}");
+    assert_eq!(r.body["generation"], 2);
+    let s = api.get("/api/v1/status", VIEWER).await;
+    assert_eq!(s.body["plans"][0]["sites"][1]["maintenance"], true);
+    phase("a switchover to it is refused; a stale generation is 409; unknown site 404");
+    let r = api
+        .post(
+            "/api/v1/plans/erp-db/switchover",
+            OPERATOR,
+            json!({"target": "dc2", "expected_generation": 2}),
+        )
+        .await;
+    assert_eq!(r.code(), "refused");
+    assert!(r.body["message"].as_str().unwrap().contains("maintenance"));
+    let r = api
+        .call(
+            Method::PUT,
+            "/api/v1/plans/erp-db/sites/dc2/maintenance",
+            Some(OPERATOR),
+            Some(json!({"enabled": false, "expected_generation": 1})),
+        )
+        .await;
+    assert_eq!(r.code(), "stale_generation");
+    let r = api
+        .call(
+            Method::PUT,
+            "/api/v1/plans/erp-db/sites/dc7/maintenance",
+            Some(OPERATOR),
+            Some(json!({"enabled": false, "expected_generation": 2})),
+        )
+        .await;
+    assert_eq!(r.status, StatusCode::NOT_FOUND);
+    phase("out of maintenance, the switchover goes through");
+    let r = api
+        .call(
+            Method::PUT,
+            "/api/v1/plans/erp-db/sites/dc2/maintenance",
+            Some(OPERATOR),
+            Some(json!({"enabled": false, "expected_generation": 2})),
+        )
+        .await;
+    assert_eq!(r.body["generation"], 3);
+    let r = api
+        .post(
+            "/api/v1/plans/erp-db/switchover",
+            OPERATOR,
+            json!({"target": "dc2", "expected_generation": 3}),
+        )
+        .await;
+    assert_eq!(r.status, StatusCode::ACCEPTED, "{r:?}");
+}
+
+#[tokio::test]
+async fn secret_references_are_listed_by_name_with_their_users_and_never_a_value() {
+    let api = Api::new();
+    let r = api.get("/api/v1/secrets", ADMIN).await;
+    assert_eq!(r.status, StatusCode::OK);
+    assert_eq!(
+        r.body,
+        json!([
+            {"name": "lab-fortigate", "used_by": ["fgt-edge"]},
+            {"name": "lab-proxmox", "used_by": ["pve-dc1", "pve-dc2"]},
+            {"name": "lab-redfish", "used_by": ["bmc-dc1", "bmc-dc2"]},
+        ])
+    );
 }

@@ -6,7 +6,7 @@
 //! appended to a real hash-chained event log, and a follower refuses writes. Tests can flip it
 //! into follower mode, make one call panic, or make one call slow.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 use std::sync::Mutex;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::time::Duration;
@@ -53,6 +53,7 @@ struct Plan {
     last_reason: String,
     staged: Option<StagedPlan>,
     verdicts: BTreeMap<SiteId, Verdict>,
+    maintenance: BTreeSet<SiteId>,
 }
 
 #[derive(Debug)]
@@ -197,6 +198,7 @@ fn new_plan(spec: serde_json::Value, config: PlanConfig) -> Plan {
         last_reason: format!("no action: owned by {owner}"),
         staged: None,
         verdicts,
+        maintenance: BTreeSet::new(),
         config,
     }
 }
@@ -353,6 +355,7 @@ impl Backend for MemoryBackend {
                         },
                         verdict: (*v).into(),
                         checked_at_ms: None,
+                        maintenance: p.maintenance.contains(s),
                     })
                     .collect(),
             })
@@ -738,6 +741,11 @@ impl Backend for MemoryBackend {
                 plan.as_str()
             )));
         }
+        if p.maintenance.contains(&t) {
+            return Err(BackendError::Refused(format!(
+                "{t} is in maintenance: take it out first"
+            )));
+        }
         let from = std::mem::replace(&mut p.owner, t.clone());
         p.generation += 1;
         p.last_reason = format!("switched over from {from} to {t}");
@@ -799,6 +807,11 @@ impl Backend for MemoryBackend {
             return Err(BackendError::Refused(format!(
                 "refused: {} is {verdict}, not proven FENCED; fence it or confirm it fenced first",
                 p.owner
+            )));
+        }
+        if p.maintenance.contains(&t) {
+            return Err(BackendError::Refused(format!(
+                "{t} is in maintenance: take it out first"
             )));
         }
         let from = std::mem::replace(&mut p.owner, t.clone());
@@ -880,6 +893,82 @@ impl Backend for MemoryBackend {
         req: &PauseRequest,
     ) -> Result<OperationAccepted, BackendError> {
         self.set_paused(caller, plan, req, false)
+    }
+
+    async fn set_maintenance(
+        &self,
+        caller: &Caller,
+        plan: &PlanId,
+        site: &SiteId,
+        req: &MaintenanceRequest,
+    ) -> Result<OperationAccepted, BackendError> {
+        self.write_guard()?;
+        let mut st = self.state.lock().unwrap();
+        let p = st
+            .plans
+            .get_mut(plan)
+            .ok_or_else(|| not_found("plan", plan.as_str()))?;
+        if p.config.instance(site).is_none() {
+            return Err(not_found("site", site.as_str()));
+        }
+        cas(plan, p, req.expected_generation)?;
+        if req.enabled && *site == p.owner {
+            return Err(BackendError::Refused(format!(
+                "{site} owns plan {}: switch over before putting it in maintenance",
+                plan.as_str()
+            )));
+        }
+        let changed = if req.enabled {
+            p.maintenance.insert(site.clone())
+        } else {
+            p.maintenance.remove(site)
+        };
+        if changed {
+            p.generation += 1;
+        }
+        let g = p.generation;
+        if changed {
+            self.record(
+                &mut st,
+                NewEvent::new(
+                    EventKind::Operator,
+                    caller.actor(),
+                    format!(
+                        "{} {site} maintenance",
+                        if req.enabled { "Started" } else { "Ended" }
+                    ),
+                )
+                .plan(plan.as_str())
+                .site(site.as_str())
+                .generation(g)
+                .data(json!({"reason": req.reason})),
+            );
+        }
+        Ok(OperationAccepted {
+            plan: plan.as_str().to_owned(),
+            operation: "maintenance".into(),
+            generation: g,
+            reason: format!(
+                "{site} {} maintenance",
+                if req.enabled { "in" } else { "out of" }
+            ),
+        })
+    }
+
+    async fn secrets(&self) -> Result<Vec<SecretRefView>, BackendError> {
+        let st = self.state.lock().unwrap();
+        let mut by: BTreeMap<String, Vec<String>> = BTreeMap::new();
+        for (id, c) in &st.controllers {
+            if let Some(s) = &c.config.secret {
+                by.entry(s.as_str().to_owned())
+                    .or_default()
+                    .push(id.as_str().to_owned());
+            }
+        }
+        Ok(by
+            .into_iter()
+            .map(|(name, used_by)| SecretRefView { name, used_by })
+            .collect())
     }
 
     async fn events(&self, query: &EventQuery) -> Result<EventPage, BackendError> {

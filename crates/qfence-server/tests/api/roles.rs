@@ -76,6 +76,13 @@ pub fn endpoints() -> Vec<(Method, &'static str, Option<Value>, &'static str)> {
             Some(json!({})),
             OPERATOR,
         ),
+        (
+            Method::PUT,
+            "/api/v1/plans/erp-db/sites/dc2/maintenance",
+            Some(json!({"enabled": true, "expected_generation": 1})),
+            OPERATOR,
+        ),
+        (Method::GET, "/api/v1/secrets", None, ADMIN),
         (Method::GET, "/api/v1/controllers", None, VIEWER),
         (
             Method::POST,
