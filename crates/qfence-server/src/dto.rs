@@ -196,7 +196,9 @@ pub struct StagedPlan {
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize, ToSchema)]
 #[serde(deny_unknown_fields)]
 pub struct CreatePlan {
-    /// The plan's name: lower-case letters, digits and `-`, starting with a letter.
+    /// The plan's name: letters, digits, `-`, `_` or `.`, starting with a letter or digit, at
+    /// most 63 characters.
+    #[schema(pattern = "^[A-Za-z0-9][A-Za-z0-9._-]{0,62}$")]
     pub name: String,
     /// The plan, as the configuration file writes it under `plans.NAME`.
     #[schema(value_type = Object)]
@@ -285,6 +287,8 @@ pub struct ControllerView {
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize, ToSchema)]
 #[serde(deny_unknown_fields)]
 pub struct RegisterController {
+    /// The controller's name (the same rules as a plan's).
+    #[schema(pattern = "^[A-Za-z0-9][A-Za-z0-9._-]{0,62}$")]
     pub name: String,
     /// The controller, as the configuration file writes it under `controllers.NAME`; its
     /// credential by reference only (`secret: NAME`).
@@ -308,6 +312,8 @@ pub struct ControllerTest {
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize, ToSchema)]
 #[serde(deny_unknown_fields)]
 pub struct SwitchoverRequest {
+    /// The site to move ownership to.
+    #[schema(pattern = "^[A-Za-z0-9][A-Za-z0-9._-]{0,62}$")]
     pub target: String,
     pub expected_generation: u64,
     /// Why, for the event log.
@@ -319,6 +325,7 @@ pub struct SwitchoverRequest {
 #[serde(deny_unknown_fields)]
 pub struct FailoverRequest {
     /// The new owner; by the plan's priority when absent.
+    #[schema(pattern = "^[A-Za-z0-9][A-Za-z0-9._-]{0,62}$")]
     pub target: Option<String>,
     pub expected_generation: u64,
     pub reason: Option<String>,
