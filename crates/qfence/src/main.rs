@@ -35,6 +35,9 @@ enum Command {
     /// Test and discover controllers, from this orchestrator.
     #[command(subcommand)]
     Controller(cmd::controller::ControllerCmd),
+    /// Check the hash-chained event log, offline.
+    #[command(subcommand)]
+    Events(cmd::events::EventsCommand),
 }
 
 fn main() -> ExitCode {
@@ -43,6 +46,7 @@ fn main() -> ExitCode {
         Command::Config(c) => cmd::config::run(c, cli.format),
         Command::Plan(c) => cmd::plan::run(c, cli.format),
         Command::Controller(c) => Ok(cmd::controller::run(c)),
+        Command::Events(c) => cmd::events::run(c, cli.format),
     };
     match result {
         Ok(code) => code,

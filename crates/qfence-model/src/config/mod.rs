@@ -26,6 +26,7 @@ use crate::ids::{ControllerId, OrchestratorId, PlanId, SecretRef, SiteId};
 
 mod issue;
 mod load;
+pub mod plan_api;
 mod tree;
 
 pub use issue::{Issue, Severity};

@@ -2,6 +2,7 @@
 
 pub mod config;
 pub mod controller;
+pub mod events;
 pub mod plan;
 
 use std::path::Path;

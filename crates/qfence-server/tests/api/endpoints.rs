@@ -1,0 +1,1016 @@
+//! Each endpoint's success and error paths, as stories.
+
+use std::time::Duration;
+
+use axum::http::{Method, StatusCode};
+use qfence_model::Verdict;
+use serde_json::json;
+
+use super::memory::erp_db_spec;
+use super::{ADMIN, Api, OPERATOR, VIEWER, phase};
+use qfence_server::ApiConfig;
+use qfence_server::events::{Record, VerifyOptions, verify};
+
+#[tokio::test]
+async fn status_shows_every_plan_with_owner_generation_verdicts_and_reason() {
+    let api = Api::new();
+    let r = api.get("/api/v1/status", VIEWER).await;
+    assert_eq!(r.status, StatusCode::OK, "{r:?}");
+    assert_eq!(r.body["leader"]["is_self"], true);
+    let p = &r.body["plans"][0];
+    assert_eq!(p["plan"], "erp-db");
+    assert_eq!(p["owner"], "dc1");
+    assert_eq!(p["generation"], 1);
+    assert_eq!(p["paused"], false);
+    assert!(p["last_reason"].as_str().unwrap().contains("owned by dc1"));
+    assert_eq!(
+        p["sites"][0],
+        json!({"site": "dc1", "role": "owner", "verdict": "UNKNOWN", "checked_at_ms": null, "maintenance": false})
+    );
+    assert_eq!(p["sites"][1]["role"], "standby");
+}
+
+#[tokio::test]
+async fn plans_are_created_read_staged_applied_with_compare_and_set_and_deleted() {
+    let api = Api::new();
+    phase("create a second plan: 201 at generation 1");
+    let mut spec = erp_db_spec();
+    spec["owner"] = json!("dc2");
+    let r = api
+        .post("/api/v1/plans", ADMIN, json!({"name": "web", "spec": spec}))
+        .await;
+    assert_eq!(r.status, StatusCode::CREATED, "{r:?}");
+    assert_eq!(r.body["generation"], 1);
+    assert_eq!(r.body["spec"]["owner"], "dc2");
+    let list = api.get("/api/v1/plans", VIEWER).await;
+    let names: Vec<&str> = list
+        .body
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|p| p["name"].as_str().unwrap())
+        .collect();
+    assert_eq!(names, ["erp-db", "web"]);
+
+    phase("the same name again is a conflict");
+    let r = api
+        .post(
+            "/api/v1/plans",
+            ADMIN,
+            json!({"name": "web", "spec": erp_db_spec()}),
+        )
+        .await;
+    assert_eq!(
+        (r.status, r.code()),
+        (StatusCode::CONFLICT, "conflict"),
+        "{r:?}"
+    );
+
+    phase("stage a change: nothing in force yet");
+    let mut changed = erp_db_spec();
+    changed["interval_seconds"] = json!(5);
+    let r = api
+        .call(
+            Method::PUT,
+            "/api/v1/plans/erp-db/staged",
+            Some(ADMIN),
+            Some(json!({"spec": changed})),
+        )
+        .await;
+    assert_eq!(r.status, StatusCode::OK, "{r:?}");
+    assert_eq!(r.body["staged"]["base_generation"], 1);
+    assert_eq!(r.body["staged"]["staged_by"], "alice");
+    assert_eq!(r.body["spec"]["interval_seconds"], 10);
+    assert_eq!(api.generation("erp-db").await, 1);
+
+    phase("a dry run of applying it says what would change");
+    let r = api
+        .post(
+            "/api/v1/plans/erp-db/dry-run",
+            VIEWER,
+            json!({"action": "apply_staged"}),
+        )
+        .await;
+    assert_eq!(r.status, StatusCode::OK, "{r:?}");
+    assert!(r.body["reason"].as_str().unwrap().contains("generation 2"));
+
+    phase("apply with a stale generation: 409 with the current one, nothing applied");
+    let r = api
+        .post(
+            "/api/v1/plans/erp-db/apply",
+            ADMIN,
+            json!({"expected_generation": 0}),
+        )
+        .await;
+    assert_eq!(
+        (r.status, r.code()),
+        (StatusCode::CONFLICT, "stale_generation"),
+        "{r:?}"
+    );
+    assert_eq!(r.body["current_generation"], 1);
+    assert_eq!(api.generation("erp-db").await, 1);
+
+    phase("apply with the current generation: in force at generation 2");
+    let r = api
+        .post(
+            "/api/v1/plans/erp-db/apply",
+            ADMIN,
+            json!({"expected_generation": 1}),
+        )
+        .await;
+    assert_eq!(r.status, StatusCode::OK, "{r:?}");
+    assert_eq!(r.body["generation"], 2);
+    assert_eq!(r.body["spec"]["interval_seconds"], 5);
+    assert!(r.body["staged"].is_null());
+
+    phase("applying again: nothing staged is a conflict");
+    let r = api
+        .post(
+            "/api/v1/plans/erp-db/apply",
+            ADMIN,
+            json!({"expected_generation": 2}),
+        )
+        .await;
+    assert_eq!(
+        (r.status, r.code()),
+        (StatusCode::CONFLICT, "conflict"),
+        "{r:?}"
+    );
+
+    phase("stage, then discard; discarding nothing is a conflict");
+    let r = api
+        .call(
+            Method::PUT,
+            "/api/v1/plans/erp-db/staged",
+            Some(ADMIN),
+            Some(json!({"spec": erp_db_spec()})),
+        )
+        .await;
+    assert_eq!(r.status, StatusCode::OK);
+    let r = api
+        .call(
+            Method::DELETE,
+            "/api/v1/plans/erp-db/staged",
+            Some(ADMIN),
+            None,
+        )
+        .await;
+    assert_eq!(r.status, StatusCode::OK, "{r:?}");
+    assert!(r.body["staged"].is_null());
+    let r = api
+        .call(
+            Method::DELETE,
+            "/api/v1/plans/erp-db/staged",
+            Some(ADMIN),
+            None,
+        )
+        .await;
+    assert_eq!((r.status, r.code()), (StatusCode::CONFLICT, "conflict"));
+
+    phase("a change staged before an ownership change cannot be applied after it");
+    api.call(
+        Method::PUT,
+        "/api/v1/plans/erp-db/staged",
+        Some(ADMIN),
+        Some(json!({"spec": erp_db_spec()})),
+    )
+    .await;
+    let r = api
+        .post(
+            "/api/v1/plans/erp-db/switchover",
+            OPERATOR,
+            json!({"target": "dc2", "expected_generation": 2}),
+        )
+        .await;
+    assert_eq!(r.status, StatusCode::ACCEPTED, "{r:?}");
+    let r = api
+        .post(
+            "/api/v1/plans/erp-db/apply",
+            ADMIN,
+            json!({"expected_generation": 3}),
+        )
+        .await;
+    assert_eq!(
+        (r.status, r.code()),
+        (StatusCode::CONFLICT, "conflict"),
+        "{r:?}"
+    );
+    assert!(
+        r.body["message"]
+            .as_str()
+            .unwrap()
+            .contains("stage it again")
+    );
+
+    phase("delete: stale is 409, current is 204, then 404");
+    let r = api
+        .call(
+            Method::DELETE,
+            "/api/v1/plans/web?expected_generation=7",
+            Some(ADMIN),
+            None,
+        )
+        .await;
+    assert_eq!(
+        (r.status, r.code()),
+        (StatusCode::CONFLICT, "stale_generation")
+    );
+    assert_eq!(r.body["current_generation"], 1);
+    let r = api
+        .call(
+            Method::DELETE,
+            "/api/v1/plans/web?expected_generation=1",
+            Some(ADMIN),
+            None,
+        )
+        .await;
+    assert_eq!(r.status, StatusCode::NO_CONTENT, "{r:?}");
+    let r = api.get("/api/v1/plans/web", VIEWER).await;
+    assert_eq!((r.status, r.code()), (StatusCode::NOT_FOUND, "not_found"));
+    let r = api
+        .call(
+            Method::DELETE,
+            "/api/v1/plans/web?expected_generation=1",
+            Some(ADMIN),
+            None,
+        )
+        .await;
+    assert_eq!(r.status, StatusCode::NOT_FOUND);
+
+    phase("every accepted change is in the event log, and the chain verifies");
+    let events = api.backend.all_events();
+    let messages: Vec<&str> = events.iter().map(|e| e.message.as_str()).collect();
+    assert_eq!(
+        messages,
+        [
+            "Created plan web",
+            "Staged a change of plan erp-db",
+            "Applied the staged change of plan erp-db",
+            "Staged a change of plan erp-db",
+            "Discarded the staged change of plan erp-db",
+            "Staged a change of plan erp-db",
+            "Switchover of erp-db to dc2",
+            "Deleted plan web",
+        ]
+    );
+    let records: Vec<Record> = events
+        .into_iter()
+        .map(|e| Record::Event(Box::new(e)))
+        .collect();
+    verify(&records, &VerifyOptions::default()).unwrap();
+}
+
+#[tokio::test]
+async fn an_invalid_plan_is_refused_with_every_issue_at_its_file_path_and_changes_nothing() {
+    let api = Api::new();
+    let before = api.snapshot().await;
+    let mut spec = erp_db_spec();
+    spec["owner"] = json!("dc9");
+    spec["interval_seconds"] = json!("often");
+    spec["instances"]["dc1"][0]["capability"] = json!("power.of");
+    spec["password"] = json!("hunter2");
+    let r = api
+        .post(
+            "/api/v1/plans",
+            ADMIN,
+            json!({"name": "web", "spec": spec.clone()}),
+        )
+        .await;
+    assert_eq!(
+        (r.status, r.code()),
+        (StatusCode::UNPROCESSABLE_ENTITY, "validation_failed"),
+        "{r:?}"
+    );
+    let paths: Vec<&str> = r.body["issues"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|i| i["path"].as_str().unwrap())
+        .collect();
+    for p in [
+        "plans.web.interval_seconds",
+        "plans.web.instances.dc1[0].capability",
+        "plans.web.password",
+        "plans.web.owner",
+    ] {
+        assert!(paths.contains(&p), "{p} missing from {paths:?}");
+    }
+    let capability = r.body["issues"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|i| i["path"] == "plans.web.instances.dc1[0].capability")
+        .unwrap();
+    assert!(
+        capability["message"]
+            .as_str()
+            .unwrap()
+            .contains("power.off"),
+        "names what is allowed: {capability}"
+    );
+    assert!(
+        !r.body.to_string().contains("hunter2"),
+        "the credential is not echoed"
+    );
+
+    phase("staging an invalid change is refused the same way");
+    let r = api
+        .call(
+            Method::PUT,
+            "/api/v1/plans/erp-db/staged",
+            Some(ADMIN),
+            Some(json!({"spec": spec})),
+        )
+        .await;
+    assert_eq!(r.code(), "validation_failed");
+    assert!(
+        r.body["issues"][0]["path"]
+            .as_str()
+            .unwrap()
+            .starts_with("plans.erp-db")
+    );
+
+    phase("a name that is not a name");
+    let r = api
+        .post(
+            "/api/v1/plans",
+            ADMIN,
+            json!({"name": "Web DB", "spec": erp_db_spec()}),
+        )
+        .await;
+    assert_eq!(r.code(), "validation_failed", "{r:?}");
+
+    phase("staging a change to a plan that does not exist is 404");
+    let r = api
+        .call(
+            Method::PUT,
+            "/api/v1/plans/nope/staged",
+            Some(ADMIN),
+            Some(json!({"spec": erp_db_spec()})),
+        )
+        .await;
+    assert_eq!(r.status, StatusCode::NOT_FOUND);
+    assert_eq!(api.snapshot().await, before);
+}
+
+#[tokio::test]
+async fn dry_runs_say_what_would_happen_and_change_nothing() {
+    let api = Api::new();
+    let before = api.snapshot().await;
+    let r = api
+        .post(
+            "/api/v1/plans/erp-db/dry-run",
+            VIEWER,
+            json!({"action": "cycle"}),
+        )
+        .await;
+    assert_eq!(r.status, StatusCode::OK, "{r:?}");
+    assert_eq!(r.body["commands"], json!([]));
+    let r = api
+        .post(
+            "/api/v1/plans/erp-db/dry-run",
+            VIEWER,
+            json!({"action": "failover", "target": "dc2"}),
+        )
+        .await;
+    assert_eq!(r.status, StatusCode::OK, "{r:?}");
+    let commands: Vec<&str> = r.body["commands"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|c| c.as_str().unwrap())
+        .collect();
+    assert_eq!(
+        commands,
+        [
+            "fence dc1 via bmc-dc1 power.off pve-dc1-01",
+            "promote dc2 via pve-dc2 vm.start pve-dc2-01/101",
+            "move service to dc2 via fgt-edge vip.own vip-erp-db",
+        ],
+        "fences first, the service binding last"
+    );
+    let r = api
+        .post(
+            "/api/v1/plans/erp-db/dry-run",
+            VIEWER,
+            json!({"action": "switchover", "target": "dc1"}),
+        )
+        .await;
+    assert_eq!(r.body["refused"], true);
+    let r = api
+        .post(
+            "/api/v1/plans/erp-db/dry-run",
+            VIEWER,
+            json!({"action": "switchover", "target": "dc7"}),
+        )
+        .await;
+    assert_eq!(r.code(), "validation_failed");
+    let r = api
+        .post(
+            "/api/v1/plans/erp-db/dry-run",
+            VIEWER,
+            json!({"action": "apply_staged"}),
+        )
+        .await;
+    assert_eq!((r.status, r.code()), (StatusCode::CONFLICT, "conflict"));
+    let r = api
+        .post(
+            "/api/v1/plans/erp-db/dry-run",
+            VIEWER,
+            json!({"action": "explode"}),
+        )
+        .await;
+    assert_eq!(
+        (r.status, r.code()),
+        (StatusCode::UNPROCESSABLE_ENTITY, "invalid_body"),
+        "{r:?}"
+    );
+    let r = api
+        .post(
+            "/api/v1/plans/nope/dry-run",
+            VIEWER,
+            json!({"action": "cycle"}),
+        )
+        .await;
+    assert_eq!(r.status, StatusCode::NOT_FOUND);
+    assert_eq!(api.snapshot().await, before);
+}
+
+#[tokio::test]
+async fn switchover_failover_and_confirm_fenced_compare_and_set_and_refuse_what_is_unsafe() {
+    let api = Api::new();
+    phase("switchover with a stale generation: 409 with the current one");
+    let r = api
+        .post(
+            "/api/v1/plans/erp-db/switchover",
+            OPERATOR,
+            json!({"target": "dc2", "expected_generation": 5}),
+        )
+        .await;
+    assert_eq!(
+        (r.status, r.code()),
+        (StatusCode::CONFLICT, "stale_generation")
+    );
+    assert_eq!(r.body["current_generation"], 1);
+
+    phase("switchover to the owner is refused; to an unknown site or a bad name is 422");
+    let r = api
+        .post(
+            "/api/v1/plans/erp-db/switchover",
+            OPERATOR,
+            json!({"target": "dc1", "expected_generation": 1}),
+        )
+        .await;
+    assert_eq!(
+        (r.status, r.code()),
+        (StatusCode::CONFLICT, "refused"),
+        "{r:?}"
+    );
+    let r = api
+        .post(
+            "/api/v1/plans/erp-db/switchover",
+            OPERATOR,
+            json!({"target": "dc7", "expected_generation": 1}),
+        )
+        .await;
+    assert_eq!(
+        (r.status, r.code()),
+        (StatusCode::UNPROCESSABLE_ENTITY, "validation_failed")
+    );
+    assert!(
+        r.body["message"].as_str().unwrap().contains("dc1, dc2"),
+        "{r:?}"
+    );
+    let r = api
+        .post(
+            "/api/v1/plans/erp-db/switchover",
+            OPERATOR,
+            json!({"target": "DC 2", "expected_generation": 1}),
+        )
+        .await;
+    assert_eq!(
+        (r.status, r.code()),
+        (StatusCode::UNPROCESSABLE_ENTITY, "invalid_body")
+    );
+    assert_eq!(api.generation("erp-db").await, 1);
+
+    phase("switchover to dc2: 202, generation 2");
+    let r = api
+        .post(
+            "/api/v1/plans/erp-db/switchover",
+            OPERATOR,
+            json!({"target": "dc2", "expected_generation": 1, "reason": "maintenance"}),
+        )
+        .await;
+    assert_eq!(r.status, StatusCode::ACCEPTED, "{r:?}");
+    assert_eq!(r.body["generation"], 2);
+    assert_eq!(r.body["operation"], "switchover");
+
+    phase("failover back to dc1 while dc2 is UNKNOWN: refused, UNKNOWN is never FENCED");
+    let r = api
+        .post(
+            "/api/v1/plans/erp-db/failover",
+            OPERATOR,
+            json!({"expected_generation": 2}),
+        )
+        .await;
+    assert_eq!(
+        (r.status, r.code()),
+        (StatusCode::CONFLICT, "refused"),
+        "{r:?}"
+    );
+    assert!(r.body["message"].as_str().unwrap().contains("UNKNOWN"));
+    api.backend.set_verdict("erp-db", "dc2", Verdict::Failed);
+    let r = api
+        .post(
+            "/api/v1/plans/erp-db/failover",
+            OPERATOR,
+            json!({"expected_generation": 2}),
+        )
+        .await;
+    assert_eq!(r.code(), "refused");
+
+    phase("confirm fenced: the reason is required, the site must be in the plan, CAS applies");
+    let r = api
+        .post(
+            "/api/v1/plans/erp-db/sites/dc2/confirm-fenced",
+            OPERATOR,
+            json!({"expected_generation": 2, "reason": "  "}),
+        )
+        .await;
+    assert_eq!(
+        (r.status, r.code()),
+        (StatusCode::UNPROCESSABLE_ENTITY, "invalid_body")
+    );
+    let r = api
+        .post(
+            "/api/v1/plans/erp-db/sites/dc2/confirm-fenced",
+            OPERATOR,
+            json!({"expected_generation": 2}),
+        )
+        .await;
+    assert_eq!(
+        (r.status, r.code()),
+        (StatusCode::UNPROCESSABLE_ENTITY, "invalid_body"),
+        "reason missing: {r:?}"
+    );
+    let r = api
+        .post(
+            "/api/v1/plans/erp-db/sites/witness/confirm-fenced",
+            OPERATOR,
+            json!({"expected_generation": 2, "reason": "x"}),
+        )
+        .await;
+    assert_eq!(r.status, StatusCode::NOT_FOUND, "{r:?}");
+    let r = api
+        .post(
+            "/api/v1/plans/erp-db/sites/dc2/confirm-fenced",
+            OPERATOR,
+            json!({"expected_generation": 1, "reason": "x"}),
+        )
+        .await;
+    assert_eq!(r.code(), "stale_generation");
+    let r = api
+        .post(
+            "/api/v1/plans/erp-db/sites/dc2/confirm-fenced",
+            OPERATOR,
+            json!({"expected_generation": 2, "reason": "PDU outlets 3 and 4 off, checked on site"}),
+        )
+        .await;
+    assert_eq!(r.status, StatusCode::OK, "{r:?}");
+    assert_eq!(r.body["generation"], 3);
+
+    phase("now the failover goes through, by priority to dc1");
+    let r = api
+        .post(
+            "/api/v1/plans/erp-db/failover",
+            OPERATOR,
+            json!({"expected_generation": 3}),
+        )
+        .await;
+    assert_eq!(r.status, StatusCode::ACCEPTED, "{r:?}");
+    assert_eq!(r.body["generation"], 4);
+    let s = api.get("/api/v1/status", VIEWER).await;
+    assert_eq!(s.body["plans"][0]["owner"], "dc1");
+
+    phase("operations on a plan that does not exist are 404");
+    let r = api
+        .post(
+            "/api/v1/plans/nope/failover",
+            OPERATOR,
+            json!({"expected_generation": 1}),
+        )
+        .await;
+    assert_eq!(r.status, StatusCode::NOT_FOUND);
+    let r = api
+        .post(
+            "/api/v1/plans/nope/sites/dc1/confirm-fenced",
+            OPERATOR,
+            json!({"expected_generation": 1, "reason": "x"}),
+        )
+        .await;
+    assert_eq!(r.status, StatusCode::NOT_FOUND);
+}
+
+#[tokio::test]
+async fn pause_and_resume_are_idempotent_and_recorded_once() {
+    let api = Api::new();
+    for _ in 0..2 {
+        let r = api
+            .post(
+                "/api/v1/plans/erp-db/pause",
+                OPERATOR,
+                json!({"reason": "patching"}),
+            )
+            .await;
+        assert_eq!(r.status, StatusCode::OK, "{r:?}");
+        assert_eq!(r.body["operation"], "pause");
+    }
+    let s = api.get("/api/v1/status", VIEWER).await;
+    assert_eq!(s.body["plans"][0]["paused"], true);
+    let r = api
+        .post("/api/v1/plans/erp-db/resume", OPERATOR, json!({}))
+        .await;
+    assert_eq!(r.status, StatusCode::OK);
+    let s = api.get("/api/v1/status", VIEWER).await;
+    assert_eq!(s.body["plans"][0]["paused"], false);
+    let msgs: Vec<String> = api
+        .backend
+        .all_events()
+        .into_iter()
+        .map(|e| e.message)
+        .collect();
+    assert_eq!(msgs, ["Paused erp-db", "Resumed erp-db"]);
+    let r = api
+        .post("/api/v1/plans/nope/pause", OPERATOR, json!({}))
+        .await;
+    assert_eq!(r.status, StatusCode::NOT_FOUND);
+}
+
+#[tokio::test]
+async fn controllers_are_listed_registered_validated_and_tested() {
+    let api = Api::new();
+    phase("the lab's controllers, untested");
+    let r = api.get("/api/v1/controllers", VIEWER).await;
+    assert_eq!(r.status, StatusCode::OK);
+    let bmc = r
+        .body
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|c| c["name"] == "bmc-dc1")
+        .unwrap();
+    assert_eq!(bmc["type"], "redfish");
+    assert_eq!(bmc["secret"], "lab-redfish");
+    assert_eq!(bmc["reach"], json!(["dc2"]));
+    assert_eq!(bmc["grades"], json!([]));
+
+    phase("register one: 201; again: conflict");
+    let spec = json!({"type": "redfish", "endpoint": "https://127.0.0.1:8446", "site": "dc1",
+        "reach": ["dc2"], "secret": "lab-redfish", "username": "qfence", "tls": {"insecure": true}});
+    let r = api
+        .post(
+            "/api/v1/controllers",
+            ADMIN,
+            json!({"name": "bmc-dc1b", "spec": spec}),
+        )
+        .await;
+    assert_eq!(r.status, StatusCode::CREATED, "{r:?}");
+    assert_eq!(r.body["name"], "bmc-dc1b");
+    let r = api
+        .post(
+            "/api/v1/controllers",
+            ADMIN,
+            json!({"name": "bmc-dc1b", "spec": spec}),
+        )
+        .await;
+    assert_eq!((r.status, r.code()), (StatusCode::CONFLICT, "conflict"));
+
+    phase("a plan may now bind it");
+    let mut plan = erp_db_spec();
+    plan["instances"]["dc1"][0]["controller"] = json!("bmc-dc1b");
+    let r = api
+        .post("/api/v1/plans", ADMIN, json!({"name": "web", "spec": plan}))
+        .await;
+    assert_eq!(r.status, StatusCode::CREATED, "{r:?}");
+
+    phase("an inline credential and an unknown type are refused with their paths");
+    let r = api
+        .post("/api/v1/controllers", ADMIN, json!({"name": "bad", "spec": {"type": "redfish",
+            "endpoint": "https://127.0.0.1:1", "site": "dc1", "username": "u", "password": "hunter2"}}))
+        .await;
+    assert_eq!(r.code(), "validation_failed", "{r:?}");
+    assert!(
+        r.body["issues"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .any(|i| i["path"] == "controllers.bad.password")
+    );
+    assert!(!r.body.to_string().contains("hunter2"));
+    let r = api
+        .post(
+            "/api/v1/controllers",
+            ADMIN,
+            json!({"name": "bad", "spec": {"type": "telnet", "site": "dc1"}}),
+        )
+        .await;
+    assert_eq!(r.code(), "validation_failed");
+
+    phase("test grades every capability, and the list shows the grades");
+    let r = api
+        .post("/api/v1/controllers/bmc-dc1/test", ADMIN, json!(null))
+        .await;
+    assert_eq!(r.status, StatusCode::OK, "{r:?}");
+    assert!(
+        r.body["grades"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .any(|g| g["capability"] == "power.off")
+    );
+    let r = api.get("/api/v1/controllers", VIEWER).await;
+    let bmc = r
+        .body
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|c| c["name"] == "bmc-dc1")
+        .unwrap();
+    assert!(!bmc["grades"].as_array().unwrap().is_empty());
+    assert!(bmc["tested_at_ms"].is_u64());
+    let r = api
+        .post("/api/v1/controllers/nope/test", ADMIN, json!(null))
+        .await;
+    assert_eq!(r.status, StatusCode::NOT_FOUND);
+}
+
+#[tokio::test]
+async fn events_are_paged_and_filtered() {
+    let api = Api::new();
+    for i in 0..3 {
+        api.post(
+            "/api/v1/plans/erp-db/pause",
+            OPERATOR,
+            json!({"reason": format!("r{i}")}),
+        )
+        .await;
+        api.post("/api/v1/plans/erp-db/resume", OPERATOR, json!({}))
+            .await;
+    }
+    api.post("/api/v1/controllers/bmc-dc1/test", ADMIN, json!(null))
+        .await;
+    let r = api.get("/api/v1/events?limit=4", VIEWER).await;
+    assert_eq!(r.status, StatusCode::OK, "{r:?}");
+    let seqs: Vec<u64> = r.body["events"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|e| e["seq"].as_u64().unwrap())
+        .collect();
+    assert_eq!(seqs, [1, 2, 3, 4]);
+    assert_eq!(r.body["next_after"], 4);
+    assert_eq!(r.body["head_seq"], 7);
+    let r = api.get("/api/v1/events?after=4&limit=4", VIEWER).await;
+    let seqs: Vec<u64> = r.body["events"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|e| e["seq"].as_u64().unwrap())
+        .collect();
+    assert_eq!(seqs, [5, 6, 7]);
+    assert!(r.body["next_after"].is_null());
+    let r = api
+        .get("/api/v1/events?plan=erp-db&kind=operator", VIEWER)
+        .await;
+    assert_eq!(r.body["events"].as_array().unwrap().len(), 6);
+    let r = api.get("/api/v1/events?plan=other", VIEWER).await;
+    assert_eq!(r.body["events"], json!([]));
+    let e = &api.get("/api/v1/events?limit=1", VIEWER).await.body["events"][0];
+    assert_eq!(e["actor"], "token:oncall");
+    assert_eq!(e["prev"].as_str().unwrap().len(), 64);
+
+    phase("bad query strings are 400 with what was wrong");
+    for q in ["limit=many", "kind=gossip", "after=-1", "colour=red"] {
+        let r = api.get(&format!("/api/v1/events?{q}"), VIEWER).await;
+        assert_eq!(
+            (r.status, r.code()),
+            (StatusCode::BAD_REQUEST, "invalid_query"),
+            "{q}: {r:?}"
+        );
+    }
+}
+
+#[tokio::test]
+async fn orchestrators_are_listed() {
+    let api = Api::new();
+    let r = api.get("/api/v1/orchestrators", VIEWER).await;
+    assert_eq!(r.status, StatusCode::OK);
+    let names: Vec<&str> = r
+        .body
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|o| o["name"].as_str().unwrap())
+        .collect();
+    assert_eq!(names, ["dc1-a", "dc2-a", "witness-a"]);
+    assert_eq!(r.body[0]["leader"], true);
+}
+
+#[tokio::test]
+async fn metrics_are_served_in_the_prometheus_text_format() {
+    let api = Api::new();
+    api.metrics.decision("erp-db");
+    api.metrics.fence_result("bmc-dc1", Verdict::Fenced);
+    api.metrics.check_duration("bmc-dc1", 0.02);
+    let r = api.get("/metrics", VIEWER).await;
+    assert_eq!(r.status, StatusCode::OK);
+    assert!(
+        r.content_type.starts_with("text/plain"),
+        "{}",
+        r.content_type
+    );
+    let text = r.body.as_str().unwrap();
+    assert!(
+        text.contains("qfence_decisions_total{plan=\"erp-db\"} 1"),
+        "{text}"
+    );
+    assert!(
+        text.contains("qfence_fence_results_total{controller=\"bmc-dc1\",verdict=\"FENCED\"} 1")
+    );
+    assert!(text.contains("# TYPE qfence_check_duration_seconds histogram"));
+}
+
+#[tokio::test]
+async fn a_follower_refuses_writes_with_not_leader_and_names_the_leader() {
+    let api = Api::new();
+    api.backend
+        .leader
+        .store(false, std::sync::atomic::Ordering::SeqCst);
+    let before = api.snapshot().await;
+    let r = api
+        .post(
+            "/api/v1/plans/erp-db/switchover",
+            OPERATOR,
+            json!({"target": "dc2", "expected_generation": 1}),
+        )
+        .await;
+    assert_eq!(
+        (r.status, r.code()),
+        (StatusCode::SERVICE_UNAVAILABLE, "not_leader"),
+        "{r:?}"
+    );
+    assert_eq!(r.body["leader"]["leader"], "dc2-a");
+    assert!(r.body["message"].as_str().unwrap().contains("dc2-a"));
+    assert_eq!(api.snapshot().await, before);
+    // Reads still work on a follower.
+    assert_eq!(
+        api.get("/api/v1/status", VIEWER).await.status,
+        StatusCode::OK
+    );
+}
+
+#[tokio::test]
+async fn unknown_paths_and_methods_get_json_errors() {
+    let api = Api::new();
+    let r = api.get("/api/v1/nothing", VIEWER).await;
+    assert_eq!((r.status, r.code()), (StatusCode::NOT_FOUND, "not_found"));
+    let r = api
+        .call(Method::PATCH, "/api/v1/plans", Some(ADMIN), None)
+        .await;
+    assert_eq!(
+        (r.status, r.code()),
+        (StatusCode::METHOD_NOT_ALLOWED, "method_not_allowed"),
+        "{r:?}"
+    );
+    let r = api.get("/api/v1/plans/Not%20A%20Name", VIEWER).await;
+    assert_eq!((r.status, r.code()), (StatusCode::NOT_FOUND, "not_found"));
+}
+
+#[tokio::test]
+async fn a_panic_in_a_handler_is_a_500_with_a_code_not_a_dropped_connection() {
+    let api = Api::new();
+    api.backend
+        .panic_on_status
+        .store(true, std::sync::atomic::Ordering::SeqCst);
+    let r = api.get("/api/v1/status", VIEWER).await;
+    assert_eq!(
+        (r.status, r.code()),
+        (StatusCode::INTERNAL_SERVER_ERROR, "internal"),
+        "{r:?}"
+    );
+    assert!(r.headers.contains_key("x-request-id"));
+    // The server goes on serving.
+    assert_eq!(
+        api.get("/api/v1/plans", VIEWER).await.status,
+        StatusCode::OK
+    );
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_call_past_its_deadline_is_answered_timeout() {
+    let api = Api::with_config(&ApiConfig {
+        call_timeout: Duration::from_secs(2),
+    });
+    *api.backend.slow_orchestrators.lock().unwrap() = Some(Duration::from_secs(60));
+    let r = api.get("/api/v1/orchestrators", VIEWER).await;
+    assert_eq!(
+        (r.status, r.code()),
+        (StatusCode::SERVICE_UNAVAILABLE, "timeout"),
+        "{r:?}"
+    );
+    assert!(r.body["message"].as_str().unwrap().contains("event log"));
+}
+
+#[tokio::test]
+async fn a_site_in_maintenance_is_not_failed_over_to_and_the_owner_cannot_be_put_in_it() {
+    let api = Api::new();
+    phase("the owner cannot go into maintenance");
+    let r = api
+        .call(
+            Method::PUT,
+            "/api/v1/plans/erp-db/sites/dc1/maintenance",
+            Some(OPERATOR),
+            Some(json!({"enabled": true, "expected_generation": 1})),
+        )
+        .await;
+    assert_eq!(
+        (r.status, r.code()),
+        (StatusCode::CONFLICT, "refused"),
+        "{r:?}"
+    );
+    phase("dc2 goes into maintenance: generation 2, shown in the status");
+    let r = api
+        .call(
+            Method::PUT,
+            "/api/v1/plans/erp-db/sites/dc2/maintenance",
+            Some(OPERATOR),
+            Some(json!({"enabled": true, "expected_generation": 1, "reason": "firmware"})),
+        )
+        .await;
+    assert_eq!(r.status, StatusCode::OK, "{r:?}");
+    assert_eq!(r.body["generation"], 2);
+    let s = api.get("/api/v1/status", VIEWER).await;
+    assert_eq!(s.body["plans"][0]["sites"][1]["maintenance"], true);
+    phase("a switchover to it is refused; a stale generation is 409; unknown site 404");
+    let r = api
+        .post(
+            "/api/v1/plans/erp-db/switchover",
+            OPERATOR,
+            json!({"target": "dc2", "expected_generation": 2}),
+        )
+        .await;
+    assert_eq!(r.code(), "refused");
+    assert!(r.body["message"].as_str().unwrap().contains("maintenance"));
+    let r = api
+        .call(
+            Method::PUT,
+            "/api/v1/plans/erp-db/sites/dc2/maintenance",
+            Some(OPERATOR),
+            Some(json!({"enabled": false, "expected_generation": 1})),
+        )
+        .await;
+    assert_eq!(r.code(), "stale_generation");
+    let r = api
+        .call(
+            Method::PUT,
+            "/api/v1/plans/erp-db/sites/dc7/maintenance",
+            Some(OPERATOR),
+            Some(json!({"enabled": false, "expected_generation": 2})),
+        )
+        .await;
+    assert_eq!(r.status, StatusCode::NOT_FOUND);
+    phase("out of maintenance, the switchover goes through");
+    let r = api
+        .call(
+            Method::PUT,
+            "/api/v1/plans/erp-db/sites/dc2/maintenance",
+            Some(OPERATOR),
+            Some(json!({"enabled": false, "expected_generation": 2})),
+        )
+        .await;
+    assert_eq!(r.body["generation"], 3);
+    let r = api
+        .post(
+            "/api/v1/plans/erp-db/switchover",
+            OPERATOR,
+            json!({"target": "dc2", "expected_generation": 3}),
+        )
+        .await;
+    assert_eq!(r.status, StatusCode::ACCEPTED, "{r:?}");
+}
+
+#[tokio::test]
+async fn secret_references_are_listed_by_name_with_their_users_and_never_a_value() {
+    let api = Api::new();
+    let r = api.get("/api/v1/secrets", ADMIN).await;
+    assert_eq!(r.status, StatusCode::OK);
+    assert_eq!(
+        r.body,
+        json!([
+            {"name": "lab-fortigate", "used_by": ["fgt-edge"]},
+            {"name": "lab-proxmox", "used_by": ["pve-dc1", "pve-dc2"]},
+            {"name": "lab-redfish", "used_by": ["bmc-dc1", "bmc-dc2"]},
+        ])
+    );
+}

@@ -1,0 +1,152 @@
+//! The API test suite: every endpoint's success and error paths, roles included, on the
+//! router (plain HTTP through `oneshot`), plus one real TLS test and the schemathesis fuzz run
+//! against a served `/openapi.json`.
+
+mod endpoints;
+mod fuzz;
+mod input;
+mod memory;
+mod openapi;
+mod roles;
+mod tls;
+
+use std::sync::Arc;
+
+use axum::Router;
+use axum::body::Body;
+use axum::http::{Method, Request, StatusCode, header};
+use serde_json::Value;
+use tower::ServiceExt;
+
+use qfence_server::{Access, ApiConfig, Metrics, TokenStore};
+
+use memory::MemoryBackend;
+
+pub const VIEWER: &str = "viewer-token-1";
+pub const OPERATOR: &str = "operator-token-2";
+pub const ADMIN: &str = "admin-token-3";
+
+pub fn tokens() -> TokenStore {
+    TokenStore::default()
+        .with_token(Access::Viewer, "grafana", VIEWER)
+        .with_token(Access::Operator, "oncall", OPERATOR)
+        .with_token(Access::Admin, "alice", ADMIN)
+}
+
+/// A router over a fresh lab backend.
+#[allow(missing_debug_implementations)]
+pub struct Api {
+    pub app: Router,
+    pub backend: Arc<MemoryBackend>,
+    pub metrics: Metrics,
+}
+
+/// A response: status, content type, body (JSON when it parses, else a string).
+#[derive(Debug)]
+pub struct Resp {
+    pub status: StatusCode,
+    pub content_type: String,
+    pub headers: axum::http::HeaderMap,
+    pub body: Value,
+}
+
+impl Resp {
+    /// The error code of an error response.
+    pub fn code(&self) -> &str {
+        self.body["code"].as_str().unwrap_or("")
+    }
+}
+
+impl Default for Api {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+impl Api {
+    pub fn new() -> Self {
+        Self::with_config(&ApiConfig::default())
+    }
+
+    pub fn with_config(config: &ApiConfig) -> Self {
+        let backend = Arc::new(MemoryBackend::lab());
+        let metrics = Metrics::new();
+        let app = qfence_server::router(backend.clone(), tokens(), metrics.clone(), config);
+        Self {
+            app,
+            backend,
+            metrics,
+        }
+    }
+
+    pub async fn send(&self, req: Request<Body>) -> Resp {
+        let resp = self.app.clone().oneshot(req).await.unwrap();
+        let status = resp.status();
+        let headers = resp.headers().clone();
+        let content_type = headers
+            .get(header::CONTENT_TYPE)
+            .and_then(|v| v.to_str().ok())
+            .unwrap_or("")
+            .to_owned();
+        let bytes = axum::body::to_bytes(resp.into_body(), usize::MAX)
+            .await
+            .unwrap();
+        let body = serde_json::from_slice(&bytes)
+            .unwrap_or_else(|_| Value::String(String::from_utf8_lossy(&bytes).into_owned()));
+        Resp {
+            status,
+            content_type,
+            headers,
+            body,
+        }
+    }
+
+    /// A call with an optional token and an optional JSON body.
+    pub async fn call(
+        &self,
+        method: Method,
+        path: &str,
+        token: Option<&str>,
+        body: Option<Value>,
+    ) -> Resp {
+        let mut b = Request::builder().method(method).uri(path);
+        if let Some(t) = token {
+            b = b.header(header::AUTHORIZATION, format!("Bearer {t}"));
+        }
+        let req = match body {
+            Some(v) => b
+                .header(header::CONTENT_TYPE, "application/json")
+                .body(Body::from(serde_json::to_vec(&v).unwrap()))
+                .unwrap(),
+            None => b.body(Body::empty()).unwrap(),
+        };
+        self.send(req).await
+    }
+
+    pub async fn get(&self, path: &str, token: &str) -> Resp {
+        self.call(Method::GET, path, Some(token), None).await
+    }
+
+    pub async fn post(&self, path: &str, token: &str, body: Value) -> Resp {
+        self.call(Method::POST, path, Some(token), Some(body)).await
+    }
+
+    /// The current generation of a plan.
+    pub async fn generation(&self, plan: &str) -> u64 {
+        let r = self.get(&format!("/api/v1/plans/{plan}"), VIEWER).await;
+        assert_eq!(r.status, StatusCode::OK, "{r:?}");
+        r.body["generation"].as_u64().unwrap()
+    }
+
+    /// Everything a refused call must leave as it was: the event log and the plans.
+    pub async fn snapshot(&self) -> (u64, String, Value) {
+        let (seq, hash) = self.backend.head();
+        let plans = self.get("/api/v1/plans", VIEWER).await.body;
+        (seq, hash, plans)
+    }
+}
+
+/// Logs a phase of a story test.
+pub fn phase(s: &str) {
+    eprintln!("--- {s}");
+}

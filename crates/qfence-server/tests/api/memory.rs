@@ -1,0 +1,1033 @@
+//! A test double of the running orchestrator: an in-memory [`Backend`].
+//!
+//! It is not the runtime (no drivers, no decisions of the core), but it keeps the contract the
+//! runtime must keep, for real: compare-and-set really compares generations, names are
+//! unique, a failover refuses while the owner is not proven fenced, every accepted write is
+//! appended to a real hash-chained event log, and a follower refuses writes. Tests can flip it
+//! into follower mode, make one call panic, or make one call slow.
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::sync::Mutex;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::time::Duration;
+
+use async_trait::async_trait;
+use qfence_model::config::{ControllerConfig, PlanConfig, plan_api};
+use qfence_model::{ControllerId, PlanId, Role, SiteId, Verdict};
+use serde_json::json;
+
+use qfence_server::auth::Caller;
+use qfence_server::backend::{Backend, BackendError, CheckedController, CheckedPlan};
+use qfence_server::dto::*;
+use qfence_server::events::{EventKind, EventLog, EventPage, EventQuery, MemoryStore, NewEvent};
+
+pub const LAB: &str = include_str!("../../../../examples/lab.yaml");
+
+/// The lab's erp-db plan, as the API receives it.
+pub fn erp_db_spec() -> serde_json::Value {
+    let inst = |dc: &str| {
+        json!([
+            {"controller": format!("bmc-{dc}"), "capability": "power.off", "resource": format!("pve-{dc}-01"), "role": "fence", "required": true},
+            {"controller": format!("pve-{dc}"), "capability": "vm.stop", "resource": format!("pve-{dc}-01/101"), "role": "fence"},
+            {"controller": format!("pve-{dc}"), "capability": "vm.status", "resource": format!("pve-{dc}-01/101"), "role": "health"},
+            {"controller": format!("pve-{dc}"), "capability": "vm.start", "resource": format!("pve-{dc}-01/101"), "role": "switchover"}
+        ])
+    };
+    json!({
+        "owner": "dc1",
+        "interval_seconds": 10,
+        "instances": {"dc1": inst("dc1"), "dc2": inst("dc2")},
+        "service": [{"controller": "fgt-edge", "capability": "vip.own", "resource": "vip-erp-db",
+                     "role": "service", "params": {"dc1": "10.1.1.5", "dc2": "10.2.1.5"}}]
+    })
+}
+
+#[derive(Debug)]
+struct Plan {
+    spec: serde_json::Value,
+    config: PlanConfig,
+    generation: u64,
+    owner: SiteId,
+    paused: bool,
+    phase: String,
+    last_reason: String,
+    staged: Option<StagedPlan>,
+    verdicts: BTreeMap<SiteId, Verdict>,
+    maintenance: BTreeSet<SiteId>,
+}
+
+#[derive(Debug)]
+struct Controller {
+    config: ControllerConfig,
+    grades: Vec<CapabilityGrade>,
+    tested_at_ms: Option<u64>,
+}
+
+#[derive(Debug)]
+struct State {
+    config_text: String,
+    plans: BTreeMap<PlanId, Plan>,
+    controllers: BTreeMap<ControllerId, Controller>,
+    orchestrators: Vec<OrchestratorView>,
+    log: EventLog<MemoryStore>,
+}
+
+/// The double. `leader` false makes it a follower that cannot forward.
+#[derive(Debug)]
+pub struct MemoryBackend {
+    state: Mutex<State>,
+    me: String,
+    pub leader: AtomicBool,
+    /// `status` panics (a bug in the backend).
+    pub panic_on_status: AtomicBool,
+    /// `orchestrators` takes this long.
+    pub slow_orchestrators: Mutex<Option<Duration>>,
+    clock_ms: AtomicU64,
+}
+
+impl MemoryBackend {
+    /// The lab's configuration (without its plans), with erp-db created through validation.
+    pub fn lab() -> Self {
+        let loaded = qfence_model::config::load_str(LAB, "lab").expect("the lab loads");
+        let cfg = loaded.config.config();
+        let controllers = cfg
+            .controllers
+            .iter()
+            .map(|(id, c)| {
+                (
+                    id.clone(),
+                    Controller {
+                        config: c.clone(),
+                        grades: Vec::new(),
+                        tested_at_ms: None,
+                    },
+                )
+            })
+            .collect();
+        let orchestrators = cfg
+            .orchestrators
+            .iter()
+            .map(|(id, o)| OrchestratorView {
+                name: id.as_str().to_owned(),
+                site: o.site.as_str().to_owned(),
+                address: o.address.clone(),
+                leader: id.as_str() == "dc1-a",
+                reachable: true,
+                last_seen_ms: Some(1_700_000_000_000),
+            })
+            .collect();
+        let b = Self {
+            state: Mutex::new(State {
+                config_text: LAB.to_owned(),
+                plans: BTreeMap::new(),
+                controllers,
+                orchestrators,
+                log: EventLog::open(MemoryStore::default()).unwrap(),
+            }),
+            me: "dc1-a".to_owned(),
+            leader: AtomicBool::new(true),
+            panic_on_status: AtomicBool::new(false),
+            slow_orchestrators: Mutex::new(None),
+            clock_ms: AtomicU64::new(1_700_000_000_000),
+        };
+        let checked = plan_api::check_plan(LAB, "erp-db", &erp_db_spec()).expect("erp-db is valid");
+        let mut st = b.state.lock().unwrap();
+        st.plans.insert(
+            PlanId::new("erp-db").unwrap(),
+            new_plan(erp_db_spec(), checked.value),
+        );
+        drop(st);
+        b
+    }
+
+    fn now(&self) -> u64 {
+        self.clock_ms.fetch_add(1000, Ordering::SeqCst)
+    }
+
+    fn write_guard(&self) -> Result<(), BackendError> {
+        if self.leader.load(Ordering::SeqCst) {
+            Ok(())
+        } else {
+            Err(BackendError::NotLeader {
+                leader: Some(LeaderInfo {
+                    term: 4,
+                    leader: Some("dc2-a".into()),
+                    address: Some("127.0.0.1:7402".into()),
+                    is_self: false,
+                    orchestrator: self.me.clone(),
+                }),
+            })
+        }
+    }
+
+    fn record(&self, st: &mut State, e: NewEvent) {
+        let t = self.now();
+        st.log.append(e, t).expect("memory store appends");
+    }
+
+    /// The log's head, to check that refused calls changed nothing.
+    pub fn head(&self) -> (u64, String) {
+        self.state.lock().unwrap().log.head()
+    }
+
+    /// The whole log, for verification in tests.
+    pub fn all_events(&self) -> Vec<qfence_server::events::Event> {
+        self.state.lock().unwrap().log.all().to_vec()
+    }
+
+    /// Sets a site's verdict, as the runtime would after a fence's read-back.
+    pub fn set_verdict(&self, plan: &str, site: &str, v: Verdict) {
+        let mut st = self.state.lock().unwrap();
+        let p = st.plans.get_mut(plan).unwrap();
+        p.verdicts.insert(SiteId::new(site).unwrap(), v);
+    }
+}
+
+fn new_plan(spec: serde_json::Value, config: PlanConfig) -> Plan {
+    let owner = config.owner.clone();
+    let verdicts = config
+        .sites()
+        .map(|s| (s.clone(), Verdict::Unknown))
+        .collect();
+    Plan {
+        spec,
+        generation: 1,
+        owner: owner.clone(),
+        paused: false,
+        phase: "steady".into(),
+        last_reason: format!("no action: owned by {owner}"),
+        staged: None,
+        verdicts,
+        maintenance: BTreeSet::new(),
+        config,
+    }
+}
+
+fn not_found(what: &'static str, name: &str) -> BackendError {
+    BackendError::NotFound {
+        what,
+        name: name.to_owned(),
+    }
+}
+
+fn cas(plan: &PlanId, p: &Plan, expected: u64) -> Result<(), BackendError> {
+    if p.generation == expected {
+        Ok(())
+    } else {
+        Err(BackendError::StaleGeneration {
+            plan: plan.as_str().to_owned(),
+            expected,
+            current: p.generation,
+        })
+    }
+}
+
+fn view(name: &PlanId, p: &Plan) -> PlanView {
+    PlanView {
+        name: name.as_str().to_owned(),
+        generation: p.generation,
+        spec: p.spec.clone(),
+        paused: p.paused,
+        staged: p.staged.clone(),
+    }
+}
+
+fn controller_view(name: &ControllerId, c: &Controller) -> ControllerView {
+    ControllerView {
+        name: name.as_str().to_owned(),
+        controller_type: c.config.controller_type().as_str().to_owned(),
+        site: c.config.site.as_str().to_owned(),
+        reach: c
+            .config
+            .reach
+            .iter()
+            .map(|s| s.as_str().to_owned())
+            .collect(),
+        secret: c.config.secret.as_ref().map(|s| s.as_str().to_owned()),
+        grades: c.grades.clone(),
+        tested_at_ms: c.tested_at_ms,
+    }
+}
+
+fn site_in(plan: &PlanId, p: &Plan, site: &str) -> Result<SiteId, BackendError> {
+    p.config
+        .sites()
+        .find(|s| s.as_str() == site)
+        .cloned()
+        .ok_or_else(|| BackendError::Invalid {
+            message: format!(
+                "site {site:?} is not one of plan {:?}'s sites: {}",
+                plan.as_str(),
+                p.config
+                    .sites()
+                    .map(|s| s.as_str())
+                    .collect::<Vec<_>>()
+                    .join(", ")
+            ),
+            issues: Vec::new(),
+        })
+}
+
+/// The commands a failover to `target` would issue: the owner's required fences, then the
+/// target's switchover bindings, then the service bindings.
+fn failover_commands(p: &Plan, target: &SiteId) -> Vec<String> {
+    let mut out: Vec<String> = p
+        .config
+        .required_fences(&p.owner)
+        .map(|(_, b)| {
+            format!(
+                "fence {} via {} {} {}",
+                p.owner,
+                b.controller.as_str(),
+                b.capability,
+                b.resource
+            )
+        })
+        .collect();
+    out.extend(p.config.bindings(target, Role::Switchover).map(|(_, b)| {
+        format!(
+            "promote {target} via {} {} {}",
+            b.controller.as_str(),
+            b.capability,
+            b.resource
+        )
+    }));
+    out.extend(p.config.service.iter().map(|b| {
+        format!(
+            "move service to {target} via {} {} {}",
+            b.controller.as_str(),
+            b.capability,
+            b.resource
+        )
+    }));
+    out
+}
+
+#[async_trait]
+impl Backend for MemoryBackend {
+    async fn leader(&self) -> LeaderInfo {
+        let is_self = self.leader.load(Ordering::SeqCst);
+        LeaderInfo {
+            term: 4,
+            leader: Some(if is_self {
+                self.me.clone()
+            } else {
+                "dc2-a".into()
+            }),
+            address: Some(
+                if is_self {
+                    "127.0.0.1:7401"
+                } else {
+                    "127.0.0.1:7402"
+                }
+                .into(),
+            ),
+            is_self,
+            orchestrator: self.me.clone(),
+        }
+    }
+
+    async fn status(&self) -> Result<StatusResponse, BackendError> {
+        if self.panic_on_status.load(Ordering::SeqCst) {
+            panic!("status exploded (test)");
+        }
+        let leader = self.leader().await;
+        let st = self.state.lock().unwrap();
+        let plans = st
+            .plans
+            .iter()
+            .map(|(name, p)| PlanStatus {
+                plan: name.as_str().to_owned(),
+                owner: p.owner.as_str().to_owned(),
+                generation: p.generation,
+                paused: p.paused,
+                phase: p.phase.clone(),
+                last_reason: p.last_reason.clone(),
+                sites: p
+                    .verdicts
+                    .iter()
+                    .map(|(s, v)| SiteStatus {
+                        site: s.as_str().to_owned(),
+                        role: if *s == p.owner {
+                            SiteRole::Owner
+                        } else {
+                            SiteRole::Standby
+                        },
+                        verdict: (*v).into(),
+                        checked_at_ms: None,
+                        maintenance: p.maintenance.contains(s),
+                    })
+                    .collect(),
+            })
+            .collect();
+        Ok(StatusResponse { leader, plans })
+    }
+
+    async fn config_source(&self) -> Result<String, BackendError> {
+        Ok(self.state.lock().unwrap().config_text.clone())
+    }
+
+    async fn plans(&self) -> Result<Vec<PlanView>, BackendError> {
+        let st = self.state.lock().unwrap();
+        Ok(st.plans.iter().map(|(n, p)| view(n, p)).collect())
+    }
+
+    async fn plan(&self, name: &PlanId) -> Result<PlanView, BackendError> {
+        let st = self.state.lock().unwrap();
+        let p = st
+            .plans
+            .get(name)
+            .ok_or_else(|| not_found("plan", name.as_str()))?;
+        Ok(view(name, p))
+    }
+
+    async fn create_plan(
+        &self,
+        caller: &Caller,
+        plan: CheckedPlan,
+    ) -> Result<PlanView, BackendError> {
+        self.write_guard()?;
+        let mut st = self.state.lock().unwrap();
+        if st.plans.contains_key(&plan.name) {
+            return Err(BackendError::Conflict(format!(
+                "plan {:?} already exists; stage a change to it instead",
+                plan.name.as_str()
+            )));
+        }
+        let p = new_plan(plan.spec, plan.config);
+        let v = view(&plan.name, &p);
+        st.plans.insert(plan.name.clone(), p);
+        self.record(
+            &mut st,
+            NewEvent::new(
+                EventKind::Config,
+                caller.actor(),
+                format!("Created plan {}", plan.name.as_str()),
+            )
+            .plan(plan.name.as_str())
+            .generation(1),
+        );
+        Ok(v)
+    }
+
+    async fn stage_plan(
+        &self,
+        caller: &Caller,
+        plan: CheckedPlan,
+    ) -> Result<PlanView, BackendError> {
+        self.write_guard()?;
+        let mut st = self.state.lock().unwrap();
+        let p = st
+            .plans
+            .get_mut(&plan.name)
+            .ok_or_else(|| not_found("plan", plan.name.as_str()))?;
+        p.staged = Some(StagedPlan {
+            spec: plan.spec,
+            base_generation: p.generation,
+            staged_by: caller.name.clone(),
+            warnings: plan.warnings.iter().map(IssueDto::from).collect(),
+        });
+        let (v, g) = (view(&plan.name, p), p.generation);
+        self.record(
+            &mut st,
+            NewEvent::new(
+                EventKind::Config,
+                caller.actor(),
+                format!("Staged a change of plan {}", plan.name.as_str()),
+            )
+            .plan(plan.name.as_str())
+            .generation(g),
+        );
+        Ok(v)
+    }
+
+    async fn discard_staged(
+        &self,
+        caller: &Caller,
+        name: &PlanId,
+    ) -> Result<PlanView, BackendError> {
+        self.write_guard()?;
+        let mut st = self.state.lock().unwrap();
+        let p = st
+            .plans
+            .get_mut(name)
+            .ok_or_else(|| not_found("plan", name.as_str()))?;
+        if p.staged.take().is_none() {
+            return Err(BackendError::Conflict(format!(
+                "plan {:?} has no staged change",
+                name.as_str()
+            )));
+        }
+        let v = view(name, p);
+        self.record(
+            &mut st,
+            NewEvent::new(
+                EventKind::Config,
+                caller.actor(),
+                format!("Discarded the staged change of plan {}", name.as_str()),
+            )
+            .plan(name.as_str()),
+        );
+        Ok(v)
+    }
+
+    async fn apply_staged(
+        &self,
+        caller: &Caller,
+        name: &PlanId,
+        expected: u64,
+    ) -> Result<PlanView, BackendError> {
+        self.write_guard()?;
+        let base = self.state.lock().unwrap().config_text.clone();
+        let mut st = self.state.lock().unwrap();
+        let p = st
+            .plans
+            .get_mut(name)
+            .ok_or_else(|| not_found("plan", name.as_str()))?;
+        cas(name, p, expected)?;
+        let Some(staged) = &p.staged else {
+            return Err(BackendError::Conflict(format!(
+                "plan {:?} has no staged change to apply",
+                name.as_str()
+            )));
+        };
+        if staged.base_generation != p.generation {
+            return Err(BackendError::Conflict(format!(
+                "the staged change was made on generation {}, the plan is at {}: stage it again",
+                staged.base_generation, p.generation
+            )));
+        }
+        let checked =
+            plan_api::check_plan(&base, name.as_str(), &staged.spec).map_err(|issues| {
+                BackendError::Invalid {
+                    message: "the staged change no longer validates".into(),
+                    issues,
+                }
+            })?;
+        if checked.value.instance(&p.owner).is_none() {
+            return Err(BackendError::Refused(format!(
+                "the staged change removes the owner {} from the plan: switch over first",
+                p.owner
+            )));
+        }
+        let staged = p.staged.take().expect("checked above");
+        p.spec = staged.spec;
+        p.config = checked.value;
+        p.generation += 1;
+        for s in p.config.sites() {
+            p.verdicts.entry(s.clone()).or_insert(Verdict::Unknown);
+        }
+        let cfg = p.config.clone();
+        p.verdicts.retain(|s, _| cfg.instance(s).is_some());
+        let (v, g) = (view(name, p), p.generation);
+        self.record(
+            &mut st,
+            NewEvent::new(
+                EventKind::Config,
+                caller.actor(),
+                format!("Applied the staged change of plan {}", name.as_str()),
+            )
+            .plan(name.as_str())
+            .generation(g),
+        );
+        Ok(v)
+    }
+
+    async fn delete_plan(
+        &self,
+        caller: &Caller,
+        name: &PlanId,
+        expected: u64,
+    ) -> Result<(), BackendError> {
+        self.write_guard()?;
+        let mut st = self.state.lock().unwrap();
+        let p = st
+            .plans
+            .get(name)
+            .ok_or_else(|| not_found("plan", name.as_str()))?;
+        cas(name, p, expected)?;
+        st.plans.remove(name);
+        self.record(
+            &mut st,
+            NewEvent::new(
+                EventKind::Config,
+                caller.actor(),
+                format!("Deleted plan {}", name.as_str()),
+            )
+            .plan(name.as_str())
+            .generation(expected),
+        );
+        Ok(())
+    }
+
+    async fn dry_run(&self, name: &PlanId, what: &DryRun) -> Result<DryRunResult, BackendError> {
+        let st = self.state.lock().unwrap();
+        let p = st
+            .plans
+            .get(name)
+            .ok_or_else(|| not_found("plan", name.as_str()))?;
+        let result = |reason: String, commands: Vec<String>, refused: bool| DryRunResult {
+            plan: name.as_str().to_owned(),
+            generation: p.generation,
+            reason,
+            commands,
+            refused,
+        };
+        Ok(match what {
+            DryRun::Cycle => result(p.last_reason.clone(), Vec::new(), false),
+            DryRun::ApplyStaged => match &p.staged {
+                None => {
+                    return Err(BackendError::Conflict(format!(
+                        "plan {:?} has no staged change",
+                        name.as_str()
+                    )));
+                }
+                Some(s) => result(
+                    format!(
+                        "applying would move plan {} to generation {}",
+                        name.as_str(),
+                        p.generation + 1
+                    ),
+                    vec![format!(
+                        "replace plan {} (staged by {})",
+                        name.as_str(),
+                        s.staged_by
+                    )],
+                    false,
+                ),
+            },
+            DryRun::Switchover { target }
+            | DryRun::Failover {
+                target: Some(target),
+            } => {
+                let t = site_in(name, p, target)?;
+                if t == p.owner {
+                    result(
+                        format!("refused: {t} already owns {}", name.as_str()),
+                        Vec::new(),
+                        true,
+                    )
+                } else {
+                    result(
+                        format!("would move {} from {} to {t}", name.as_str(), p.owner),
+                        failover_commands(p, &t),
+                        false,
+                    )
+                }
+            }
+            DryRun::Failover { target: None } => match p.config.sites().find(|s| **s != p.owner) {
+                Some(t) => result(
+                    format!("would move {} from {} to {t}", name.as_str(), p.owner),
+                    failover_commands(p, t),
+                    false,
+                ),
+                None => result("refused: no other site".into(), Vec::new(), true),
+            },
+        })
+    }
+
+    async fn controllers(&self) -> Result<Vec<ControllerView>, BackendError> {
+        let st = self.state.lock().unwrap();
+        Ok(st
+            .controllers
+            .iter()
+            .map(|(n, c)| controller_view(n, c))
+            .collect())
+    }
+
+    async fn register_controller(
+        &self,
+        caller: &Caller,
+        c: CheckedController,
+    ) -> Result<ControllerView, BackendError> {
+        self.write_guard()?;
+        let mut st = self.state.lock().unwrap();
+        if st.controllers.contains_key(&c.name) {
+            return Err(BackendError::Conflict(format!(
+                "controller {:?} already exists",
+                c.name.as_str()
+            )));
+        }
+        // Later plans may bind it: it joins the configuration they are validated against.
+        st.config_text = plan_api::with_entry(
+            &st.config_text,
+            "controllers",
+            c.name.as_str(),
+            &c.spec,
+            false,
+        )
+        .map_err(|issues| BackendError::Invalid {
+            message: "cannot add the controller".into(),
+            issues,
+        })?;
+        let entry = Controller {
+            config: c.config,
+            grades: Vec::new(),
+            tested_at_ms: None,
+        };
+        let v = controller_view(&c.name, &entry);
+        st.controllers.insert(c.name.clone(), entry);
+        self.record(
+            &mut st,
+            NewEvent::new(
+                EventKind::Config,
+                caller.actor(),
+                format!("Registered controller {}", c.name.as_str()),
+            )
+            .data(json!({"controller": c.name.as_str()})),
+        );
+        Ok(v)
+    }
+
+    async fn test_controller(
+        &self,
+        caller: &Caller,
+        name: &ControllerId,
+    ) -> Result<ControllerTest, BackendError> {
+        let t = self.now();
+        let mut st = self.state.lock().unwrap();
+        let c = st
+            .controllers
+            .get_mut(name)
+            .ok_or_else(|| not_found("controller", name.as_str()))?;
+        // No driver behind the double: nothing can be proven, and it says so.
+        let grades: Vec<CapabilityGrade> = c
+            .config
+            .controller_type()
+            .capabilities()
+            .iter()
+            .map(|cap| CapabilityGrade {
+                capability: cap.name.to_owned(),
+                grade: GradeDto::Unverifiable,
+                detail: "test double: no driver to probe".into(),
+            })
+            .collect();
+        c.grades = grades.clone();
+        c.tested_at_ms = Some(t);
+        self.record(
+            &mut st,
+            NewEvent::new(
+                EventKind::Operator,
+                caller.actor(),
+                format!("Tested controller {}", name.as_str()),
+            ),
+        );
+        Ok(ControllerTest {
+            controller: name.as_str().to_owned(),
+            reachable: false,
+            identity: None,
+            grades,
+            message: "test double: no driver".into(),
+        })
+    }
+
+    async fn switchover(
+        &self,
+        caller: &Caller,
+        plan: &PlanId,
+        req: &SwitchoverRequest,
+    ) -> Result<OperationAccepted, BackendError> {
+        self.write_guard()?;
+        let mut st = self.state.lock().unwrap();
+        let p = st
+            .plans
+            .get_mut(plan)
+            .ok_or_else(|| not_found("plan", plan.as_str()))?;
+        cas(plan, p, req.expected_generation)?;
+        let t = site_in(plan, p, &req.target)?;
+        if t == p.owner {
+            return Err(BackendError::Refused(format!(
+                "{t} already owns plan {}",
+                plan.as_str()
+            )));
+        }
+        if p.maintenance.contains(&t) {
+            return Err(BackendError::Refused(format!(
+                "{t} is in maintenance: take it out first"
+            )));
+        }
+        let from = std::mem::replace(&mut p.owner, t.clone());
+        p.generation += 1;
+        p.last_reason = format!("switched over from {from} to {t}");
+        let (g, reason) = (p.generation, p.last_reason.clone());
+        self.record(
+            &mut st,
+            NewEvent::new(
+                EventKind::Operator,
+                caller.actor(),
+                format!("Switchover of {} to {t}", plan.as_str()),
+            )
+            .plan(plan.as_str())
+            .site(t.as_str())
+            .generation(g)
+            .data(json!({"reason": req.reason})),
+        );
+        Ok(OperationAccepted {
+            plan: plan.as_str().to_owned(),
+            operation: "switchover".into(),
+            generation: g,
+            reason,
+        })
+    }
+
+    async fn failover(
+        &self,
+        caller: &Caller,
+        plan: &PlanId,
+        req: &FailoverRequest,
+    ) -> Result<OperationAccepted, BackendError> {
+        self.write_guard()?;
+        let mut st = self.state.lock().unwrap();
+        let p = st
+            .plans
+            .get_mut(plan)
+            .ok_or_else(|| not_found("plan", plan.as_str()))?;
+        cas(plan, p, req.expected_generation)?;
+        let t = match &req.target {
+            Some(t) => site_in(plan, p, t)?,
+            None => p
+                .config
+                .sites()
+                .find(|s| **s != p.owner)
+                .cloned()
+                .ok_or_else(|| BackendError::Refused("no other site to fail over to".into()))?,
+        };
+        if t == p.owner {
+            return Err(BackendError::Refused(format!(
+                "{t} already owns plan {}",
+                plan.as_str()
+            )));
+        }
+        let verdict = p
+            .verdicts
+            .get(&p.owner)
+            .copied()
+            .unwrap_or(Verdict::Unknown);
+        if verdict != Verdict::Fenced {
+            return Err(BackendError::Refused(format!(
+                "refused: {} is {verdict}, not proven FENCED; fence it or confirm it fenced first",
+                p.owner
+            )));
+        }
+        if p.maintenance.contains(&t) {
+            return Err(BackendError::Refused(format!(
+                "{t} is in maintenance: take it out first"
+            )));
+        }
+        let from = std::mem::replace(&mut p.owner, t.clone());
+        p.generation += 1;
+        p.last_reason = format!("failed over from {from} (FENCED) to {t}");
+        let (g, reason) = (p.generation, p.last_reason.clone());
+        self.record(
+            &mut st,
+            NewEvent::new(
+                EventKind::Operator,
+                caller.actor(),
+                format!("Failover of {} to {t}", plan.as_str()),
+            )
+            .plan(plan.as_str())
+            .site(t.as_str())
+            .generation(g),
+        );
+        Ok(OperationAccepted {
+            plan: plan.as_str().to_owned(),
+            operation: "failover".into(),
+            generation: g,
+            reason,
+        })
+    }
+
+    async fn confirm_fenced(
+        &self,
+        caller: &Caller,
+        plan: &PlanId,
+        site: &SiteId,
+        req: &ConfirmFencedRequest,
+    ) -> Result<OperationAccepted, BackendError> {
+        self.write_guard()?;
+        let mut st = self.state.lock().unwrap();
+        let p = st
+            .plans
+            .get_mut(plan)
+            .ok_or_else(|| not_found("plan", plan.as_str()))?;
+        if p.config.instance(site).is_none() {
+            return Err(not_found("site", site.as_str()));
+        }
+        cas(plan, p, req.expected_generation)?;
+        p.verdicts.insert(site.clone(), Verdict::Fenced);
+        p.generation += 1;
+        let g = p.generation;
+        self.record(
+            &mut st,
+            NewEvent::new(
+                EventKind::Operator,
+                caller.actor(),
+                format!("Confirmed {site} fenced by hand"),
+            )
+            .plan(plan.as_str())
+            .site(site.as_str())
+            .generation(g)
+            .data(json!({"reason": req.reason})),
+        );
+        Ok(OperationAccepted {
+            plan: plan.as_str().to_owned(),
+            operation: "confirm_fenced".into(),
+            generation: g,
+            reason: format!("{site} confirmed fenced by {}", caller.name),
+        })
+    }
+
+    async fn pause(
+        &self,
+        caller: &Caller,
+        plan: &PlanId,
+        req: &PauseRequest,
+    ) -> Result<OperationAccepted, BackendError> {
+        self.set_paused(caller, plan, req, true)
+    }
+
+    async fn resume(
+        &self,
+        caller: &Caller,
+        plan: &PlanId,
+        req: &PauseRequest,
+    ) -> Result<OperationAccepted, BackendError> {
+        self.set_paused(caller, plan, req, false)
+    }
+
+    async fn set_maintenance(
+        &self,
+        caller: &Caller,
+        plan: &PlanId,
+        site: &SiteId,
+        req: &MaintenanceRequest,
+    ) -> Result<OperationAccepted, BackendError> {
+        self.write_guard()?;
+        let mut st = self.state.lock().unwrap();
+        let p = st
+            .plans
+            .get_mut(plan)
+            .ok_or_else(|| not_found("plan", plan.as_str()))?;
+        if p.config.instance(site).is_none() {
+            return Err(not_found("site", site.as_str()));
+        }
+        cas(plan, p, req.expected_generation)?;
+        if req.enabled && *site == p.owner {
+            return Err(BackendError::Refused(format!(
+                "{site} owns plan {}: switch over before putting it in maintenance",
+                plan.as_str()
+            )));
+        }
+        let changed = if req.enabled {
+            p.maintenance.insert(site.clone())
+        } else {
+            p.maintenance.remove(site)
+        };
+        if changed {
+            p.generation += 1;
+        }
+        let g = p.generation;
+        if changed {
+            self.record(
+                &mut st,
+                NewEvent::new(
+                    EventKind::Operator,
+                    caller.actor(),
+                    format!(
+                        "{} {site} maintenance",
+                        if req.enabled { "Started" } else { "Ended" }
+                    ),
+                )
+                .plan(plan.as_str())
+                .site(site.as_str())
+                .generation(g)
+                .data(json!({"reason": req.reason})),
+            );
+        }
+        Ok(OperationAccepted {
+            plan: plan.as_str().to_owned(),
+            operation: "maintenance".into(),
+            generation: g,
+            reason: format!(
+                "{site} {} maintenance",
+                if req.enabled { "in" } else { "out of" }
+            ),
+        })
+    }
+
+    async fn secrets(&self) -> Result<Vec<SecretRefView>, BackendError> {
+        let st = self.state.lock().unwrap();
+        let mut by: BTreeMap<String, Vec<String>> = BTreeMap::new();
+        for (id, c) in &st.controllers {
+            if let Some(s) = &c.config.secret {
+                by.entry(s.as_str().to_owned())
+                    .or_default()
+                    .push(id.as_str().to_owned());
+            }
+        }
+        Ok(by
+            .into_iter()
+            .map(|(name, used_by)| SecretRefView { name, used_by })
+            .collect())
+    }
+
+    async fn events(&self, query: &EventQuery) -> Result<EventPage, BackendError> {
+        Ok(self.state.lock().unwrap().log.query(query))
+    }
+
+    async fn orchestrators(&self) -> Result<Vec<OrchestratorView>, BackendError> {
+        let slow = *self.slow_orchestrators.lock().unwrap();
+        if let Some(d) = slow {
+            tokio::time::sleep(d).await;
+        }
+        Ok(self.state.lock().unwrap().orchestrators.clone())
+    }
+}
+
+impl MemoryBackend {
+    fn set_paused(
+        &self,
+        caller: &Caller,
+        plan: &PlanId,
+        req: &PauseRequest,
+        paused: bool,
+    ) -> Result<OperationAccepted, BackendError> {
+        self.write_guard()?;
+        let mut st = self.state.lock().unwrap();
+        let p = st
+            .plans
+            .get_mut(plan)
+            .ok_or_else(|| not_found("plan", plan.as_str()))?;
+        let op = if paused { "pause" } else { "resume" };
+        // Idempotent: pausing a paused plan is success, and recorded once.
+        let changed = p.paused != paused;
+        p.paused = paused;
+        let g = p.generation;
+        if changed {
+            self.record(
+                &mut st,
+                NewEvent::new(
+                    EventKind::Operator,
+                    caller.actor(),
+                    format!(
+                        "{} {}",
+                        if paused { "Paused" } else { "Resumed" },
+                        plan.as_str()
+                    ),
+                )
+                .plan(plan.as_str())
+                .data(json!({"reason": req.reason})),
+            );
+        }
+        Ok(OperationAccepted {
+            plan: plan.as_str().to_owned(),
+            operation: op.into(),
+            generation: g,
+            reason: format!(
+                "{} {}",
+                plan.as_str(),
+                if paused { "paused" } else { "running" }
+            ),
+        })
+    }
+}
