@@ -1,0 +1,10 @@
+//! Safety invariant a: see `docs/specs/invariants.md`. Runs the seeded simulation and
+//! checks this invariant after every step. `QFENCE_SIM_SCHEDULES` sets the number of
+//! schedules, `QFENCE_SIM_SEED` replays one.
+
+mod sim;
+
+#[test]
+fn holds_over_random_schedules() {
+    sim::run_invariant(sim::Invariant::FencedBeforePromote, sim::DEFAULT_SCHEDULES);
+}

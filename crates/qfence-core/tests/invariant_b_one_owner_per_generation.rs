@@ -1,0 +1,13 @@
+//! Safety invariant b: see `docs/specs/invariants.md`. Runs the seeded simulation and
+//! checks this invariant after every step. `QFENCE_SIM_SCHEDULES` sets the number of
+//! schedules, `QFENCE_SIM_SEED` replays one.
+
+mod sim;
+
+#[test]
+fn holds_over_random_schedules() {
+    sim::run_invariant(
+        sim::Invariant::OneOwnerPerGeneration,
+        sim::DEFAULT_SCHEDULES,
+    );
+}
