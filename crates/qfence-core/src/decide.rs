@@ -862,13 +862,7 @@ impl Cx<'_, '_> {
             Stage::Unfence => {
                 if self.plan.unfence_on_promote {
                     for k in rules::keys(self.plan, &t.target, Role::Fence) {
-                        let undoable = rules::binding(self.plan, &k)
-                            .and_then(|b| {
-                                let c = self.s.config.controller(b.controller.as_str())?;
-                                c.controller_type().capability(&b.capability)
-                            })
-                            .is_some_and(|c| c.unfence.is_some());
-                        if undoable {
+                        if rules::unfence_capability(self.s.config, self.plan, &k).is_some() {
                             out.push(Action::Unfence { binding: k });
                         }
                     }

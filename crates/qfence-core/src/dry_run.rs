@@ -175,7 +175,12 @@ pub fn dry_run(
                 action: c.action.name().into(),
                 site: key.as_ref().and_then(|k| k.site.clone()),
                 controller: b.map(|b| b.controller.to_string()),
-                capability: b.map(|b| b.capability.clone()),
+                capability: match (&c.action, &key) {
+                    (Action::Unfence { .. }, Some(k)) => {
+                        rules::unfence_capability(config, plan, k).map(str::to_owned)
+                    }
+                    _ => b.map(|b| b.capability.clone()),
+                },
                 resource: b.map(|b| b.resource.clone()),
                 run_from: controller
                     .map(|c| c.allowed_sites().cloned().collect())

@@ -73,6 +73,20 @@ pub fn fence_level(
     controller.fence_level(cap)
 }
 
+/// The capability that undoes a fence binding (`power.on` for `power.off`), if any.
+pub fn unfence_capability(
+    config: &ValidatedConfig,
+    plan: &PlanConfig,
+    key: &BindingKey,
+) -> Option<&'static str> {
+    let b = binding(plan, key)?;
+    let controller = config.controller(b.controller.as_str())?;
+    controller
+        .controller_type()
+        .capability(&b.capability)?
+        .unfence
+}
+
 /// A binding of the plan by key.
 pub fn binding<'a>(
     plan: &'a PlanConfig,

@@ -226,6 +226,7 @@ pub struct Transition {
     /// The term that issued `pending`: a new leader re-enters the step.
     pub term: Term,
     /// The operations issued for this step and not yet judged.
+    #[serde(with = "pairs")]
     pub pending: BTreeMap<BindingKey, OpId>,
     /// Whether the step's commands were issued (a step may have none).
     pub entered: bool,
@@ -293,4 +294,27 @@ pub enum IntentKind {
     Retry,
     /// Give up a transition: back to steady at the current owner.
     Abort,
+}
+
+/// A map whose keys are not strings, stored as a list of pairs (JSON objects need string keys).
+mod pairs {
+    use std::collections::BTreeMap;
+
+    use serde::{Deserialize, Deserializer, Serialize, Serializer};
+
+    pub fn serialize<K: Serialize, V: Serialize, S: Serializer>(
+        m: &BTreeMap<K, V>,
+        s: S,
+    ) -> Result<S::Ok, S::Error> {
+        s.collect_seq(m.iter())
+    }
+
+    pub fn deserialize<'de, K, V, D>(d: D) -> Result<BTreeMap<K, V>, D::Error>
+    where
+        K: Deserialize<'de> + Ord,
+        V: Deserialize<'de>,
+        D: Deserializer<'de>,
+    {
+        Ok(Vec::<(K, V)>::deserialize(d)?.into_iter().collect())
+    }
 }
