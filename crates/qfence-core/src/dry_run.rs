@@ -243,18 +243,21 @@ impl DryRun {
                 String::new()
             } else {
                 let v: Vec<&str> = s.run_from.iter().map(SiteId::as_str).collect();
-                format!("  run from: {}", v.join(", "))
+                format!("run from: {}", v.join(", "))
             };
             let site = s.site.as_ref().map_or("-", SiteId::as_str);
-            let detail = if s.detail.is_empty() {
-                String::new()
-            } else {
-                format!("  {}", s.detail)
-            };
+            let rest: Vec<&str> = [what.as_str(), run_from.as_str(), s.detail.as_str()]
+                .into_iter()
+                .filter(|p| !p.is_empty())
+                .collect();
             out.push(
                 format!(
-                    "{:>3}. {:<19} {:<11} {:<8} {what}{run_from}{detail}",
-                    s.n, s.stage, s.action, site
+                    "{:>3}. {:<19} {:<11} {:<8} {}",
+                    s.n,
+                    s.stage,
+                    s.action,
+                    site,
+                    rest.join("  ")
                 )
                 .trim_end()
                 .to_owned(),

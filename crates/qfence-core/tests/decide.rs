@@ -978,7 +978,7 @@ fn the_dry_run_lists_every_step_of_a_failover_in_order_with_where_it_may_run() {
         "  5. unfence             unfence     dc2      bmc-dc2 power.on pve-dc2-01  run from: dc2, dc1",
         "  6. unfence             unfence     dc2      pve-dc2 vm.start pve-dc2-01/101  run from: dc2",
         "  7. switchover          switchover  dc2      pve-dc2 vm.start pve-dc2-01/101  run from: dc2",
-        "  8. commit              commit      dc2        owner dc2 at generation 2 (compare-and-set on generation 1)",
+        "  8. commit              commit      dc2      owner dc2 at generation 2 (compare-and-set on generation 1)",
         "  9. service             service     -        fgt-edge vip.own vip-erp-db  run from: dc1, dc2  point at dc2",
         "Completes: erp-db now served by dc2 at generation 2",
     ];
