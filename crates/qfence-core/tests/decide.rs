@@ -811,6 +811,64 @@ fn the_target_is_the_first_ready_site_by_priority() {
 }
 
 #[test]
+fn with_three_sites_every_other_site_is_fenced_and_priority_picks_the_target() {
+    let mut b = Bench::new("erp-db", fixtures::erp_plan_three(&["dc3", "dc2"]));
+    b.world.insert(k("dc1", 3), Observed::NotHeld);
+    // dc3 comes first by priority but is not ready: dc2 is chosen.
+    b.world.insert(k("dc3", 2), Observed::NotHeld);
+    let mut steps = Vec::new();
+    for _ in 0..80 {
+        let d = b.step();
+        if b.state.transition().is_some() {
+            steps.push(acts(&d));
+            break;
+        }
+    }
+    assert_eq!(b.state.transition().unwrap().target, site("dc2"));
+    steps.extend(walk(&mut b, 1));
+    // Every site but the target is fenced and read back: dc1 and dc3.
+    assert_eq!(
+        steps[0],
+        vec![
+            fence("dc1", 0),
+            fence("dc1", 1),
+            fence("dc3", 0),
+            fence("dc3", 1)
+        ]
+    );
+    assert_eq!(steps[1], vec![check("dc1", 0), check("dc3", 0)]);
+    // With dc3 ready too, priority picks dc3.
+    let mut b = Bench::new("erp-db", fixtures::erp_plan_three(&["dc3", "dc2"]));
+    b.world.insert(k("dc1", 3), Observed::NotHeld);
+    for _ in 0..80 {
+        b.step();
+        if b.state.transition().is_some() {
+            break;
+        }
+    }
+    assert_eq!(b.state.transition().unwrap().target, site("dc3"));
+}
+
+#[test]
+fn one_unproven_site_of_three_stops_the_move() {
+    let mut b = Bench::new("erp-db", fixtures::erp_plan_three(&[]));
+    b.world.insert(k("dc3", 0), Observed::Unknown);
+    b.intent(IntentKind::Failover { to: site("dc2") });
+    let steps = walk(&mut b, 10);
+    assert!(
+        !steps
+            .iter()
+            .flatten()
+            .any(|a| matches!(a, Action::Switchover { .. }))
+    );
+    let halted = b.state.transition().unwrap().halted.clone().unwrap();
+    assert!(
+        halted.starts_with("dc3 not fenced (power.off UNKNOWN at"),
+        "{halted}"
+    );
+}
+
+#[test]
 fn pause_stops_automatic_action_and_holds_a_transition() {
     let mut b = Bench::lab();
     b.intent(IntentKind::Pause);

@@ -80,12 +80,19 @@ fn base_config() -> Config {
     let mut add = |name: &str, c: ControllerConfig| {
         controllers.insert(ControllerId::new(name).unwrap(), c);
     };
-    for (dc, other, port) in [("dc1", "dc2", 8443), ("dc2", "dc1", 8444)] {
+    // As in the lab, each BMC is reachable from the other site; dc3 only joins three-site
+    // plans (see `config_with`).
+    for (dc, others, port) in [
+        ("dc1", &["dc2"][..], 8443),
+        ("dc2", &["dc1"][..], 8444),
+        ("dc3", &["dc1", "dc2"][..], 8446),
+    ] {
+        let other = others[0];
         add(
             &format!("bmc-{dc}"),
             controller(
                 dc,
-                &[other],
+                others,
                 ControllerKind::Redfish {
                     endpoint: url(&format!("https://127.0.0.1:{port}")),
                     username: "qfence".into(),
@@ -144,6 +151,7 @@ fn base_config() -> Config {
     let mut sites = BTreeMap::new();
     sites.insert(site("dc1"), SiteConfig::default());
     sites.insert(site("dc2"), SiteConfig::default());
+    sites.insert(site("dc3"), SiteConfig::default());
     sites.insert(site("witness"), SiteConfig { witness: true });
     let mut orchestrators = BTreeMap::new();
     for (name, s, port) in [
@@ -208,6 +216,15 @@ pub fn erp_plan() -> PlanConfig {
     p
 }
 
+/// erp-db across three sites (dc3 added like the others), with a priority.
+pub fn erp_plan_three(priority: &[&str]) -> PlanConfig {
+    let mut p = erp_plan();
+    p.instances.insert(site("dc3"), erp_instance("dc3"));
+    p.priority = priority.iter().map(|s| site(s)).collect();
+    p.service[0].params.insert("dc3".into(), "10.3.1.5".into());
+    p
+}
+
 /// The lab's erp-db plan with extras: at each site, 5 vm.start as recovery, 6 an IPMI
 /// watchdog as dead-man (timeout 60 s), 7 a FortiGate policy as shield.
 pub fn erp_plan_full() -> PlanConfig {
@@ -268,6 +285,14 @@ pub fn pg_plan() -> PlanConfig {
 /// A configuration holding `plans`, wrapped as valid.
 pub fn config_with(plans: Vec<(&str, PlanConfig)>) -> ValidatedConfig {
     let mut c = base_config();
+    if plans
+        .iter()
+        .any(|(_, p)| p.instances.contains_key(&site("dc3")))
+    {
+        for bmc in ["bmc-dc1", "bmc-dc2"] {
+            c.controllers.get_mut(bmc).unwrap().reach.push(site("dc3"));
+        }
+    }
     for (name, p) in plans {
         c.plans.insert(plan_id(name), p);
     }

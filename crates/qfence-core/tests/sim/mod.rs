@@ -200,13 +200,13 @@ pub fn run_schedule(
     keep_trace: bool,
 ) -> Result<Stats, Violation> {
     let mut rng = Rng::new(seed);
-    let pg = rng.pct(35);
-    let config = if pg {
-        fixtures::config_with(vec![("pg", fixtures::pg_plan())])
-    } else {
-        fixtures::config_with(vec![("erp-db", fixtures::erp_plan_full())])
+    let (name, plan) = match rng.below(100) {
+        0..35 => ("pg", fixtures::pg_plan()),
+        35..55 => ("erp-db", fixtures::erp_plan_three(&["dc3", "dc2"])),
+        _ => ("erp-db", fixtures::erp_plan_full()),
     };
-    let plan_id = fixtures::plan_id(if pg { "pg" } else { "erp-db" });
+    let config = fixtures::config_with(vec![(name, plan)]);
+    let plan_id = fixtures::plan_id(name);
     let plan = config.plan(plan_id.as_str()).unwrap();
     let mut sim = Sim::new(seed, rng, &config, plan_id.clone(), plan, rules, check);
     let r = sim.run(steps, keep_trace);
@@ -947,10 +947,29 @@ pub fn run_invariant(invariant: Invariant, default: u64) {
     }
     let n = env_u64("QFENCE_SIM_SCHEDULES").unwrap_or(default);
     let started = std::time::Instant::now();
+    // Schedules are independent: spread them over the cores (seed i goes to thread i % t).
+    let threads = std::thread::available_parallelism().map_or(1, |p| p.get()) as u64;
+    let outcomes: Vec<Result<Stats, Violation>> = std::thread::scope(|scope| {
+        let handles: Vec<_> = (0..threads)
+            .map(|t| {
+                scope.spawn(move || {
+                    let mut total = Stats::default();
+                    for i in (t..n).step_by(threads as usize) {
+                        let seed = invariant.seed_base() + i;
+                        total += run_schedule(seed, Rules::default(), &[invariant], STEPS, false)?;
+                    }
+                    Ok(total)
+                })
+            })
+            .collect();
+        handles
+            .into_iter()
+            .map(|h| h.join().expect("a simulation thread panicked"))
+            .collect()
+    });
     let mut total = Stats::default();
-    for i in 0..n {
-        let seed = invariant.seed_base() + i;
-        match run_schedule(seed, Rules::default(), &[invariant], STEPS, false) {
+    for o in outcomes {
+        match o {
             Ok(s) => total += s,
             Err(v) => panic!("{}", report(&v)),
         }
