@@ -168,6 +168,7 @@ impl Cx<'_, '_> {
             &self.s.plan,
             self.state.generation,
             self.s.leadership.term,
+            self.s.state.revision,
             self.s.now,
             self.commands.len(),
         );
@@ -584,8 +585,10 @@ impl Cx<'_, '_> {
             target: target.clone(),
         });
         let st = self.change();
-        // From now on no leader renews the old owner's dead-man switch.
-        st.renewals_stopped.insert(from.clone(), now);
+        if stage != Stage::Preflight {
+            // From now on no leader renews the old owner's dead-man switch.
+            st.renewals_stopped.insert(from.clone(), now);
+        }
         st.health = HealthTrack::default();
         st.phase = Phase::Transition(Transition {
             kind,
@@ -732,6 +735,11 @@ impl Cx<'_, '_> {
                     why: h.clone(),
                 });
                 return;
+            }
+            if t.stage == Stage::Preflight {
+                // Nothing is touched before the target proves ready: the owner keeps its
+                // dead-man switch renewed meanwhile.
+                self.renew_dead_man(&t.from);
             }
             if self.state.paused {
                 self.notes.push(Note::Holding {
@@ -1040,7 +1048,12 @@ impl Cx<'_, '_> {
         };
         match t.stage {
             Stage::Preflight => match self.readiness(t) {
-                Ok(()) => Next::Advance(Stage::AppFences),
+                Ok(()) => {
+                    // The owner is about to be touched: renewals of its switch stop here.
+                    let now = self.now();
+                    self.change().renewals_stopped.insert(t.from.clone(), now);
+                    Next::Advance(Stage::AppFences)
+                }
                 Err(why) => {
                     self.change().renewals_stopped.remove(&t.from);
                     self.notes.push(Note::SwitchoverRefused {

@@ -147,8 +147,9 @@ impl Leadership {
     }
 }
 
-/// An operation's id: unique per plan, generation, term, decision time and position in the
-/// decision. The runtime reports results by it and keeps one operation per binding at a time.
+/// An operation's id: unique per plan, generation, term, state revision, decision time and
+/// position in the decision. The runtime reports results by it and keeps one operation per
+/// binding at a time.
 #[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
 #[serde(transparent)]
 pub struct OpId(pub String);
@@ -158,10 +159,14 @@ impl OpId {
         plan: &PlanId,
         generation: Generation,
         term: Term,
+        revision: u64,
         now: Millis,
         n: usize,
     ) -> Self {
-        Self(format!("{plan}/g{generation}/t{term}/{}/{n}", now.0))
+        Self(format!(
+            "{plan}/g{generation}/t{term}/r{revision}/{}/{n}",
+            now.0
+        ))
     }
 }
 

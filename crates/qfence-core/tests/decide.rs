@@ -921,6 +921,33 @@ fn a_planned_switchover_checks_the_target_before_touching_the_owner() {
 }
 
 #[test]
+fn a_planned_switchover_keeps_the_owner_dead_man_renewed_until_it_touches_the_owner() {
+    let mut b = Bench::full();
+    b.step();
+    b.tick(9);
+    b.intent(IntentKind::Switchover { to: site("dc2") });
+    let d = b.step();
+    assert_eq!(b.stage(), Some(Stage::Preflight));
+    assert!(acts(&d).contains(&check("dc2", 2)));
+    assert!(
+        acts(&d)
+            .iter()
+            .any(|a| matches!(a, Action::RenewDeadMan { binding, .. } if *binding == k("dc1", 6))),
+        "{d:?}"
+    );
+    assert!(b.state.renewals_stopped.is_empty());
+    // Preflight passes: renewals stop as the owner's fences start.
+    let d = b.step();
+    assert_eq!(b.stage(), Some(Stage::Fences));
+    assert_eq!(b.state.renewals_stopped.get(&site("dc1")), Some(&b.now));
+    assert!(
+        !acts(&d)
+            .iter()
+            .any(|a| matches!(a, Action::RenewDeadMan { .. }))
+    );
+}
+
+#[test]
 fn a_lost_owner_counts_as_fenced_once_its_dead_man_switch_has_provably_fired() {
     let mut b = Bench::full();
     b.step();
