@@ -345,6 +345,7 @@ impl Cx<'_, '_> {
                     Phase::Transition(t) if t.halted.is_some() => {
                         t.halted = None;
                         t.attempt = 0;
+                        t.retry_at = None;
                         t.entered = false;
                         self.notes.push(Note::Retrying { by, stage: t.stage });
                     }
@@ -415,6 +416,10 @@ impl Cx<'_, '_> {
                     Observed::Unknown => lost = Some(format!("{cap} unreadable at {}", o.at)),
                 },
                 Some(o) => lost = Some(format!("{cap} last read at {}", o.at)),
+                // A check that ended without a reading counts as unreadable.
+                None if self.last_result(k).is_some() => {
+                    lost = Some(format!("{cap} never read"));
+                }
                 None => pending = true,
             }
         }
@@ -598,6 +603,7 @@ impl Cx<'_, '_> {
             after_verify: Stage::Readiness,
             stage_started: now,
             attempt: 0,
+            retry_at: None,
             term,
             pending: BTreeMap::new(),
             entered: false,
@@ -654,7 +660,9 @@ impl Cx<'_, '_> {
                         .iter()
                         .any(|c| c.action.binding() == Some(k))
             });
-            let never_read = proving.iter().any(|k| self.obs(k).is_none());
+            let never_read = proving
+                .iter()
+                .any(|k| self.obs(k).is_none() && self.last_result(k).is_none());
             let v = self.verdict(&site, None);
             if v.verdict == Verdict::Failed {
                 let generation = self.state.generation;
@@ -756,6 +764,16 @@ impl Cx<'_, '_> {
                 });
                 t.entered = false;
             }
+            if !t.entered
+                && let Some(at) = t.retry_at.filter(|at| *at > self.now())
+            {
+                self.notes.push(Note::RetryWaiting {
+                    target: t.target.clone(),
+                    stage: t.stage,
+                    at,
+                });
+                return;
+            }
             if !t.entered {
                 match self.enter(&mut t) {
                     Some(true) => {
@@ -782,9 +800,12 @@ impl Cx<'_, '_> {
                 }
                 Next::Retry(stage, why) => {
                     t.attempt += 1;
+                    let at = self.now().plus(self.plan.interval);
+                    t.retry_at = Some(at);
                     self.notes.push(Note::Retry {
                         why,
                         stage,
+                        at,
                         attempt: t.attempt + 1,
                         of: self.plan.max_retries + 1,
                     });
@@ -792,6 +813,7 @@ impl Cx<'_, '_> {
                     t.entered = false;
                     t.pending.clear();
                     self.set_t(t);
+                    return;
                 }
                 Next::Halt(why) => {
                     self.issue(Action::Alarm {
@@ -931,6 +953,7 @@ impl Cx<'_, '_> {
             return None;
         }
         t.entered = true;
+        t.retry_at = None;
         t.stage_started = self.now();
         t.term = self.s.leadership.term;
         t.pending.clear();

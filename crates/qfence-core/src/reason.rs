@@ -105,8 +105,14 @@ pub(crate) enum Note {
     Retry {
         why: String,
         stage: Stage,
+        at: Millis,
         attempt: u32,
         of: u32,
+    },
+    RetryWaiting {
+        target: SiteId,
+        stage: Stage,
+        at: Millis,
     },
     Done {
         owner: SiteId,
@@ -309,10 +315,15 @@ fn render(plan: &PlanId, n: &Note) -> String {
         Note::Retry {
             why,
             stage,
+            at,
             attempt,
             of,
         } => format!(
-            "{why}: {} again (attempt {attempt} of {of})",
+            "{why}: {} again at {at} (attempt {attempt} of {of})",
+            stage.as_str()
+        ),
+        Note::RetryWaiting { target, stage, at } => format!(
+            "{plan} to {target}: {} step to be retried at {at}",
             stage.as_str()
         ),
         Note::Done { owner, generation } => {

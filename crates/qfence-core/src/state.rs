@@ -223,6 +223,10 @@ pub struct Transition {
     pub stage_started: Millis,
     /// Retries of this step so far (bounded by `max_retries`).
     pub attempt: u32,
+    /// A retry waits until then (one interval after the failure), so a busy BMC or a lagging
+    /// replica gets time before the next attempt.
+    #[serde(default)]
+    pub retry_at: Option<Millis>,
     /// The term that issued `pending`: a new leader re-enters the step.
     pub term: Term,
     /// The operations issued for this step and not yet judged.
