@@ -246,6 +246,7 @@ impl Cx<'_, '_> {
             site,
             self.now(),
             since,
+            self.state.transition().map(|t| t.started),
         )
     }
 
@@ -307,6 +308,7 @@ impl Cx<'_, '_> {
                             why: i.why.clone(),
                         },
                         at: self.now(),
+                        carried: false,
                     });
                     self.notes.push(Note::Confirmed {
                         site,
@@ -599,6 +601,7 @@ impl Cx<'_, '_> {
             kind,
             from,
             target,
+            started: now,
             stage,
             after_verify: Stage::Readiness,
             stage_started: now,
@@ -1003,8 +1006,9 @@ impl Cx<'_, '_> {
         // Evidence that proved the other sites fenced carries into the new generation: it
         // is what the new owner stands on.
         for e in &mut st.evidence {
-            if e.site != target && e.generation == old {
+            if e.site != target && e.generation == old && (!e.carried || e.at >= t.started) {
                 e.generation = generation;
+                e.carried = true;
             }
         }
         st.evidence.retain(|e| e.generation == generation);
@@ -1163,6 +1167,7 @@ impl Cx<'_, '_> {
                                 fired_by: by,
                             },
                             at: now,
+                            carried: false,
                         });
                         self.notes.push(Note::DeadManEvidence {
                             site: site.clone(),

@@ -148,6 +148,10 @@ impl Rules {
     /// A site's verdict: FAILED when a required fence reads FAILED; FENCED when every required
     /// fence reads FENCED, or evidence for the site at this generation stands; otherwise
     /// UNKNOWN. Secondary fences never count, and UNKNOWN is never FENCED.
+    ///
+    /// `transition_started`: during a transition, evidence carried from an earlier one does
+    /// not count (a confirmation is for one failover); evidence this transition recorded and
+    /// its commit carried does.
     #[allow(clippy::too_many_arguments)]
     pub fn site_verdict(
         &self,
@@ -158,6 +162,7 @@ impl Rules {
         site: &SiteId,
         now: Millis,
         since: Option<Millis>,
+        transition_started: Option<Millis>,
     ) -> SiteVerdict {
         let readings: Vec<FenceReading> = proving_fences(config, plan, site)
             .into_iter()
@@ -177,7 +182,8 @@ impl Rules {
             .evidence
             .iter()
             .rev()
-            .find(|e| &e.site == site && e.generation == state.generation);
+            .filter(|e| &e.site == site && e.generation == state.generation)
+            .find(|e| !e.carried || transition_started.is_none_or(|t| e.at >= t));
         let (verdict, basis) = if readings.iter().any(|r| r.verdict == Verdict::Failed) {
             (Verdict::Failed, Basis::Readings)
         } else if !readings.is_empty() && readings.iter().all(|r| r.verdict == Verdict::Fenced) {

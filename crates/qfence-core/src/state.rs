@@ -214,6 +214,8 @@ pub struct Transition {
     pub from: SiteId,
     /// The site being promoted.
     pub target: SiteId,
+    /// When the transition started.
+    pub started: Millis,
     /// The step under way.
     pub stage: Stage,
     /// Where to go once `Verify` succeeds (a later stage sends it back to re-verify when its
@@ -247,6 +249,11 @@ pub struct Evidence {
     pub kind: EvidenceKind,
     /// When it was recorded.
     pub at: Millis,
+    /// Carried into this generation by the commit of the transition that recorded it. It
+    /// keeps standing for the new owner (its service step, the fence watch), but a later
+    /// transition needs its own proof: a confirmation is for one failover.
+    #[serde(default)]
+    pub carried: bool,
 }
 
 /// Where fence evidence came from.

@@ -185,7 +185,16 @@ impl Bench {
 
 fn verdict(b: &Bench, s: &str) -> Verdict {
     qfence_core::Rules::default()
-        .site_verdict(&b.cfg, b.plan(), &b.state, &b.obs, &site(s), b.now, None)
+        .site_verdict(
+            &b.cfg,
+            b.plan(),
+            &b.state,
+            &b.obs,
+            &site(s),
+            b.now,
+            None,
+            None,
+        )
         .verdict
 }
 
@@ -594,6 +603,47 @@ fn a_check_that_stays_unknown_is_never_proof_until_an_operator_confirms() {
             .iter()
             .any(|e| e.site == site("dc1") && e.generation == Generation(2))
     );
+}
+
+#[test]
+fn a_confirmation_is_for_one_failover_only() {
+    let mut b = Bench::new("erp-db", fixtures::erp_plan_three(&[]));
+    // dc1 is lost for good: its BMC never answers.
+    b.world.insert(k("dc1", 0), Observed::Unknown);
+    b.world.insert(k("dc1", 1), Observed::Unknown);
+    // The owner cannot be confirmed fenced; once it is being given up, it can.
+    b.intent(IntentKind::Failover { to: site("dc2") });
+    b.intent(IntentKind::ConfirmFenced { site: site("dc1") });
+    for _ in 0..12 {
+        b.step();
+    }
+    assert_eq!(
+        (b.state.owner.clone(), b.state.phase.clone()),
+        (site("dc2"), Phase::Steady)
+    );
+    // The confirmation stands for the new owner: no alarm about dc1 in steady state.
+    for _ in 0..12 {
+        let d = b.step();
+        assert!(
+            !acts(&d)
+                .iter()
+                .any(|a| matches!(a, Action::Alarm { site: Some(s), .. } if *s == site("dc1")))
+        );
+    }
+    // A later failover (dc2 to dc3) needs its own proof for dc1.
+    b.intent(IntentKind::Failover { to: site("dc3") });
+    walk_acting(&mut b, 7);
+    let halted = b.state.transition().unwrap().halted.clone().unwrap();
+    assert!(
+        halted.starts_with("dc1 not fenced (power.off UNKNOWN at"),
+        "{halted}"
+    );
+    b.intent(IntentKind::ConfirmFenced { site: site("dc1") });
+    b.intent(IntentKind::Retry);
+    for _ in 0..12 {
+        b.step();
+    }
+    assert_eq!(b.state.owner, site("dc3"));
 }
 
 #[test]
