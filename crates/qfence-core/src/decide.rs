@@ -893,8 +893,10 @@ impl Cx<'_, '_> {
                 }
             }
             Stage::Verify => {
+                // Every fence is read back, so the operator sees each; only the required
+                // ones decide (and only they are waited for).
                 for s in &others {
-                    for k in rules::proving_fences(self.s.config, self.plan, s) {
+                    for k in rules::keys(self.plan, s, Role::Fence) {
                         out.push(Action::Check { binding: k });
                     }
                 }
@@ -1039,7 +1041,20 @@ impl Cx<'_, '_> {
         let mut waiting = 0;
         let timeout = t.stage_started.plus(self.plan.fence_timeout);
         let hard = t.stage_started.plus(self.plan.fence_timeout * 2);
-        for (k, op) in &t.pending {
+        let proving: Vec<BindingKey> = match t.stage {
+            Stage::Verify => self
+                .other_sites(&t.target)
+                .iter()
+                .flat_map(|s| rules::proving_fences(self.s.config, self.plan, s))
+                .collect(),
+            _ => Vec::new(),
+        };
+        let pending = t
+            .pending
+            .iter()
+            .filter(|(k, _)| t.stage != Stage::Verify || proving.contains(k));
+        let n = pending.clone().count();
+        for (k, op) in pending {
             match self.s.results.get(op) {
                 Some(r) => done.push((k.clone(), r.outcome)),
                 None if self.s.in_flight.contains_key(op) && self.now() < hard => waiting += 1,
@@ -1048,7 +1063,7 @@ impl Cx<'_, '_> {
             }
         }
         if waiting > 0 {
-            Judged::Waiting(waiting, t.pending.len())
+            Judged::Waiting(waiting, n)
         } else {
             Judged::Finished(done)
         }

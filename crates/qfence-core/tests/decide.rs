@@ -397,8 +397,8 @@ fn operator_failover_runs_every_step_in_order_and_commits_with_a_compare_and_set
         vec![
             // Fences of every site but dc2 (the lab has no application fence).
             vec![fence("dc1", 0), fence("dc1", 1)],
-            // Read back every required fence.
-            vec![check("dc1", 0)],
+            // Read back every fence (the required one decides).
+            vec![check("dc1", 0), check("dc1", 1)],
             // Readiness at dc2.
             vec![check("dc2", 2)],
             // unfence_on_promote: dc2's own fences undone: power.on, vm.start.
@@ -462,7 +462,7 @@ fn application_fences_run_first_while_the_site_may_still_be_up() {
         vec![
             vec![fence("dc1", 0)],
             vec![fence("dc1", 1)],
-            vec![check("dc1", 1)],
+            vec![check("dc1", 0), check("dc1", 1)],
             vec![check("dc2", 2)],
             // unfence_on_promote is off in this plan: straight to the switchover.
             vec![Action::Switchover {
@@ -498,11 +498,11 @@ fn a_required_fence_reading_failed_is_retried_then_halts_before_readiness() {
     let steps = walk_acting(&mut b, 7);
     let fences = vec![fence("dc1", 0), fence("dc1", 1)];
     assert_eq!(steps[0], fences);
-    assert_eq!(steps[1], vec![check("dc1", 0)]);
+    assert_eq!(steps[1], vec![check("dc1", 0), check("dc1", 1)]);
     assert_eq!(steps[2], fences, "retry 2 of 3");
-    assert_eq!(steps[3], vec![check("dc1", 0)]);
+    assert_eq!(steps[3], vec![check("dc1", 0), check("dc1", 1)]);
     assert_eq!(steps[4], fences, "retry 3 of 3");
-    assert_eq!(steps[5], vec![check("dc1", 0)]);
+    assert_eq!(steps[5], vec![check("dc1", 0), check("dc1", 1)]);
     assert!(
         matches!(&steps[6][..], [Action::Alarm { .. }]),
         "{:?}",
@@ -593,7 +593,7 @@ fn a_check_that_stays_unknown_is_never_proof_until_an_operator_confirms() {
     b.intent(IntentKind::Retry);
     let steps = walk_acting(&mut b, 6);
     // The retried verify still reads UNKNOWN; the confirmation is what stands.
-    assert_eq!(steps[0], vec![check("dc1", 0)]);
+    assert_eq!(steps[0], vec![check("dc1", 0), check("dc1", 1)]);
     assert_eq!(steps[1], vec![check("dc2", 2)]);
     assert_eq!(b.state.owner, site("dc2"));
     // The confirmation carries into the generation it made.
@@ -916,7 +916,15 @@ fn with_three_sites_every_other_site_is_fenced_and_priority_picks_the_target() {
             fence("dc3", 1)
         ]
     );
-    assert_eq!(steps[1], vec![check("dc1", 0), check("dc3", 0)]);
+    assert_eq!(
+        steps[1],
+        vec![
+            check("dc1", 0),
+            check("dc1", 1),
+            check("dc3", 0),
+            check("dc3", 1)
+        ]
+    );
     // With dc3 ready too, priority picks dc3.
     let mut b = Bench::new("erp-db", fixtures::erp_plan_three(&["dc3", "dc2"]));
     b.world.insert(k("dc1", 3), Observed::NotHeld);
@@ -996,7 +1004,7 @@ fn a_planned_switchover_checks_the_target_before_touching_the_owner() {
     let steps = walk(&mut b, 4);
     assert_eq!(steps[0], vec![check("dc2", 2)]);
     assert_eq!(steps[1], vec![fence("dc1", 0), fence("dc1", 1)]);
-    assert_eq!(steps[2], vec![check("dc1", 0)]);
+    assert_eq!(steps[2], vec![check("dc1", 0), check("dc1", 1)]);
     assert_eq!(steps[3], vec![check("dc2", 2)]);
 }
 
@@ -1139,12 +1147,13 @@ fn the_dry_run_lists_every_step_of_a_failover_in_order_with_where_it_may_run() {
         "  1. fences              fence       dc1      bmc-dc1 power.off pve-dc1-01  run from: dc1, dc2",
         "  2. fences              fence       dc1      pve-dc1 vm.stop pve-dc1-01/101  run from: dc1",
         "  3. verify              check       dc1      bmc-dc1 power.off pve-dc1-01  run from: dc1, dc2",
-        "  4. readiness           check       dc2      pve-dc2 replication.lag 101-1  run from: dc2",
-        "  5. unfence             unfence     dc2      bmc-dc2 power.on pve-dc2-01  run from: dc2, dc1",
-        "  6. unfence             unfence     dc2      pve-dc2 vm.start pve-dc2-01/101  run from: dc2",
-        "  7. switchover          switchover  dc2      pve-dc2 vm.start pve-dc2-01/101  run from: dc2",
-        "  8. commit              commit      dc2      owner dc2 at generation 2 (compare-and-set on generation 1)",
-        "  9. service             service     -        fgt-edge vip.own vip-erp-db  run from: dc1, dc2  point at dc2",
+        "  4. verify              check       dc1      pve-dc1 vm.stop pve-dc1-01/101  run from: dc1",
+        "  5. readiness           check       dc2      pve-dc2 replication.lag 101-1  run from: dc2",
+        "  6. unfence             unfence     dc2      bmc-dc2 power.on pve-dc2-01  run from: dc2, dc1",
+        "  7. unfence             unfence     dc2      pve-dc2 vm.start pve-dc2-01/101  run from: dc2",
+        "  8. switchover          switchover  dc2      pve-dc2 vm.start pve-dc2-01/101  run from: dc2",
+        "  9. commit              commit      dc2      owner dc2 at generation 2 (compare-and-set on generation 1)",
+        " 10. service             service     -        fgt-edge vip.own vip-erp-db  run from: dc1, dc2  point at dc2",
         "Completes: erp-db now served by dc2 at generation 2",
     ];
     assert_eq!(lines, expected);

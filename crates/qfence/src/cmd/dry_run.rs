@@ -92,12 +92,13 @@ mod tests {
                 "  1. fences              fence       dc1      bmc-dc1 power.off pve-dc1-01  run from: dc1, dc2",
                 "  2. fences              fence       dc1      pve-dc1 vm.stop pve-dc1-01/101  run from: dc1",
                 "  3. verify              check       dc1      bmc-dc1 power.off pve-dc1-01  run from: dc1, dc2",
-                "  4. readiness           check       dc2      pve-dc2 replication.lag 101-1  run from: dc2",
-                "  5. unfence             unfence     dc2      bmc-dc2 power.on pve-dc2-01  run from: dc2, dc1",
-                "  6. unfence             unfence     dc2      pve-dc2 vm.start pve-dc2-01/101  run from: dc2",
-                "  7. switchover          switchover  dc2      pve-dc2 vm.start pve-dc2-01/101  run from: dc2",
-                "  8. commit              commit      dc2      owner dc2 at generation 2 (compare-and-set on generation 1)",
-                "  9. service             service     -        fgt-edge vip.own vip-erp-db  run from: dc1, dc2  point at dc2",
+                "  4. verify              check       dc1      pve-dc1 vm.stop pve-dc1-01/101  run from: dc1",
+                "  5. readiness           check       dc2      pve-dc2 replication.lag 101-1  run from: dc2",
+                "  6. unfence             unfence     dc2      bmc-dc2 power.on pve-dc2-01  run from: dc2, dc1",
+                "  7. unfence             unfence     dc2      pve-dc2 vm.start pve-dc2-01/101  run from: dc2",
+                "  8. switchover          switchover  dc2      pve-dc2 vm.start pve-dc2-01/101  run from: dc2",
+                "  9. commit              commit      dc2      owner dc2 at generation 2 (compare-and-set on generation 1)",
+                " 10. service             service     -        fgt-edge vip.own vip-erp-db  run from: dc1, dc2  point at dc2",
                 "Completes: erp-db now served by dc2 at generation 2",
             ]
         );
@@ -124,8 +125,8 @@ mod tests {
         let mut out = Vec::new();
         run_with(&lab(), "erp-db", "dc2", true, &mut out).unwrap();
         let v: serde_json::Value = serde_json::from_slice(&out).unwrap();
-        assert_eq!(v["steps"].as_array().unwrap().len(), 9);
-        assert_eq!(v["steps"][8]["capability"], "vip.own");
+        assert_eq!(v["steps"].as_array().unwrap().len(), 10);
+        assert_eq!(v["steps"][9]["capability"], "vip.own");
         assert_eq!(v["completes"], true);
     }
 }
