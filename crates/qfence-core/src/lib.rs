@@ -6,7 +6,7 @@
 //! of owner. Each cycle, the runtime takes a [`Snapshot`]: the validated plan, its replicated
 //! [`PlanState`] (owner, generation, phase, fence evidence, operators' intents), the latest
 //! [`Observation`] of every binding with when it was read, the results of finished commands,
-//! what is still in flight, the leadership (leader or not, term, lease) and `now`. [`decide`]
+//! what is still in flight, the leadership (leader or not, term, lease) and `now`. [`decide()`]
 //! turns it into a [`Decision`]: an ordered list of [`Command`]s, each carrying plan,
 //! generation, term and an operation id, the state to write first (a compare-and-set), and one
 //! sentence saying why.
@@ -21,7 +21,7 @@
 //! expired dead-man switch). UNKNOWN is never FENCED. See `docs/specs/decision-core.md` and
 //! `docs/specs/invariants.md`.
 //!
-//! - [`decide`]: steady state (health, recovery, failover triggers, fence watch, shield,
+//! - [`decide()`]: steady state (health, recovery, failover triggers, fence watch, shield,
 //!   dead-man) and transitions (failover, planned switchover) step by step.
 //! - [`rules`]: verdicts, in one place.
 //! - [`dry_run`]: the whole ordered action list of a move, without doing it.
