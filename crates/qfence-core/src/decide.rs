@@ -32,14 +32,14 @@ pub struct Snapshot<'a> {
     pub config: &'a ValidatedConfig,
     pub plan: PlanId,
     /// The replicated plan state.
-    pub state: PlanState,
+    pub state: &'a PlanState,
     /// The latest check of each binding.
-    pub observations: BTreeMap<BindingKey, Observation>,
+    pub observations: &'a BTreeMap<BindingKey, Observation>,
     /// Results of finished commands, by operation id. The runtime keeps them at least as long
     /// as the state refers to them and for one `freshness` window.
-    pub results: BTreeMap<OpId, OpResult>,
+    pub results: &'a BTreeMap<OpId, OpResult>,
     /// Commands still executing, with the binding each acts on.
-    pub in_flight: BTreeMap<OpId, BindingKey>,
+    pub in_flight: &'a BTreeMap<OpId, BindingKey>,
     pub leadership: Leadership,
     pub now: Millis,
 }
@@ -249,7 +249,7 @@ impl Cx<'_, '_> {
             self.s.config,
             self.plan,
             &self.state,
-            &self.s.observations,
+            self.s.observations,
             site,
             self.now(),
             since,

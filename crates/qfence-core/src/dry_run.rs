@@ -120,13 +120,14 @@ pub fn dry_run(
     let mut completes = false;
     for _ in 0..MAX_ROUNDS {
         now = now.plus(std::time::Duration::from_secs(1));
+        let in_flight = BTreeMap::new();
         let snap = Snapshot {
             config,
             plan: plan_id.clone(),
-            state: state.clone(),
-            observations: observations.clone(),
-            results: results.clone(),
-            in_flight: BTreeMap::new(),
+            state: &state,
+            observations: &observations,
+            results: &results,
+            in_flight: &in_flight,
             leadership: Leadership {
                 leader: true,
                 term: Term(1),

@@ -96,10 +96,10 @@ impl Bench {
         Snapshot {
             config: &self.cfg,
             plan: self.plan.clone(),
-            state: self.state.clone(),
-            observations: self.obs.clone(),
-            results: self.results.clone(),
-            in_flight: self.in_flight.clone(),
+            state: &self.state,
+            observations: &self.obs,
+            results: &self.results,
+            in_flight: &self.in_flight,
             leadership: Leadership {
                 leader: self.leader,
                 term: self.term,

@@ -595,8 +595,10 @@ impl<'c> Sim<'c> {
         if self.rng.pct(3) && self.history.get(i).is_some_and(|h| h.1 < self.term) {
             let (old, term, lease) = self.history[i].clone();
             let lease_until = std::cmp::min(lease, self.now);
+            let in_flight = self.in_flight();
             let snap = self.snapshot(
-                old,
+                &old,
+                &in_flight,
                 Leadership {
                     leader: true,
                     term,
@@ -620,11 +622,24 @@ impl<'c> Sim<'c> {
             term: self.term,
             lease_until: self.lease_until,
         };
-        let snap = self.snapshot(self.state.clone(), leadership);
+        let state = self.state.clone();
+        let in_flight = self.in_flight();
+        // Built from the fields, not through a method, so the trace can grow meanwhile.
+        let snap = Snapshot {
+            config: self.config,
+            plan: self.plan_id.clone(),
+            state: &state,
+            observations: &self.observations,
+            results: &self.results,
+            in_flight: &in_flight,
+            leadership,
+            now: self.now,
+        };
         let d = decide_with(&snap, &self.rules);
         self.stats.decisions += 1;
-        let r = d.reason.clone();
-        self.log(keep, || format!("[{step}] {r}"));
+        if keep {
+            self.trace.push(format!("[{step}] {}", d.reason));
+        }
         let next = match &d.state_change {
             Some(ch) => match self.state.apply(ch) {
                 Ok(n) => Some(n),
@@ -691,18 +706,26 @@ impl<'c> Sim<'c> {
         Ok(())
     }
 
-    fn snapshot(&self, state: PlanState, leadership: Leadership) -> Snapshot<'c> {
+    fn in_flight(&self) -> BTreeMap<OpId, BindingKey> {
+        self.queue
+            .iter()
+            .filter_map(|p| Some((p.cmd.op.clone(), p.cmd.action.binding()?.clone())))
+            .collect()
+    }
+
+    fn snapshot<'s>(
+        &'s self,
+        state: &'s PlanState,
+        in_flight: &'s BTreeMap<OpId, BindingKey>,
+        leadership: Leadership,
+    ) -> Snapshot<'s> {
         Snapshot {
             config: self.config,
             plan: self.plan_id.clone(),
             state,
-            observations: self.observations.clone(),
-            results: self.results.clone(),
-            in_flight: self
-                .queue
-                .iter()
-                .filter_map(|p| Some((p.cmd.op.clone(), p.cmd.action.binding()?.clone())))
-                .collect(),
+            observations: &self.observations,
+            results: &self.results,
+            in_flight,
             leadership,
             now: self.now,
         }
@@ -816,7 +839,7 @@ impl<'c> Sim<'c> {
         d: &Decision,
         next: Option<&PlanState>,
     ) -> Result<(), Violation> {
-        let after = next.unwrap_or(&snap.state);
+        let after = next.unwrap_or(snap.state);
         if self.on(Invariant::CurrentTermOnly) {
             let valid = snap.leadership.valid_at(snap.now);
             for c in &d.commands {
