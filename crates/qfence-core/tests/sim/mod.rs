@@ -889,6 +889,16 @@ impl<'c> Sim<'c> {
                     ));
                 }
             }
+            // Service goes last: only to the owner the commit made, at its generation.
+            if matches!(c.action, Action::Service { .. })
+                && (after.owner != target || c.generation != after.generation)
+            {
+                return Err(self.violation(
+                    step,
+                    inv,
+                    format!("{c} before {target} was committed as owner"),
+                ));
+            }
             for s in self.sites().iter().filter(|s| **s != target) {
                 if let Err(why) = self.proven(snap, after, s, c.generation) {
                     return Err(self.violation(step, inv, format!("{c}: {why}")));
