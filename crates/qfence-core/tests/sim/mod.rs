@@ -986,6 +986,12 @@ pub const DEFAULT_SCHEDULES: u64 = 2000;
 /// Steps per schedule: about seven minutes of simulated time (2.75 s a step on average).
 pub const STEPS: usize = 150;
 
+/// Steps per schedule: `QFENCE_SIM_STEPS`, or [`STEPS`]. Longer schedules reach failbacks
+/// and chains of moves; a replay must use the same value as the run that failed.
+pub fn steps() -> usize {
+    env_u64("QFENCE_SIM_STEPS").map_or(STEPS, |n| n as usize)
+}
+
 fn env_u64(name: &str) -> Option<u64> {
     std::env::var(name).ok().and_then(|v| v.trim().parse().ok())
 }
@@ -994,7 +1000,7 @@ fn env_u64(name: &str) -> Option<u64> {
 /// `default`), or only `QFENCE_SIM_SEED` with its trace. Panics with the seed on a violation.
 pub fn run_invariant(invariant: Invariant, default: u64) {
     if let Some(seed) = env_u64("QFENCE_SIM_SEED") {
-        match run_schedule(seed, Rules::default(), &[invariant], STEPS, true) {
+        match run_schedule(seed, Rules::default(), &[invariant], steps(), true) {
             Ok(s) => eprintln!("seed {seed}: {} holds ({s:?})", invariant.name()),
             Err(v) => panic!("{}", report(&v)),
         }
@@ -1003,6 +1009,7 @@ pub fn run_invariant(invariant: Invariant, default: u64) {
     let n = env_u64("QFENCE_SIM_SCHEDULES").unwrap_or(default);
     let started = std::time::Instant::now();
     // Schedules are independent: spread them over the cores (seed i goes to thread i % t).
+    let steps = steps();
     let threads = std::thread::available_parallelism().map_or(1, |p| p.get()) as u64;
     let outcomes: Vec<Result<Stats, Violation>> = std::thread::scope(|scope| {
         let handles: Vec<_> = (0..threads)
@@ -1011,7 +1018,7 @@ pub fn run_invariant(invariant: Invariant, default: u64) {
                     let mut total = Stats::default();
                     for i in (t..n).step_by(threads as usize) {
                         let seed = invariant.seed_base() + i;
-                        total += run_schedule(seed, Rules::default(), &[invariant], STEPS, false)?;
+                        total += run_schedule(seed, Rules::default(), &[invariant], steps, false)?;
                     }
                     Ok(total)
                 })
@@ -1054,7 +1061,7 @@ pub fn report(v: &Violation) -> String {
     let mut s = String::new();
     let _ = writeln!(
         s,
-        "invariant {} broken at step {} of seed {}: {}\nreplay: QFENCE_SIM_SEED={} cargo test -p qfence-core --test <this file>",
+        "invariant {} broken at step {} of seed {}: {}\nreplay: QFENCE_SIM_SEED={} cargo test -p qfence-core --test <this file> (with the same QFENCE_SIM_STEPS, if set)",
         v.invariant.name(),
         v.step,
         v.seed,
