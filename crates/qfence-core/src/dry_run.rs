@@ -57,6 +57,8 @@ pub struct DryRun {
     pub from: SiteId,
     pub to: SiteId,
     pub steps: Vec<DryRunStep>,
+    /// The readings assumed other than "holds", as `dc1[0]=unknown`.
+    pub assumed: Vec<String>,
     /// Whether the move would complete under the assumptions.
     pub completes: bool,
     /// The last decision's sentence: where it ends, or why it stops.
@@ -64,6 +66,23 @@ pub struct DryRun {
 }
 
 const MAX_ROUNDS: usize = 64;
+
+fn reading_word(v: Observed) -> &'static str {
+    match v {
+        Observed::Holds => "holds",
+        Observed::NotHeld => "not-held",
+        Observed::Unknown => "unknown",
+    }
+}
+
+/// Parses one assumption, `BINDING=READING`: `dc1[0]=unknown` says dc1's first binding reads
+/// UNKNOWN (its BMC does not answer).
+pub fn parse_assumption(s: &str) -> Result<(BindingKey, Observed), String> {
+    let (k, v) = s
+        .split_once('=')
+        .ok_or_else(|| format!("{s:?}: write BINDING=READING, e.g. dc1[0]=unknown"))?;
+    Ok((k.trim().parse()?, v.trim().parse()?))
+}
 
 /// Runs the move of `plan` to `to` in an imagined world. `assumed` overrides what a check
 /// reads (by default every check holds: fences FENCED, readiness passing).
@@ -92,6 +111,12 @@ pub fn dry_run(
             site: to.into(),
             sites: sites.clone(),
         })?;
+    if let Some(k) = assumed.keys().find(|k| rules::binding(plan, k).is_none()) {
+        return Err(CoreError::UnknownBinding {
+            plan: plan_name.into(),
+            binding: k.to_string(),
+        });
+    }
     let mut state = PlanState::initial(plan);
     if state.owner == target {
         return Err(CoreError::AlreadyOwner {
@@ -219,6 +244,11 @@ pub fn dry_run(
         from,
         to: target,
         steps,
+        assumed: assumed
+            .iter()
+            .filter(|(_, v)| **v != Observed::Holds)
+            .map(|(k, v)| format!("{k}={}", reading_word(*v)))
+            .collect(),
         completes,
         outcome,
     })
@@ -231,8 +261,13 @@ impl DryRun {
             MoveKind::Failover => "failover",
             MoveKind::Switchover => "switchover",
         };
+        let except = if self.assumed.is_empty() {
+            String::new()
+        } else {
+            format!(", except {}", self.assumed.join(", "))
+        };
         let mut out = vec![format!(
-            "Dry run: {kind} of {} from {} to {} (assuming every command is done and every check reads as assumed)",
+            "Dry run: {kind} of {} from {} to {} (assuming every command is done and every check holds{except})",
             self.plan, self.from, self.to
         )];
         for s in &self.steps {

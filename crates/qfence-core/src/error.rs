@@ -25,6 +25,8 @@ pub enum CoreError {
         site: String,
         sites: String,
     },
+    #[error("plan {plan:?} has no binding {binding}")]
+    UnknownBinding { plan: String, binding: String },
     #[error("site {site:?} already owns plan {plan:?}: choose another site")]
     AlreadyOwner { plan: String, site: String },
 }

@@ -75,6 +75,26 @@ impl fmt::Display for BindingKey {
     }
 }
 
+impl std::str::FromStr for BindingKey {
+    type Err = String;
+
+    /// `dc1[0]` (a site's first binding) or `service[0]`.
+    fn from_str(s: &str) -> Result<Self, String> {
+        let bad =
+            || format!("{s:?} is not a binding: write SITE[INDEX] or service[INDEX], e.g. dc1[0]");
+        let (name, rest) = s.split_once('[').ok_or_else(bad)?;
+        let index = rest
+            .strip_suffix(']')
+            .and_then(|i| i.parse::<usize>().ok())
+            .ok_or_else(bad)?;
+        if name == "service" {
+            return Ok(Self::service(index));
+        }
+        let site = SiteId::new(name).map_err(|e| format!("{s:?}: {e}"))?;
+        Ok(Self::site(&site, index))
+    }
+}
+
 /// What a check read. For a fence, `Holds` is FENCED (the resource reads stopped) and `NotHeld`
 /// is FAILED; for health, healthy; for readiness, ready; for a shield, raised.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
@@ -96,6 +116,22 @@ pub struct Observation {
     pub at: Millis,
     /// What was read, in words an operator can check ("PowerState=Off").
     pub detail: String,
+}
+
+impl std::str::FromStr for Observed {
+    type Err = String;
+
+    /// `holds` (or `fenced`, `ready`), `not-held` (or `failed`) or `unknown`.
+    fn from_str(s: &str) -> Result<Self, String> {
+        match s {
+            "holds" | "fenced" | "ready" | "healthy" => Ok(Observed::Holds),
+            "not-held" | "failed" | "not-ready" | "unhealthy" => Ok(Observed::NotHeld),
+            "unknown" => Ok(Observed::Unknown),
+            _ => Err(format!(
+                "{s:?} is not a reading: holds (fenced, ready), not-held (failed) or unknown"
+            )),
+        }
+    }
 }
 
 impl Observation {

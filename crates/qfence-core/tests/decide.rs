@@ -6,7 +6,7 @@ mod sim;
 use std::collections::BTreeMap;
 use std::time::Duration;
 
-use qfence_core::dry_run::{MoveKind, dry_run};
+use qfence_core::dry_run::{MoveKind, dry_run, parse_assumption};
 use qfence_core::{
     Action, BindingKey, CoreError, Decision, EvidenceKind, Intent, IntentKind, Leadership, Millis,
     Observation, Observed, OpId, OpResult, Outcome, Phase, PlanState, Snapshot, Stage,
@@ -1143,7 +1143,7 @@ fn the_dry_run_lists_every_step_of_a_failover_in_order_with_where_it_may_run() {
     assert!(r.completes, "{}", r.outcome);
     let lines = r.lines();
     let expected = [
-        "Dry run: failover of erp-db from dc1 to dc2 (assuming every command is done and every check reads as assumed)",
+        "Dry run: failover of erp-db from dc1 to dc2 (assuming every command is done and every check holds)",
         "  1. fences              fence       dc1      bmc-dc1 power.off pve-dc1-01  run from: dc1, dc2",
         "  2. fences              fence       dc1      pve-dc1 vm.stop pve-dc1-01/101  run from: dc1",
         "  3. verify              check       dc1      bmc-dc1 power.off pve-dc1-01  run from: dc1, dc2",
@@ -1167,10 +1167,15 @@ fn the_dry_run_lists_every_step_of_a_failover_in_order_with_where_it_may_run() {
 #[test]
 fn the_dry_run_shows_where_a_move_would_stop() {
     let cfg = fixtures::lab();
-    let mut assumed = BTreeMap::new();
-    assumed.insert(k("dc1", 0), Observed::Unknown);
+    let assumed: BTreeMap<_, _> = [parse_assumption("dc1[0]=unknown").unwrap()].into();
+    assert_eq!(assumed.get(&k("dc1", 0)), Some(&Observed::Unknown));
     let r = dry_run(&cfg, "erp-db", &assumed, "dc2", MoveKind::Failover).unwrap();
     assert!(!r.completes);
+    assert!(
+        r.lines()[0].ends_with("every check holds, except dc1[0]=unknown)"),
+        "{:?}",
+        r.lines()
+    );
     assert!(
         r.outcome.contains("stopped at its verify step"),
         "{}",
@@ -1181,6 +1186,14 @@ fn the_dry_run_shows_where_a_move_would_stop() {
         dry_run(&cfg, "erp-db", &BTreeMap::new(), "dc1", MoveKind::Failover),
         Err(CoreError::AlreadyOwner { .. })
     ));
+    assert_eq!(
+        parse_assumption("dc1[x]=unknown").unwrap_err(),
+        "\"dc1[x]\" is not a binding: write SITE[INDEX] or service[INDEX], e.g. dc1[0]"
+    );
+    assert!(parse_assumption("dc1[0]=maybe").is_err());
+    let nine: BTreeMap<_, _> = [parse_assumption("dc1[9]=holds").unwrap()].into();
+    let e = dry_run(&cfg, "erp-db", &nine, "dc2", MoveKind::Failover).unwrap_err();
+    assert_eq!(e.to_string(), "plan \"erp-db\" has no binding dc1[9]");
     let e = dry_run(&cfg, "erp-db", &BTreeMap::new(), "dc9", MoveKind::Failover).unwrap_err();
     assert_eq!(
         e.to_string(),
