@@ -1,10 +1,12 @@
-//! `qfence plan dry-run FILE PLAN --to SITE`: the whole ordered action list of a failover of
-//! PLAN to SITE, offline, assuming every command is done and every check passes. Nothing is
-//! called: no controller, no orchestrator. Each step names its controller, capability,
-//! resource and the sites whose orchestrators may run it.
+//! `qfence plan dry-run FILE PLAN --to SITE [--assume BINDING=READING]...`: the whole ordered
+//! action list of a failover of PLAN to SITE, offline, assuming every command is done and
+//! every check holds, except the readings given with `--assume` (`dc1[0]=unknown`: dc1's
+//! BMC does not answer). Nothing is called: no controller, no orchestrator. Each step names
+//! its controller, capability, resource and the sites whose orchestrators may run it.
 //!
-//! Exit codes: 0 the move would complete; 1 the file, plan or site is wrong (as the other
-//! commands); 3 the move would stop (the last line says where and why).
+//! Exit codes: 0 the move would complete; 1 the file, plan, site or binding is wrong (as the
+//! other commands); 2 a malformed `--assume`; 3 the move would stop (the last line says where
+//! and why).
 
 use std::collections::BTreeMap;
 use std::io::Write;
@@ -13,7 +15,9 @@ use std::path::Path;
 use qfence_core::dry_run::{MoveKind, dry_run};
 use qfence_model::config::ValidatedConfig;
 
-use super::{EXIT_INVALID, Format};
+use qfence_core::dry_run::parse_assumption;
+
+use super::{EXIT_INVALID, EXIT_USAGE, Format};
 
 /// Exit code for a move that would stop before completing.
 pub const EXIT_WOULD_STOP: i32 = 3;
@@ -21,6 +25,17 @@ pub const EXIT_WOULD_STOP: i32 = 3;
 /// Loads FILE (parse and validate) and prints the dry run to standard output, as JSON when
 /// `json`.
 pub fn run(file: &Path, plan: &str, to: &str, json: bool) -> anyhow::Result<i32> {
+    run_assuming(file, plan, to, &[], json)
+}
+
+/// As [`run`], with readings assumed other than "holds" (`dc1[0]=unknown`).
+pub fn run_assuming(
+    file: &Path,
+    plan: &str,
+    to: &str,
+    assume: &[String],
+    json: bool,
+) -> anyhow::Result<i32> {
     let format = if json { Format::Json } else { Format::Human };
     let loaded = match super::load(file, format) {
         Ok(l) => l,
@@ -37,6 +52,7 @@ pub fn run(file: &Path, plan: &str, to: &str, json: bool) -> anyhow::Result<i32>
         &loaded.config,
         plan,
         to,
+        assume,
         json,
         &mut std::io::stdout().lock(),
     )
@@ -47,10 +63,23 @@ pub fn run_with(
     config: &ValidatedConfig,
     plan: &str,
     to: &str,
+    assume: &[String],
     json: bool,
     out: &mut dyn Write,
 ) -> anyhow::Result<i32> {
-    let r = match dry_run(config, plan, &BTreeMap::new(), to, MoveKind::Failover) {
+    let mut assumed = BTreeMap::new();
+    for a in assume {
+        match parse_assumption(a) {
+            Ok((k, v)) => {
+                assumed.insert(k, v);
+            }
+            Err(e) => {
+                eprintln!("error: --assume {e}");
+                return Ok(i32::from(EXIT_USAGE));
+            }
+        }
+    }
+    let r = match dry_run(config, plan, &assumed, to, MoveKind::Failover) {
         Ok(r) => r,
         Err(e) => {
             eprintln!("error: {e}");
@@ -82,7 +111,7 @@ mod tests {
     #[test]
     fn the_lab_failover_to_dc2_prints_every_step_in_order() {
         let mut out = Vec::new();
-        let code = run_with(&lab(), "erp-db", "dc2", false, &mut out).unwrap();
+        let code = run_with(&lab(), "erp-db", "dc2", &[], false, &mut out).unwrap();
         assert_eq!(code, 0);
         let text = String::from_utf8(out).unwrap();
         let steps: Vec<&str> = text.lines().skip(1).collect();
@@ -113,17 +142,33 @@ mod tests {
     fn an_unknown_site_or_plan_is_refused_with_the_invalid_exit_code() {
         let mut out = Vec::new();
         assert_eq!(
-            run_with(&lab(), "erp-db", "dc9", false, &mut out).unwrap(),
+            run_with(&lab(), "erp-db", "dc9", &[], false, &mut out).unwrap(),
             1
         );
-        assert_eq!(run_with(&lab(), "nope", "dc2", false, &mut out).unwrap(), 1);
+        assert_eq!(run_with(&lab(), "nope", "dc2", &[], false, &mut out).unwrap(), 1);
         assert!(out.is_empty());
+    }
+
+    #[test]
+    fn an_assumed_unknown_fence_shows_where_the_move_would_stop() {
+        let mut out = Vec::new();
+        let assume = ["dc1[0]=unknown".to_owned()];
+        let code = run_with(&lab(), "erp-db", "dc2", &assume, false, &mut out).unwrap();
+        assert_eq!(code, EXIT_WOULD_STOP);
+        let text = String::from_utf8(out).unwrap();
+        assert!(!text.contains("switchover  dc2"), "{text}");
+        assert!(text.lines().last().unwrap().starts_with("Stops: "), "{text}");
+        let mut out = Vec::new();
+        let bad = ["dc1[0]".to_owned()];
+        assert_eq!(run_with(&lab(), "erp-db", "dc2", &bad, false, &mut out).unwrap(), 2);
+        let nine = ["dc1[9]=unknown".to_owned()];
+        assert_eq!(run_with(&lab(), "erp-db", "dc2", &nine, false, &mut out).unwrap(), 1);
     }
 
     #[test]
     fn json_output_is_the_dry_run_structure() {
         let mut out = Vec::new();
-        run_with(&lab(), "erp-db", "dc2", true, &mut out).unwrap();
+        run_with(&lab(), "erp-db", "dc2", &[], true, &mut out).unwrap();
         let v: serde_json::Value = serde_json::from_slice(&out).unwrap();
         assert_eq!(v["steps"].as_array().unwrap().len(), 10);
         assert_eq!(v["steps"][9]["capability"], "vip.own");
