@@ -12,10 +12,8 @@ use std::collections::BTreeMap;
 use std::io::Write;
 use std::path::Path;
 
-use qfence_core::dry_run::{MoveKind, dry_run};
+use qfence_core::dry_run::{MoveKind, dry_run, parse_assumption};
 use qfence_model::config::ValidatedConfig;
-
-use qfence_core::dry_run::parse_assumption;
 
 use super::{EXIT_INVALID, EXIT_USAGE, Format};
 
@@ -23,13 +21,8 @@ use super::{EXIT_INVALID, EXIT_USAGE, Format};
 pub const EXIT_WOULD_STOP: i32 = 3;
 
 /// Loads FILE (parse and validate) and prints the dry run to standard output, as JSON when
-/// `json`.
-pub fn run(file: &Path, plan: &str, to: &str, json: bool) -> anyhow::Result<i32> {
-    run_assuming(file, plan, to, &[], json)
-}
-
-/// As [`run`], with readings assumed other than "holds" (`dc1[0]=unknown`).
-pub fn run_assuming(
+/// `json`, assuming every check holds except the readings in `assume` (`dc1[0]=unknown`).
+pub fn run(
     file: &Path,
     plan: &str,
     to: &str,
@@ -145,7 +138,10 @@ mod tests {
             run_with(&lab(), "erp-db", "dc9", &[], false, &mut out).unwrap(),
             1
         );
-        assert_eq!(run_with(&lab(), "nope", "dc2", &[], false, &mut out).unwrap(), 1);
+        assert_eq!(
+            run_with(&lab(), "nope", "dc2", &[], false, &mut out).unwrap(),
+            1
+        );
         assert!(out.is_empty());
     }
 
@@ -157,12 +153,21 @@ mod tests {
         assert_eq!(code, EXIT_WOULD_STOP);
         let text = String::from_utf8(out).unwrap();
         assert!(!text.contains("switchover  dc2"), "{text}");
-        assert!(text.lines().last().unwrap().starts_with("Stops: "), "{text}");
+        assert!(
+            text.lines().last().unwrap().starts_with("Stops: "),
+            "{text}"
+        );
         let mut out = Vec::new();
         let bad = ["dc1[0]".to_owned()];
-        assert_eq!(run_with(&lab(), "erp-db", "dc2", &bad, false, &mut out).unwrap(), 2);
+        assert_eq!(
+            run_with(&lab(), "erp-db", "dc2", &bad, false, &mut out).unwrap(),
+            2
+        );
         let nine = ["dc1[9]=unknown".to_owned()];
-        assert_eq!(run_with(&lab(), "erp-db", "dc2", &nine, false, &mut out).unwrap(), 1);
+        assert_eq!(
+            run_with(&lab(), "erp-db", "dc2", &nine, false, &mut out).unwrap(),
+            1
+        );
     }
 
     #[test]
