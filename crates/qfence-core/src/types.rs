@@ -313,3 +313,43 @@ impl fmt::Display for Command {
         write!(f, " (g{} t{})", self.generation, self.term)
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn binding_keys_read_back_what_they_print() {
+        for s in ["dc1[0]", "service[2]", "dc-3.b[11]"] {
+            let k: BindingKey = s.parse().unwrap();
+            assert_eq!(k.to_string(), s);
+        }
+        assert_eq!(
+            "service[0]".parse::<BindingKey>(),
+            Ok(BindingKey::service(0))
+        );
+        for bad in ["dc1", "dc1[]", "dc1[-1]", "[0]", "dc1[0", "d c[0]"] {
+            assert!(bad.parse::<BindingKey>().is_err(), "{bad}");
+        }
+    }
+
+    #[test]
+    fn times_print_as_the_utc_time_of_day() {
+        assert_eq!(Millis(1_699_970_527_999).to_string(), "14:02:07");
+        assert_eq!(Millis(0).to_string(), "00:00:00");
+        assert_eq!(Millis(5).plus(Duration::from_millis(7)), Millis(12));
+        assert_eq!(Millis(5).since(Millis(9)), Duration::ZERO);
+    }
+
+    #[test]
+    fn a_lease_is_valid_strictly_before_its_end_and_only_for_a_leader() {
+        let l = Leadership {
+            leader: true,
+            term: Term(3),
+            lease_until: Millis(100),
+        };
+        assert!(l.valid_at(Millis(99)));
+        assert!(!l.valid_at(Millis(100)));
+        assert!(!Leadership { leader: false, ..l }.valid_at(Millis(1)));
+    }
+}
