@@ -2,6 +2,7 @@
 
 pub mod config;
 pub mod controller;
+pub mod dry_run;
 pub mod events;
 pub mod plan;
 

@@ -29,11 +29,40 @@ pub enum PlanCommand {
         /// The plan's name.
         plan: String,
     },
+    /// Print the whole ordered action list of a failover of PLAN to SITE, offline: each step
+    /// with its controller, capability, resource and the sites allowed to run it. Every check
+    /// is assumed to hold except the readings given with --assume.
+    DryRun {
+        /// The configuration file (YAML).
+        file: PathBuf,
+        /// The plan's name.
+        plan: String,
+        /// The site to fail over to.
+        #[arg(long = "to", value_name = "SITE")]
+        to: String,
+        /// A reading to assume instead of success, as SITE[INDEX]=READING (fenced, failed,
+        /// unknown, ...), e.g. `dc1[0]=unknown` when dc1's BMC does not answer. Repeatable.
+        #[arg(long = "assume", value_name = "BINDING=READING")]
+        assume: Vec<String>,
+    },
 }
 
 pub fn run(command: PlanCommand, format: Format) -> anyhow::Result<ExitCode> {
     match command {
         PlanCommand::Show { file, plan } => show(&file, &plan, format),
+        PlanCommand::DryRun {
+            file,
+            plan,
+            to,
+            assume,
+        } => {
+            if let Some(code) = super::only(format, &[Format::Human, Format::Json], "plan dry-run")
+            {
+                return Ok(code);
+            }
+            let code = super::dry_run::run(&file, &plan, &to, &assume, format == Format::Json)?;
+            Ok(ExitCode::from(u8::try_from(code).unwrap_or(1)))
+        }
     }
 }
 

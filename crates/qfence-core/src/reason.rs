@@ -1,0 +1,393 @@
+//! Every sentence qfence says about a plan is made here, so each decision has exactly one,
+//! and they all speak alike: "no action: erp-db owned by dc1 at generation 7; dc2 fenced
+//! (power.off FENCED at 14:02:07)".
+
+use qfence_model::{Generation, PlanId, SiteId, Term, Verdict};
+
+use crate::rules::{Basis, SiteVerdict};
+use crate::state::{EvidenceKind, IntentKind, Stage, TransitionKind};
+use crate::types::{BindingKey, Millis};
+
+/// One clause of a decision's sentence.
+#[derive(Debug, Clone)]
+pub(crate) enum Note {
+    UnknownPlan,
+    NotLeader {
+        term: Term,
+    },
+    LeaseExpired {
+        term: Term,
+        at: Millis,
+    },
+    IntentStale {
+        intent: IntentKind,
+        by: String,
+        seen: Generation,
+        now: Generation,
+    },
+    IntentRefused {
+        intent: IntentKind,
+        by: String,
+        why: String,
+    },
+    Paused {
+        by: String,
+    },
+    Resumed {
+        by: String,
+    },
+    Confirmed {
+        site: SiteId,
+        by: String,
+        why: String,
+    },
+    Retrying {
+        by: String,
+        stage: Stage,
+    },
+    Aborted {
+        by: String,
+        target: SiteId,
+        stage: Stage,
+        owner: SiteId,
+    },
+    Steady {
+        owner: SiteId,
+        generation: Generation,
+        paused: bool,
+        sites: Vec<SiteVerdict>,
+    },
+    CheckingHealth {
+        n: usize,
+    },
+    HealthGood,
+    HealthBad {
+        detail: String,
+        since: Millis,
+        failover_at: Millis,
+    },
+    Recovering {
+        detail: String,
+        n: u32,
+        max: u32,
+    },
+    WouldFailOver {
+        detail: String,
+        why: String,
+    },
+    Starting {
+        kind: TransitionKind,
+        from: SiteId,
+        target: SiteId,
+    },
+    RenewingDeadMan {
+        until: Millis,
+    },
+    EvidenceContradicted {
+        site: SiteId,
+    },
+    Shield {
+        up: bool,
+    },
+    Halted {
+        target: SiteId,
+        stage: Stage,
+        why: String,
+    },
+    Holding {
+        target: SiteId,
+        stage: Stage,
+    },
+    NewLeaderRepeats {
+        term: Term,
+        stage: Stage,
+    },
+    Retry {
+        why: String,
+        stage: Stage,
+        at: Millis,
+        attempt: u32,
+        of: u32,
+    },
+    RetryWaiting {
+        target: SiteId,
+        stage: Stage,
+        at: Millis,
+    },
+    Done {
+        owner: SiteId,
+        generation: Generation,
+    },
+    StepLimit,
+    Reverify {
+        stage: Stage,
+        why: String,
+    },
+    WaitingBusy {
+        binding: BindingKey,
+        stage: Stage,
+    },
+    Step {
+        stage: Stage,
+        target: SiteId,
+        what: String,
+    },
+    Committed {
+        owner: SiteId,
+        generation: Generation,
+    },
+    Waiting {
+        stage: Stage,
+        target: SiteId,
+        waiting: usize,
+        of: usize,
+    },
+    SwitchoverRefused {
+        target: SiteId,
+        why: String,
+    },
+    SecondaryFailed {
+        what: String,
+    },
+    DeadManEvidence {
+        site: SiteId,
+        by: Millis,
+    },
+    WaitingDeadMan {
+        site: SiteId,
+        by: Millis,
+        unproven: String,
+    },
+}
+
+fn intent_name(i: &IntentKind) -> String {
+    match i {
+        IntentKind::Failover { to } => format!("failover to {to}"),
+        IntentKind::Switchover { to } => format!("switchover to {to}"),
+        IntentKind::ConfirmFenced { site } => format!("confirm {site} fenced"),
+        IntentKind::Pause => "pause".into(),
+        IntentKind::Resume => "resume".into(),
+        IntentKind::Retry => "retry".into(),
+        IntentKind::Abort => "abort".into(),
+    }
+}
+
+fn readings(v: &SiteVerdict) -> String {
+    let r: Vec<String> = v
+        .readings
+        .iter()
+        .map(|r| match r.at {
+            Some(at) => format!("{} {} at {at}", r.capability, r.verdict),
+            None => format!("{} never read", r.capability),
+        })
+        .collect();
+    r.join(", ")
+}
+
+/// "dc2 fenced (power.off FENCED at 14:02:07)", "dc1 confirmed fenced by alice (...)".
+pub(crate) fn site_summary(v: &SiteVerdict) -> String {
+    match (&v.verdict, &v.basis) {
+        (Verdict::Fenced, Basis::Evidence(EvidenceKind::OperatorConfirmed { by, why })) => {
+            format!("{} confirmed fenced by {by} ({why})", v.site)
+        }
+        (Verdict::Fenced, Basis::Evidence(EvidenceKind::DeadManExpired { fired_by, .. })) => {
+            format!(
+                "{} fenced by its dead-man switch (fired by {fired_by})",
+                v.site
+            )
+        }
+        (Verdict::Fenced, _) => format!("{} fenced ({})", v.site, readings(v)),
+        _ => not_fenced(v),
+    }
+}
+
+/// "dc1 not fenced (power.off FAILED at 14:02:07)".
+pub(crate) fn not_fenced(v: &SiteVerdict) -> String {
+    match &v.basis {
+        Basis::NothingToProve => {
+            format!(
+                "{} not fenced (it has no required fence to prove it)",
+                v.site
+            )
+        }
+        _ => format!("{} not fenced ({})", v.site, readings(v)),
+    }
+}
+
+fn render(plan: &PlanId, n: &Note) -> String {
+    match n {
+        Note::UnknownPlan => format!("{plan} is not in the configuration"),
+        Note::NotLeader { term } => {
+            format!("not the leader (term {term}), so {plan} is left alone")
+        }
+        Note::LeaseExpired { term, at } => {
+            format!("the leader's lease (term {term}) ran out at {at}, so {plan} is left alone")
+        }
+        Note::IntentStale {
+            intent,
+            by,
+            seen,
+            now,
+        } => format!(
+            "refused {by}'s {} for {plan}: it was made at generation {seen}, the plan is at {now}",
+            intent_name(intent)
+        ),
+        Note::IntentRefused { intent, by, why } => {
+            format!("refused {by}'s {} for {plan}: {why}", intent_name(intent))
+        }
+        Note::Paused { by } => format!("{plan} paused by {by}"),
+        Note::Resumed { by } => format!("{plan} resumed by {by}"),
+        Note::Confirmed { site, by, why } => {
+            format!("{by} confirmed {site} fenced for {plan} ({why})")
+        }
+        Note::Retrying { by, stage } => format!("{by} retries {plan}'s {} step", stage.as_str()),
+        Note::Aborted {
+            by,
+            target,
+            stage,
+            owner,
+        } => format!(
+            "{by} aborted {plan}'s move to {target} at its {} step; {owner} owns it",
+            stage.as_str()
+        ),
+        Note::Steady {
+            owner,
+            generation,
+            paused,
+            sites,
+        } => {
+            let mut s = format!("{plan} owned by {owner} at generation {generation}");
+            if *paused {
+                s.push_str(" (paused)");
+            }
+            for v in sites {
+                s.push_str("; ");
+                s.push_str(&site_summary(v));
+            }
+            s
+        }
+        Note::CheckingHealth { n } => format!("checking health ({n} check{})", plural(*n)),
+        Note::HealthGood => "health is good again".into(),
+        Note::HealthBad {
+            detail,
+            since,
+            failover_at,
+        } => {
+            format!("health bad since {since} ({detail}); failover due at {failover_at}")
+        }
+        Note::Recovering { detail, n, max } => {
+            format!("restarting {plan} in place ({detail}; recovery {n} of {max})")
+        }
+        Note::WouldFailOver { detail, why } => {
+            format!("{plan} should fail over ({detail}) but {why}")
+        }
+        Note::Starting { kind, from, target } => match kind {
+            TransitionKind::Failover { cause } => {
+                format!("failing {plan} over from {from} to {target}: {cause}")
+            }
+            TransitionKind::OperatorFailover { by, why } => {
+                format!("{by} fails {plan} over from {from} to {target} ({why})")
+            }
+            TransitionKind::Switchover { by, why } => {
+                format!("{by} switches {plan} over from {from} to {target} ({why})")
+            }
+        },
+        Note::RenewingDeadMan { until } => format!("renewing the dead-man switch until {until}"),
+        Note::EvidenceContradicted { site } => {
+            format!("{site} reads FAILED: its fence evidence no longer stands")
+        }
+        Note::Shield { up: true } => "raising the shield".into(),
+        Note::Shield { up: false } => "lowering the shield".into(),
+        Note::Halted { target, stage, why } => format!(
+            "{plan}'s move to {target} stopped at its {} step: {why}",
+            stage.as_str()
+        ),
+        Note::Holding { target, stage } => format!(
+            "{plan} is paused in its move to {target} at the {} step",
+            stage.as_str()
+        ),
+        Note::NewLeaderRepeats { term, stage } => {
+            format!(
+                "new leader (term {term}) repeats the {} step",
+                stage.as_str()
+            )
+        }
+        Note::Retry {
+            why,
+            stage,
+            at,
+            attempt,
+            of,
+        } => format!(
+            "{why}: {} again at {at} (attempt {attempt} of {of})",
+            stage.as_str()
+        ),
+        Note::RetryWaiting { target, stage, at } => format!(
+            "{plan} to {target}: {} step to be retried at {at}",
+            stage.as_str()
+        ),
+        Note::Done { owner, generation } => {
+            format!("{plan} now served by {owner} at generation {generation}")
+        }
+        Note::StepLimit => "more steps next time".into(),
+        Note::Reverify { stage, why } => {
+            format!(
+                "before the {} step, reading fences back again: {why}",
+                stage.as_str()
+            )
+        }
+        Note::WaitingBusy { binding, stage } => format!(
+            "waiting for the operation on {binding} before the {} step",
+            stage.as_str()
+        ),
+        Note::Step {
+            stage,
+            target,
+            what,
+        } => {
+            format!("{plan} to {target}, {} step: {what}", stage.as_str())
+        }
+        Note::Committed { owner, generation } => {
+            format!("committed {plan} to {owner} at generation {generation}")
+        }
+        Note::Waiting {
+            stage,
+            target,
+            waiting,
+            of,
+        } => format!(
+            "{plan} to {target}, {} step: waiting for {waiting} of {of} operation{}",
+            stage.as_str(),
+            plural(*of)
+        ),
+        Note::SwitchoverRefused { target, why } => {
+            format!("switchover of {plan} to {target} refused, nothing touched: {why}")
+        }
+        Note::SecondaryFailed { what } => format!("secondary fences did not take ({what})"),
+        Note::DeadManEvidence { site, by } => {
+            format!("{site} counts as fenced: its dead-man switch fired by {by}")
+        }
+        Note::WaitingDeadMan { site, by, unproven } => {
+            format!("{unproven}; waiting for {site}'s dead-man switch to fire by {by}")
+        }
+    }
+}
+
+fn plural(n: usize) -> &'static str {
+    if n == 1 { "" } else { "s" }
+}
+
+/// The decision's one sentence: its clauses in order, "no action: " first when nothing is done.
+pub(crate) fn sentence(plan: &PlanId, notes: &[Note], acted: bool) -> String {
+    let body: Vec<String> = notes.iter().map(|n| render(plan, n)).collect();
+    let body = if body.is_empty() {
+        format!("{plan}: nothing to report")
+    } else {
+        body.join("; ")
+    };
+    if acted {
+        body
+    } else {
+        format!("no action: {body}")
+    }
+}

@@ -1,0 +1,205 @@
+//! The verdict rules: how readings and evidence make a site FENCED, FAILED or UNKNOWN.
+//!
+//! They live in one place, behind [`Rules`], so the simulation can plant a deliberate bug in a
+//! copy (see [`Mutation`]) and show that its invariants catch it.
+
+use std::collections::BTreeMap;
+
+use qfence_model::config::PlanConfig;
+use qfence_model::config::ValidatedConfig;
+use qfence_model::{FenceLevel, Role, SiteId, Verdict};
+
+use crate::state::{EvidenceKind, PlanState};
+use crate::types::{BindingKey, Millis, Observation, Observed};
+
+/// A deliberate bug, for the simulation's own test. Shipped code never sets one.
+#[doc(hidden)]
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub enum Mutation {
+    /// The real rules.
+    #[default]
+    None,
+    /// Treat an UNKNOWN reading (unreachable, timed out, stale) as FENCED.
+    UnknownIsFenced,
+}
+
+/// The rules `decide` applies. [`Rules::default`] is the only one production uses.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct Rules {
+    #[doc(hidden)]
+    pub mutation: Mutation,
+}
+
+/// One required fence's reading, as it counts toward a verdict.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct FenceReading {
+    pub binding: BindingKey,
+    /// The capability (`power.off`).
+    pub capability: String,
+    pub verdict: Verdict,
+    /// When it was read; `None` if never.
+    pub at: Option<Millis>,
+}
+
+/// Why a site has its verdict.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Basis {
+    /// The required fences' readings.
+    Readings,
+    /// Recorded evidence (operator confirmation or an expired dead-man switch).
+    Evidence(EvidenceKind),
+    /// The site has no required fence and no evidence: nothing can prove it stopped.
+    NothingToProve,
+}
+
+/// A site's verdict, with its basis.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct SiteVerdict {
+    pub site: SiteId,
+    pub verdict: Verdict,
+    pub basis: Basis,
+    pub readings: Vec<FenceReading>,
+}
+
+/// The fence level of a binding's capability, if it is a fence.
+pub fn fence_level(
+    config: &ValidatedConfig,
+    plan: &PlanConfig,
+    key: &BindingKey,
+) -> Option<FenceLevel> {
+    let b = binding(plan, key)?;
+    let controller = config.controller(b.controller.as_str())?;
+    let cap = controller.controller_type().capability(&b.capability)?;
+    controller.fence_level(cap)
+}
+
+/// The capability that undoes a fence binding (`power.on` for `power.off`), if any.
+pub fn unfence_capability(
+    config: &ValidatedConfig,
+    plan: &PlanConfig,
+    key: &BindingKey,
+) -> Option<&'static str> {
+    let b = binding(plan, key)?;
+    let controller = config.controller(b.controller.as_str())?;
+    controller
+        .controller_type()
+        .capability(&b.capability)?
+        .unfence
+}
+
+/// A binding of the plan by key.
+pub fn binding<'a>(
+    plan: &'a PlanConfig,
+    key: &BindingKey,
+) -> Option<&'a qfence_model::config::Binding> {
+    match &key.site {
+        Some(site) => plan.instances.get(site)?.get(key.index),
+        None => plan.service.get(key.index),
+    }
+}
+
+/// The keys of `site`'s bindings in `role`, in order.
+pub fn keys(plan: &PlanConfig, site: &SiteId, role: Role) -> Vec<BindingKey> {
+    plan.bindings(site, role)
+        .map(|(i, _)| BindingKey::site(site, i))
+        .collect()
+}
+
+/// The fences that count toward `site`'s verdict: required, and not application-level (a
+/// demoted primary never proves its site stopped).
+pub fn proving_fences(
+    config: &ValidatedConfig,
+    plan: &PlanConfig,
+    site: &SiteId,
+) -> Vec<BindingKey> {
+    plan.bindings(site, Role::Fence)
+        .filter(|(_, b)| b.required)
+        .map(|(i, _)| BindingKey::site(site, i))
+        .filter(|k| fence_level(config, plan, k) != Some(FenceLevel::Application))
+        .collect()
+}
+
+impl Rules {
+    /// What one reading counts as: FENCED only for a reading that holds, is no older than
+    /// `freshness` and was taken no earlier than `since`.
+    pub fn reading_verdict(
+        &self,
+        obs: Option<&Observation>,
+        now: Millis,
+        freshness: std::time::Duration,
+        since: Option<Millis>,
+    ) -> Verdict {
+        let v = match obs {
+            None => Verdict::Unknown,
+            Some(o) if now.since(o.at) > freshness => Verdict::Unknown,
+            Some(o) if since.is_some_and(|s| o.at < s) => Verdict::Unknown,
+            Some(o) => match o.value {
+                Observed::Holds => Verdict::Fenced,
+                Observed::NotHeld => Verdict::Failed,
+                Observed::Unknown => Verdict::Unknown,
+            },
+        };
+        match (self.mutation, v) {
+            (Mutation::UnknownIsFenced, Verdict::Unknown) => Verdict::Fenced,
+            _ => v,
+        }
+    }
+
+    /// A site's verdict: FAILED when a required fence reads FAILED; FENCED when every required
+    /// fence reads FENCED, or evidence for the site at this generation stands; otherwise
+    /// UNKNOWN. Secondary fences never count, and UNKNOWN is never FENCED.
+    ///
+    /// `transition_started`: during a transition, evidence carried from an earlier one does
+    /// not count (a confirmation is for one failover); evidence this transition recorded and
+    /// its commit carried does.
+    #[allow(clippy::too_many_arguments)]
+    pub fn site_verdict(
+        &self,
+        config: &ValidatedConfig,
+        plan: &PlanConfig,
+        state: &PlanState,
+        observations: &BTreeMap<BindingKey, Observation>,
+        site: &SiteId,
+        now: Millis,
+        since: Option<Millis>,
+        transition_started: Option<Millis>,
+    ) -> SiteVerdict {
+        let readings: Vec<FenceReading> = proving_fences(config, plan, site)
+            .into_iter()
+            .map(|k| {
+                let obs = observations.get(&k);
+                FenceReading {
+                    capability: binding(plan, &k)
+                        .map(|b| b.capability.clone())
+                        .unwrap_or_default(),
+                    verdict: self.reading_verdict(obs, now, plan.freshness, since),
+                    at: obs.map(|o| o.at),
+                    binding: k,
+                }
+            })
+            .collect();
+        let evidence = state
+            .evidence
+            .iter()
+            .rev()
+            .filter(|e| &e.site == site && e.generation == state.generation)
+            .find(|e| !e.carried || transition_started.is_none_or(|t| e.at >= t));
+        let (verdict, basis) = if readings.iter().any(|r| r.verdict == Verdict::Failed) {
+            (Verdict::Failed, Basis::Readings)
+        } else if !readings.is_empty() && readings.iter().all(|r| r.verdict == Verdict::Fenced) {
+            (Verdict::Fenced, Basis::Readings)
+        } else if let Some(e) = evidence {
+            (Verdict::Fenced, Basis::Evidence(e.kind.clone()))
+        } else if readings.is_empty() {
+            (Verdict::Unknown, Basis::NothingToProve)
+        } else {
+            (Verdict::Unknown, Basis::Readings)
+        };
+        SiteVerdict {
+            site: site.clone(),
+            verdict,
+            basis,
+            readings,
+        }
+    }
+}

@@ -1,0 +1,331 @@
+//! The replicated, persisted state of one plan: who owns it at which generation, what
+//! multi-step operation is under way and how far it got, what evidence of fencing was recorded,
+//! and the operators' requests not yet acted on.
+//!
+//! It is written only through [`PlanStateChange`], a compare-and-set on the generation and the
+//! revision, so a deposed leader's late write is refused. A new leader reads it and continues
+//! the operation where the old one stopped.
+
+use std::collections::{BTreeMap, BTreeSet};
+
+use qfence_model::config::PlanConfig;
+use qfence_model::{Generation, SiteId, Term};
+use serde::{Deserialize, Serialize};
+
+use crate::error::CoreError;
+use crate::types::{BindingKey, Millis, OpId};
+
+/// The stored form: versioned, so a newer qfence can read an older leader's state.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(tag = "v")]
+pub enum StoredPlanState {
+    #[serde(rename = "1")]
+    V1(PlanState),
+}
+
+impl From<PlanState> for StoredPlanState {
+    fn from(s: PlanState) -> Self {
+        StoredPlanState::V1(s)
+    }
+}
+
+impl StoredPlanState {
+    /// The state, whatever version it was stored as.
+    pub fn into_current(self) -> PlanState {
+        match self {
+            StoredPlanState::V1(s) => s,
+        }
+    }
+}
+
+/// One plan's replicated state.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct PlanState {
+    /// The site that owns the plan at this generation.
+    pub owner: SiteId,
+    /// Grows by one with every change of owner.
+    pub generation: Generation,
+    /// When the owner was committed (zero for the configured first owner).
+    pub owner_since: Millis,
+    /// Grows by one with every write of this state; the other half of the compare-and-set.
+    pub revision: u64,
+    /// What the plan is doing.
+    pub phase: Phase,
+    /// Paused by an operator: no automatic recovery or failover, transitions hold. Checks and
+    /// dead-man renewals go on (not renewing would power the owner off).
+    pub paused: bool,
+    /// How the owner's health has gone.
+    pub health: HealthTrack,
+    /// Evidence that counts as FENCED without a read-back: operator confirmations and expired
+    /// dead-man switches. Each is bound to a site and a generation.
+    pub evidence: Vec<Evidence>,
+    /// When renewals of each site's dead-man switch stopped (the site lost the plan then).
+    pub renewals_stopped: BTreeMap<SiteId, Millis>,
+    /// Sites whose dead-man switch a renewal was seen to arm while they owned the plan. Only
+    /// an armed switch can prove anything by expiring.
+    pub dead_man_armed: BTreeSet<SiteId>,
+    /// Sites an alarm is raised for (not confirmed fenced while not owning the plan).
+    pub alarmed: BTreeSet<SiteId>,
+    /// Operators' requests, oldest first, not yet acted on.
+    pub intents: Vec<Intent>,
+}
+
+impl PlanState {
+    /// The state of a plan the cluster sees for the first time: owned by its configured owner,
+    /// generation 1.
+    pub fn initial(plan: &PlanConfig) -> Self {
+        Self {
+            owner: plan.owner.clone(),
+            generation: Generation(1),
+            owner_since: Millis(0),
+            revision: 0,
+            phase: Phase::Steady,
+            paused: false,
+            health: HealthTrack::default(),
+            evidence: Vec::new(),
+            renewals_stopped: BTreeMap::new(),
+            dead_man_armed: BTreeSet::new(),
+            alarmed: BTreeSet::new(),
+            intents: Vec::new(),
+        }
+    }
+
+    /// The transition under way, if any.
+    pub fn transition(&self) -> Option<&Transition> {
+        match &self.phase {
+            Phase::Steady => None,
+            Phase::Transition(t) => Some(t),
+        }
+    }
+
+    /// Applies a change if it was decided on this very state (generation and revision match).
+    /// This is the compare-and-set the cluster runs; a deposed leader's change is refused.
+    pub fn apply(&self, change: &PlanStateChange) -> Result<PlanState, CoreError> {
+        if change.expect_generation != self.generation || change.expect_revision != self.revision {
+            return Err(CoreError::Stale {
+                expected_generation: change.expect_generation,
+                expected_revision: change.expect_revision,
+                generation: self.generation,
+                revision: self.revision,
+            });
+        }
+        if change.next.generation < self.generation
+            || change.next.generation.0 > self.generation.0 + 1
+        {
+            return Err(CoreError::GenerationJump {
+                from: self.generation,
+                to: change.next.generation,
+            });
+        }
+        Ok(change.next.clone())
+    }
+}
+
+/// A write of the plan's state, as a compare-and-set on (generation, revision).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct PlanStateChange {
+    pub expect_generation: Generation,
+    pub expect_revision: u64,
+    /// The whole next state (its revision is `expect_revision + 1`).
+    pub next: PlanState,
+}
+
+/// How the owner's health has gone since it was last good.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct HealthTrack {
+    /// Since when it has been bad or unreadable; `None` while good.
+    pub bad_since: Option<Millis>,
+    /// Restarts in place since it was last good.
+    pub recoveries: u32,
+    /// When the last restart was started.
+    pub last_recovery: Option<Millis>,
+    /// Whether the "would fail over but auto_failover is off" alarm was raised.
+    pub alarmed: bool,
+}
+
+/// What the plan is doing.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(tag = "phase", rename_all = "kebab-case")]
+pub enum Phase {
+    /// Owned by `owner`; health and fence watch run.
+    Steady,
+    /// Moving to another site, step by step.
+    Transition(Transition),
+}
+
+/// Why a transition started.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(tag = "kind", rename_all = "kebab-case")]
+pub enum TransitionKind {
+    /// qfence's own: health stayed bad, or the owner site was lost.
+    Failover { cause: String },
+    /// An operator's failover to a named site.
+    OperatorFailover { by: String, why: String },
+    /// A planned switchover: the target's readiness is checked before anything is touched.
+    Switchover { by: String, why: String },
+}
+
+/// The steps of a transition, in order.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum Stage {
+    /// Planned switchover only: the target's readiness, before the owner is touched.
+    Preflight,
+    /// Application-level (secondary) fences at the sites given up, while they may be up.
+    AppFences,
+    /// Every other fence of every site but the target.
+    Fences,
+    /// Read back every required fence of every site but the target.
+    Verify,
+    /// The target's readiness.
+    Readiness,
+    /// The target's own fences undone (`unfence_on_promote`).
+    Unfence,
+    /// The application promoted at the target.
+    Switchover,
+    /// The new owner committed: generation + 1.
+    Commit,
+    /// Service bindings pointed at the new owner.
+    Service,
+}
+
+impl Stage {
+    /// The stage's name as shown.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Stage::Preflight => "preflight",
+            Stage::AppFences => "application fences",
+            Stage::Fences => "fences",
+            Stage::Verify => "verify",
+            Stage::Readiness => "readiness",
+            Stage::Unfence => "unfence",
+            Stage::Switchover => "switchover",
+            Stage::Commit => "commit",
+            Stage::Service => "service",
+        }
+    }
+}
+
+/// A transition under way.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Transition {
+    pub kind: TransitionKind,
+    /// The owner when it started.
+    pub from: SiteId,
+    /// The site being promoted.
+    pub target: SiteId,
+    /// When the transition started.
+    pub started: Millis,
+    /// The step under way.
+    pub stage: Stage,
+    /// Where to go once `Verify` succeeds (a later stage sends it back to re-verify when its
+    /// proof went stale).
+    pub after_verify: Stage,
+    /// When the step was (re-)entered: readings older than this do not count for it.
+    pub stage_started: Millis,
+    /// Retries of this step so far (bounded by `max_retries`).
+    pub attempt: u32,
+    /// A retry waits until then (one interval after the failure), so a busy BMC or a lagging
+    /// replica gets time before the next attempt.
+    #[serde(default)]
+    pub retry_at: Option<Millis>,
+    /// The term that issued `pending`: a new leader re-enters the step.
+    pub term: Term,
+    /// The operations issued for this step and not yet judged.
+    #[serde(with = "pairs")]
+    pub pending: BTreeMap<BindingKey, OpId>,
+    /// Whether the step's commands were issued (a step may have none).
+    pub entered: bool,
+    /// Stopped, and why: it waits for an operator (retry, abort, confirm fenced).
+    pub halted: Option<String>,
+}
+
+/// Evidence that a site is fenced without a read-back.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Evidence {
+    pub site: SiteId,
+    /// The generation it holds at.
+    pub generation: Generation,
+    pub kind: EvidenceKind,
+    /// When it was recorded.
+    pub at: Millis,
+    /// Carried into this generation by the commit of the transition that recorded it. It
+    /// keeps standing for the new owner (its service step, the fence watch), but a later
+    /// transition needs its own proof: a confirmation is for one failover.
+    #[serde(default)]
+    pub carried: bool,
+}
+
+/// Where fence evidence came from.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(tag = "kind", rename_all = "kebab-case")]
+pub enum EvidenceKind {
+    /// An operator said the site is down (like `stonith_admin --confirm`).
+    OperatorConfirmed { by: String, why: String },
+    /// The site's dead-man switch cannot have been renewed since `renewals_stopped`, for longer
+    /// than its timeout plus the margin.
+    DeadManExpired {
+        renewals_stopped: Millis,
+        fired_by: Millis,
+    },
+}
+
+/// An operator's request, written to the replicated state by the API and consumed by the next
+/// decision. `generation` is the one the operator saw: a request made against an older
+/// generation is refused.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Intent {
+    pub kind: IntentKind,
+    pub generation: Generation,
+    pub by: String,
+    pub why: String,
+    pub at: Millis,
+}
+
+/// What an operator asks.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(tag = "intent", rename_all = "kebab-case")]
+pub enum IntentKind {
+    /// Fail over to `to` now.
+    Failover {
+        to: SiteId,
+    },
+    /// Planned switchover to `to`: readiness first, then the owner is fenced in order.
+    Switchover {
+        to: SiteId,
+    },
+    /// Count `site` as fenced at this generation.
+    ConfirmFenced {
+        site: SiteId,
+    },
+    /// Stop automatic action.
+    Pause,
+    Resume,
+    /// Retry a halted transition's step from scratch.
+    Retry,
+    /// Give up a transition: back to steady at the current owner.
+    Abort,
+}
+
+/// A map whose keys are not strings, stored as a list of pairs (JSON objects need string keys).
+mod pairs {
+    use std::collections::BTreeMap;
+
+    use serde::{Deserialize, Deserializer, Serialize, Serializer};
+
+    pub fn serialize<K: Serialize, V: Serialize, S: Serializer>(
+        m: &BTreeMap<K, V>,
+        s: S,
+    ) -> Result<S::Ok, S::Error> {
+        s.collect_seq(m.iter())
+    }
+
+    pub fn deserialize<'de, K, V, D>(d: D) -> Result<BTreeMap<K, V>, D::Error>
+    where
+        K: Deserialize<'de> + Ord,
+        V: Deserialize<'de>,
+        D: Deserializer<'de>,
+    {
+        Ok(Vec::<(K, V)>::deserialize(d)?.into_iter().collect())
+    }
+}

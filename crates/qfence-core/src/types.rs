@@ -1,0 +1,355 @@
+//! The values `decide` reads and writes: time, binding keys, observations, leadership,
+//! commands and operation ids.
+
+use std::fmt;
+use std::time::Duration;
+
+use qfence_model::{Generation, PlanId, SiteId, Term};
+use serde::{Deserialize, Serialize};
+
+/// A point in time: milliseconds since the Unix epoch, as read by the leader's clock and passed
+/// in. The core never reads a clock itself.
+#[derive(
+    Debug, Clone, Copy, Default, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize,
+)]
+#[serde(transparent)]
+pub struct Millis(pub u64);
+
+impl Millis {
+    /// This time plus a duration (saturating).
+    #[must_use]
+    pub fn plus(self, d: Duration) -> Self {
+        Self(self.0.saturating_add(ms(d)))
+    }
+
+    /// How long after `earlier` this is (zero when it is not after).
+    pub fn since(self, earlier: Millis) -> Duration {
+        Duration::from_millis(self.0.saturating_sub(earlier.0))
+    }
+}
+
+/// A duration in whole milliseconds.
+pub(crate) fn ms(d: Duration) -> u64 {
+    u64::try_from(d.as_millis()).unwrap_or(u64::MAX)
+}
+
+impl fmt::Display for Millis {
+    /// `HH:MM:SS` of the UTC day: what an operator compares with their logs.
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let s = (self.0 / 1000) % 86_400;
+        write!(f, "{:02}:{:02}:{:02}", s / 3600, (s / 60) % 60, s % 60)
+    }
+}
+
+/// Which binding of a plan: one of a site's bindings by position, or one of the plan's service
+/// bindings (`site: None`).
+#[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
+pub struct BindingKey {
+    /// The instance's site, or `None` for a service binding.
+    pub site: Option<SiteId>,
+    /// Position in the instance's (or the service's) binding list.
+    pub index: usize,
+}
+
+impl BindingKey {
+    /// A site's binding.
+    pub fn site(site: &SiteId, index: usize) -> Self {
+        Self {
+            site: Some(site.clone()),
+            index,
+        }
+    }
+
+    /// A service binding.
+    pub fn service(index: usize) -> Self {
+        Self { site: None, index }
+    }
+}
+
+impl fmt::Display for BindingKey {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match &self.site {
+            Some(s) => write!(f, "{s}[{}]", self.index),
+            None => write!(f, "service[{}]", self.index),
+        }
+    }
+}
+
+impl std::str::FromStr for BindingKey {
+    type Err = String;
+
+    /// `dc1[0]` (a site's first binding) or `service[0]`.
+    fn from_str(s: &str) -> Result<Self, String> {
+        let bad =
+            || format!("{s:?} is not a binding: write SITE[INDEX] or service[INDEX], e.g. dc1[0]");
+        let (name, rest) = s.split_once('[').ok_or_else(bad)?;
+        let index = rest
+            .strip_suffix(']')
+            .and_then(|i| i.parse::<usize>().ok())
+            .ok_or_else(bad)?;
+        if name == "service" {
+            return Ok(Self::service(index));
+        }
+        let site = SiteId::new(name).map_err(|e| format!("{s:?}: {e}"))?;
+        Ok(Self::site(&site, index))
+    }
+}
+
+/// What a check read. For a fence, `Holds` is FENCED (the resource reads stopped) and `NotHeld`
+/// is FAILED; for health, healthy; for readiness, ready; for a shield, raised.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum Observed {
+    /// An independent read-back shows the condition.
+    Holds,
+    /// A read-back shows the condition does not hold.
+    NotHeld,
+    /// Nothing could be read (unreachable, timeout, refused).
+    Unknown,
+}
+
+/// The latest check of one binding, with when it was read.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Observation {
+    pub value: Observed,
+    /// When it was read (the reader's clock, bounded skew assumed; see the decision-core spec).
+    pub at: Millis,
+    /// What was read, in words an operator can check ("PowerState=Off").
+    pub detail: String,
+}
+
+impl std::str::FromStr for Observed {
+    type Err = String;
+
+    /// `holds` (or `fenced`, `ready`), `not-held` (or `failed`) or `unknown`.
+    fn from_str(s: &str) -> Result<Self, String> {
+        match s {
+            "holds" | "fenced" | "ready" | "healthy" => Ok(Observed::Holds),
+            "not-held" | "failed" | "not-ready" | "unhealthy" => Ok(Observed::NotHeld),
+            "unknown" => Ok(Observed::Unknown),
+            _ => Err(format!(
+                "{s:?} is not a reading: holds (fenced, ready), not-held (failed) or unknown"
+            )),
+        }
+    }
+}
+
+impl Observation {
+    /// An observation without detail.
+    pub fn new(value: Observed, at: Millis) -> Self {
+        Self {
+            value,
+            at,
+            detail: String::new(),
+        }
+    }
+}
+
+/// How an executed command ended.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum Outcome {
+    /// The target accepted and did it (for a check: the reading was recorded).
+    Done,
+    /// The target refused or the action did not take.
+    Failed,
+    /// No answer: timeout, unreachable, cancelled. Never success.
+    Unknown,
+}
+
+/// The result of one executed command, as the runtime reports it in the next snapshot.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct OpResult {
+    /// The binding the command acted on.
+    pub binding: Option<BindingKey>,
+    pub outcome: Outcome,
+    /// When it finished.
+    pub at: Millis,
+}
+
+/// Whether this orchestrator leads, in which term, and until when its lease holds.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Leadership {
+    pub leader: bool,
+    pub term: Term,
+    /// The lease is valid strictly before this time.
+    pub lease_until: Millis,
+}
+
+impl Leadership {
+    /// Whether it may decide at `now`: it leads and its lease has not run out.
+    pub fn valid_at(&self, now: Millis) -> bool {
+        self.leader && now < self.lease_until
+    }
+}
+
+/// An operation's id: unique per plan, generation, term, state revision, decision time and
+/// position in the decision. The runtime reports results by it and keeps one operation per
+/// binding at a time.
+#[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
+#[serde(transparent)]
+pub struct OpId(pub String);
+
+impl OpId {
+    pub(crate) fn new(
+        plan: &PlanId,
+        generation: Generation,
+        term: Term,
+        revision: u64,
+        now: Millis,
+        n: usize,
+    ) -> Self {
+        Self(format!(
+            "{plan}/g{generation}/t{term}/r{revision}/{}/{n}",
+            now.0
+        ))
+    }
+}
+
+impl fmt::Display for OpId {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(&self.0)
+    }
+}
+
+/// What a command asks the runtime to do.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(tag = "action", rename_all = "kebab-case")]
+pub enum Action {
+    /// Read the binding's state (fence check, health, readiness, shield status) and record it
+    /// as an observation.
+    Check { binding: BindingKey },
+    /// Run the fence. Idempotent: an already stopped resource is success. Proves nothing by
+    /// itself; a later `Check` is the proof.
+    Fence { binding: BindingKey },
+    /// Undo the fence at the site being promoted (`unfence_on_promote`).
+    Unfence { binding: BindingKey },
+    /// Restart the copy in place.
+    Recover { binding: BindingKey },
+    /// Promote the application at the new owner.
+    Switchover { binding: BindingKey },
+    /// Point the service at `site` (a VIP).
+    Service { binding: BindingKey, site: SiteId },
+    /// Raise the shield at the owner site.
+    RaiseShield { binding: BindingKey },
+    /// Lower it once every other site is confirmed fenced.
+    LowerShield { binding: BindingKey },
+    /// Arm or renew the owner's dead-man switch. The executor must not act after `not_after`:
+    /// that bound is what lets a later leader prove the switch has fired.
+    RenewDeadMan {
+        binding: BindingKey,
+        not_after: Millis,
+    },
+    /// Tell an operator: a site that should be fenced is not, or qfence would act but may not.
+    Alarm {
+        site: Option<SiteId>,
+        detail: String,
+    },
+}
+
+impl Action {
+    /// The binding acted on, if any.
+    pub fn binding(&self) -> Option<&BindingKey> {
+        match self {
+            Action::Check { binding }
+            | Action::Fence { binding }
+            | Action::Unfence { binding }
+            | Action::Recover { binding }
+            | Action::Switchover { binding }
+            | Action::Service { binding, .. }
+            | Action::RaiseShield { binding }
+            | Action::LowerShield { binding }
+            | Action::RenewDeadMan { binding, .. } => Some(binding),
+            Action::Alarm { .. } => None,
+        }
+    }
+
+    /// The action's short name.
+    pub fn name(&self) -> &'static str {
+        match self {
+            Action::Check { .. } => "check",
+            Action::Fence { .. } => "fence",
+            Action::Unfence { .. } => "unfence",
+            Action::Recover { .. } => "recover",
+            Action::Switchover { .. } => "switchover",
+            Action::Service { .. } => "service",
+            Action::RaiseShield { .. } => "raise-shield",
+            Action::LowerShield { .. } => "lower-shield",
+            Action::RenewDeadMan { .. } => "renew-dead-man",
+            Action::Alarm { .. } => "alarm",
+        }
+    }
+}
+
+/// One command of a decision: what to do, and the plan, generation and term it was decided at.
+/// An executor refuses it when it knows a newer term or generation.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Command {
+    pub op: OpId,
+    pub plan: PlanId,
+    pub generation: Generation,
+    pub term: Term,
+    pub action: Action,
+}
+
+impl fmt::Display for Command {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{} ", self.action.name())?;
+        match &self.action {
+            Action::Service { binding, site } => write!(f, "{binding} -> {site}")?,
+            Action::RenewDeadMan { binding, not_after } => {
+                write!(f, "{binding} until {not_after}")?;
+            }
+            Action::Alarm { site, detail } => match site {
+                Some(s) => write!(f, "{s}: {detail}")?,
+                None => write!(f, "{detail}")?,
+            },
+            a => write!(
+                f,
+                "{}",
+                a.binding().expect("every other action has a binding")
+            )?,
+        }
+        write!(f, " (g{} t{})", self.generation, self.term)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn binding_keys_read_back_what_they_print() {
+        for s in ["dc1[0]", "service[2]", "dc-3.b[11]"] {
+            let k: BindingKey = s.parse().unwrap();
+            assert_eq!(k.to_string(), s);
+        }
+        assert_eq!(
+            "service[0]".parse::<BindingKey>(),
+            Ok(BindingKey::service(0))
+        );
+        for bad in ["dc1", "dc1[]", "dc1[-1]", "[0]", "dc1[0", "d c[0]"] {
+            assert!(bad.parse::<BindingKey>().is_err(), "{bad}");
+        }
+    }
+
+    #[test]
+    fn times_print_as_the_utc_time_of_day() {
+        assert_eq!(Millis(1_699_970_527_999).to_string(), "14:02:07");
+        assert_eq!(Millis(0).to_string(), "00:00:00");
+        assert_eq!(Millis(5).plus(Duration::from_millis(7)), Millis(12));
+        assert_eq!(Millis(5).since(Millis(9)), Duration::ZERO);
+    }
+
+    #[test]
+    fn a_lease_is_valid_strictly_before_its_end_and_only_for_a_leader() {
+        let l = Leadership {
+            leader: true,
+            term: Term(3),
+            lease_until: Millis(100),
+        };
+        assert!(l.valid_at(Millis(99)));
+        assert!(!l.valid_at(Millis(100)));
+        assert!(!Leadership { leader: false, ..l }.valid_at(Millis(1)));
+    }
+}

@@ -1,0 +1,1202 @@
+//! `decide`, story by story: each test drives the demo lab (or the PostgreSQL plan) through
+//! one behaviour and asserts the exact commands, state and sentence.
+
+mod sim;
+
+use std::collections::BTreeMap;
+use std::time::Duration;
+
+use qfence_core::dry_run::{MoveKind, dry_run, parse_assumption};
+use qfence_core::{
+    Action, BindingKey, CoreError, Decision, EvidenceKind, Intent, IntentKind, Leadership, Millis,
+    Observation, Observed, OpId, OpResult, Outcome, Phase, PlanState, Snapshot, Stage,
+    StoredPlanState, TransitionKind, decide,
+};
+use qfence_model::config::{PlanConfig, ValidatedConfig};
+use qfence_model::{Generation, PlanId, Term, Verdict};
+use sim::fixtures::{self, site};
+
+/// 14:02:00 UTC on some day, so sentences read like a log.
+const T0: Millis = Millis(1_699_970_520_000);
+
+fn k(s: &str, i: usize) -> BindingKey {
+    BindingKey::site(&site(s), i)
+}
+
+fn svc(i: usize) -> BindingKey {
+    BindingKey::service(i)
+}
+
+fn acts(d: &Decision) -> Vec<Action> {
+    d.commands.iter().map(|c| c.action.clone()).collect()
+}
+
+fn check(s: &str, i: usize) -> Action {
+    Action::Check { binding: k(s, i) }
+}
+
+fn fence(s: &str, i: usize) -> Action {
+    Action::Fence { binding: k(s, i) }
+}
+
+/// A test bench: the runtime's part, done by hand. `world` says what a check reads (default
+/// holds), `fail` what an action ends as (default done).
+struct Bench {
+    cfg: ValidatedConfig,
+    plan: PlanId,
+    state: PlanState,
+    obs: BTreeMap<BindingKey, Observation>,
+    results: BTreeMap<OpId, OpResult>,
+    in_flight: BTreeMap<OpId, BindingKey>,
+    term: Term,
+    lease_until: Option<Millis>,
+    leader: bool,
+    now: Millis,
+    world: BTreeMap<BindingKey, Observed>,
+    fail: BTreeMap<BindingKey, Outcome>,
+}
+
+impl Bench {
+    fn new(name: &str, plan: PlanConfig) -> Self {
+        let cfg = fixtures::config_with(vec![(name, plan)]);
+        let state = PlanState::initial(cfg.plan(name).unwrap());
+        Self {
+            cfg,
+            plan: fixtures::plan_id(name),
+            state,
+            obs: BTreeMap::new(),
+            results: BTreeMap::new(),
+            in_flight: BTreeMap::new(),
+            term: Term(2),
+            lease_until: None,
+            leader: true,
+            now: T0,
+            world: BTreeMap::new(),
+            fail: BTreeMap::new(),
+        }
+    }
+
+    fn lab() -> Self {
+        Self::new("erp-db", fixtures::erp_plan())
+    }
+
+    fn full() -> Self {
+        Self::new("erp-db", fixtures::erp_plan_full())
+    }
+
+    fn pg() -> Self {
+        Self::new("pg", fixtures::pg_plan())
+    }
+
+    fn plan(&self) -> &PlanConfig {
+        self.cfg.plan(self.plan.as_str()).unwrap()
+    }
+
+    fn snapshot(&self) -> Snapshot<'_> {
+        Snapshot {
+            config: &self.cfg,
+            plan: self.plan.clone(),
+            state: &self.state,
+            observations: &self.obs,
+            results: &self.results,
+            in_flight: &self.in_flight,
+            leadership: Leadership {
+                leader: self.leader,
+                term: self.term,
+                lease_until: self
+                    .lease_until
+                    .unwrap_or(self.now.plus(Duration::from_secs(2))),
+            },
+            now: self.now,
+        }
+    }
+
+    /// Decides and writes the state change, as the runtime would; runs nothing.
+    fn decide(&mut self) -> Decision {
+        let d = decide(&self.snapshot());
+        if let Some(ch) = &d.state_change {
+            self.state = self.state.apply(ch).expect("the bench is the only writer");
+        }
+        d
+    }
+
+    /// Runs the decision's commands against the bench's world.
+    fn run(&mut self, d: &Decision) {
+        for c in &d.commands {
+            let Some(b) = c.action.binding().cloned() else {
+                continue;
+            };
+            if let Action::Check { .. } = c.action {
+                let v = self.world.get(&b).copied().unwrap_or(Observed::Holds);
+                self.obs.insert(b.clone(), Observation::new(v, self.now));
+            }
+            let outcome = match c.action {
+                Action::Check { .. } => Outcome::Done,
+                _ => self.fail.get(&b).copied().unwrap_or(Outcome::Done),
+            };
+            self.results.insert(
+                c.op.clone(),
+                OpResult {
+                    binding: Some(b),
+                    outcome,
+                    at: self.now,
+                },
+            );
+        }
+    }
+
+    /// One second later: decide, write, run.
+    fn step(&mut self) -> Decision {
+        self.tick(1);
+        let d = self.decide();
+        self.run(&d);
+        d
+    }
+
+    fn tick(&mut self, secs: u64) {
+        self.now = self.now.plus(Duration::from_secs(secs));
+    }
+
+    fn read(&mut self, s: &str, i: usize, v: Observed) {
+        self.obs.insert(k(s, i), Observation::new(v, self.now));
+    }
+
+    fn intent(&mut self, kind: IntentKind) {
+        let generation = self.state.generation;
+        self.intent_at(kind, generation);
+    }
+
+    fn intent_at(&mut self, kind: IntentKind, generation: Generation) {
+        self.state.intents.push(Intent {
+            kind,
+            generation,
+            by: "alice".into(),
+            why: "test".into(),
+            at: self.now,
+        });
+    }
+
+    fn stage(&self) -> Option<Stage> {
+        self.state.transition().map(|t| t.stage)
+    }
+}
+
+// ----- verdicts -----
+
+fn verdict(b: &Bench, s: &str) -> Verdict {
+    qfence_core::Rules::default()
+        .site_verdict(
+            &b.cfg,
+            b.plan(),
+            &b.state,
+            &b.obs,
+            &site(s),
+            b.now,
+            None,
+            None,
+        )
+        .verdict
+}
+
+#[test]
+fn a_site_is_fenced_only_when_every_required_fence_reads_fenced_and_fresh() {
+    let mut b = Bench::lab();
+    assert_eq!(
+        verdict(&b, "dc2"),
+        Verdict::Unknown,
+        "never read is UNKNOWN"
+    );
+    b.read("dc2", 0, Observed::Holds);
+    b.read("dc2", 1, Observed::NotHeld);
+    assert_eq!(
+        verdict(&b, "dc2"),
+        Verdict::Fenced,
+        "a secondary fence never counts"
+    );
+    b.read("dc2", 0, Observed::Unknown);
+    assert_eq!(
+        verdict(&b, "dc2"),
+        Verdict::Unknown,
+        "UNKNOWN is never FENCED"
+    );
+    b.read("dc2", 0, Observed::NotHeld);
+    assert_eq!(verdict(&b, "dc2"), Verdict::Failed);
+    b.read("dc2", 0, Observed::Holds);
+    b.tick(31);
+    assert_eq!(
+        verdict(&b, "dc2"),
+        Verdict::Unknown,
+        "older than freshness_seconds (30)"
+    );
+}
+
+#[test]
+fn an_application_fence_never_proves_a_site_stopped() {
+    let mut b = Bench::pg();
+    // Even marked required, db.demote does not count: only power.off does.
+    let mut plan = fixtures::pg_plan();
+    plan.instances.get_mut(&site("dc2")).unwrap()[0].required = true;
+    b.cfg = fixtures::config_with(vec![("pg", plan)]);
+    b.read("dc2", 0, Observed::Holds);
+    assert_eq!(verdict(&b, "dc2"), Verdict::Unknown);
+    b.read("dc2", 0, Observed::NotHeld);
+    b.read("dc2", 1, Observed::Holds);
+    assert_eq!(verdict(&b, "dc2"), Verdict::Fenced);
+}
+
+// ----- steady state -----
+
+#[test]
+fn steady_state_checks_health_at_the_owner_and_fences_elsewhere_then_says_no_action() {
+    let mut b = Bench::lab();
+    let d = b.step();
+    assert_eq!(
+        acts(&d),
+        vec![check("dc1", 3), check("dc2", 0), check("dc2", 1)]
+    );
+    for c in &d.commands {
+        assert_eq!((c.generation, c.term), (Generation(1), Term(2)));
+        assert_eq!(c.plan.as_str(), "erp-db");
+    }
+    let d = b.step();
+    assert_eq!(acts(&d), vec![]);
+    assert_eq!(d.state_change, None);
+    assert_eq!(
+        d.reason,
+        "no action: erp-db owned by dc1 at generation 1; dc2 fenced (power.off FENCED at 14:02:01)"
+    );
+    // Each interval (10 s) the checks run again.
+    b.tick(8);
+    assert_eq!(
+        acts(&b.step()),
+        vec![check("dc1", 3), check("dc2", 0), check("dc2", 1)]
+    );
+}
+
+#[test]
+fn a_returning_site_raises_an_alarm_and_the_shield_and_is_never_unfenced() {
+    let mut b = Bench::full();
+    // dc1 owns; its shield starts lowered; dc2 is fenced.
+    b.world.insert(k("dc1", 7), Observed::NotHeld);
+    b.step();
+    b.step();
+    let d = b.step();
+    assert!(d.reason.starts_with("no action:"), "{}", d.reason);
+    // dc2's host comes back on.
+    b.world.insert(k("dc2", 0), Observed::NotHeld);
+    b.tick(8);
+    let d = b.step();
+    assert!(acts(&d).contains(&check("dc2", 0)));
+    let d = b.step();
+    assert_eq!(
+        acts(&d),
+        vec![
+            Action::Alarm {
+                site: Some(site("dc2")),
+                detail: "dc2 not fenced (power.off FAILED at 14:02:12)".into()
+            },
+            Action::RaiseShield {
+                binding: k("dc1", 7)
+            },
+        ]
+    );
+    assert!(b.state.alarmed.contains(&site("dc2")));
+    b.world.insert(k("dc1", 7), Observed::Holds);
+    // The alarm is raised once; nothing ever unfences dc2, whatever the time.
+    for _ in 0..40 {
+        let d = b.step();
+        assert!(
+            !acts(&d)
+                .iter()
+                .any(|a| matches!(a, Action::Alarm { .. } | Action::Unfence { .. })),
+            "{d:?}"
+        );
+    }
+    // Fenced again: the alarm clears, the shield is lowered.
+    b.world.insert(k("dc2", 0), Observed::Holds);
+    let mut lowered = false;
+    for _ in 0..12 {
+        lowered |= acts(&b.step()).contains(&Action::LowerShield {
+            binding: k("dc1", 7),
+        });
+    }
+    assert!(lowered);
+    assert!(b.state.alarmed.is_empty());
+}
+
+#[test]
+fn the_owner_dead_man_switch_is_renewed_each_interval_only_under_a_valid_lease() {
+    let mut b = Bench::full();
+    let d = b.step();
+    let renew = Action::RenewDeadMan {
+        binding: k("dc1", 6),
+        not_after: T0.plus(Duration::from_secs(3)),
+    };
+    assert!(
+        acts(&d).contains(&renew),
+        "bounded by the lease (2 s), not the interval: {d:?}"
+    );
+    assert!(b.state.dead_man_armed.is_empty());
+    let d = b.step();
+    assert!(
+        !acts(&d)
+            .iter()
+            .any(|a| matches!(a, Action::RenewDeadMan { .. }))
+    );
+    assert!(
+        b.state.dead_man_armed.contains(&site("dc1")),
+        "seen armed once a renewal is done"
+    );
+    // The lease runs out: nothing at all, and no write.
+    b.tick(10);
+    b.lease_until = Some(b.now);
+    let d = b.decide();
+    assert_eq!((acts(&d), d.state_change.is_none()), (vec![], true));
+    assert_eq!(
+        d.reason,
+        "no action: the leader's lease (term 2) ran out at 14:02:12, so erp-db is left alone"
+    );
+    b.lease_until = None;
+    assert!(
+        acts(&b.step())
+            .iter()
+            .any(|a| matches!(a, Action::RenewDeadMan { .. }))
+    );
+}
+
+// ----- failover, step by step -----
+
+/// Walks a failover of the lab to dc2 and returns the step-by-step command lists.
+fn walk(b: &mut Bench, n: usize) -> Vec<Vec<Action>> {
+    (0..n).map(|_| acts(&b.step())).collect()
+}
+
+/// Steps until `n` decisions have issued commands (a retry waits an interval), and returns
+/// those command lists.
+fn walk_acting(b: &mut Bench, n: usize) -> Vec<Vec<Action>> {
+    let mut out = Vec::new();
+    for _ in 0..300 {
+        let a = acts(&b.step());
+        if !a.is_empty() {
+            out.push(a);
+            if out.len() == n {
+                break;
+            }
+        }
+    }
+    out
+}
+
+#[test]
+fn operator_failover_runs_every_step_in_order_and_commits_with_a_compare_and_set() {
+    let mut b = Bench::lab();
+    b.intent(IntentKind::Failover { to: site("dc2") });
+    let steps = walk(&mut b, 7);
+    assert_eq!(
+        steps,
+        vec![
+            // Fences of every site but dc2 (the lab has no application fence).
+            vec![fence("dc1", 0), fence("dc1", 1)],
+            // Read back every fence (the required one decides).
+            vec![check("dc1", 0), check("dc1", 1)],
+            // Readiness at dc2.
+            vec![check("dc2", 2)],
+            // unfence_on_promote: dc2's own fences undone: power.on, vm.start.
+            vec![
+                Action::Unfence {
+                    binding: k("dc2", 0)
+                },
+                Action::Unfence {
+                    binding: k("dc2", 1)
+                }
+            ],
+            vec![Action::Switchover {
+                binding: k("dc2", 4)
+            }],
+            // The commit: no command, a write.
+            vec![],
+            // Service last.
+            vec![Action::Service {
+                binding: svc(0),
+                site: site("dc2")
+            }],
+        ]
+    );
+    assert_eq!(b.state.owner, site("dc2"));
+    assert_eq!(b.state.generation, Generation(2));
+    let d = b.step();
+    assert_eq!(d.reason, "erp-db now served by dc2 at generation 2");
+    assert_eq!(b.state.phase, Phase::Steady);
+}
+
+#[test]
+fn the_commit_is_a_compare_and_set_on_generation_plus_one() {
+    let mut b = Bench::lab();
+    b.intent(IntentKind::Failover { to: site("dc2") });
+    walk(&mut b, 5);
+    let before = b.state.clone();
+    let d = b.decide();
+    let ch = d.state_change.clone().unwrap();
+    assert_eq!(
+        (ch.expect_generation, ch.next.generation),
+        (Generation(1), Generation(2))
+    );
+    assert_eq!(ch.next.owner, site("dc2"));
+    assert_eq!(d.reason, "committed erp-db to dc2 at generation 2");
+    // A write decided on an older state is refused.
+    let mut moved = before.clone();
+    moved.revision += 1;
+    assert!(matches!(moved.apply(&ch), Err(CoreError::Stale { .. })));
+    // And the service command after it carries the new generation.
+    let d = b.step();
+    assert_eq!(d.commands[0].generation, Generation(2));
+}
+
+#[test]
+fn application_fences_run_first_while_the_site_may_still_be_up() {
+    let mut b = Bench::pg();
+    b.intent(IntentKind::Failover { to: site("dc2") });
+    let steps = walk(&mut b, 6);
+    assert_eq!(
+        steps,
+        vec![
+            vec![fence("dc1", 0)],
+            vec![fence("dc1", 1)],
+            vec![check("dc1", 0), check("dc1", 1)],
+            vec![check("dc2", 2)],
+            // unfence_on_promote is off in this plan: straight to the switchover.
+            vec![Action::Switchover {
+                binding: k("dc2", 3)
+            }],
+            vec![],
+        ]
+    );
+    assert_eq!(b.state.owner, site("dc2"));
+}
+
+#[test]
+fn an_application_fence_that_does_not_take_does_not_stop_the_failover() {
+    let mut b = Bench::pg();
+    b.fail.insert(k("dc1", 0), Outcome::Unknown);
+    b.intent(IntentKind::Failover { to: site("dc2") });
+    b.step();
+    let d = b.step();
+    assert_eq!(acts(&d), vec![fence("dc1", 1)]);
+    assert!(
+        d.reason
+            .contains("secondary fences did not take (dc1[0] db.demote UNKNOWN)"),
+        "{}",
+        d.reason
+    );
+}
+
+#[test]
+fn a_required_fence_reading_failed_is_retried_then_halts_before_readiness() {
+    let mut b = Bench::lab();
+    b.world.insert(k("dc1", 0), Observed::NotHeld);
+    b.intent(IntentKind::Failover { to: site("dc2") });
+    let steps = walk_acting(&mut b, 7);
+    let fences = vec![fence("dc1", 0), fence("dc1", 1)];
+    assert_eq!(steps[0], fences);
+    assert_eq!(steps[1], vec![check("dc1", 0), check("dc1", 1)]);
+    assert_eq!(steps[2], fences, "retry 2 of 3");
+    assert_eq!(steps[3], vec![check("dc1", 0), check("dc1", 1)]);
+    assert_eq!(steps[4], fences, "retry 3 of 3");
+    assert_eq!(steps[5], vec![check("dc1", 0), check("dc1", 1)]);
+    assert!(
+        matches!(&steps[6][..], [Action::Alarm { .. }]),
+        "{:?}",
+        steps[6]
+    );
+    assert_eq!(
+        walk(&mut b, 30).concat(),
+        vec![],
+        "halted: waits for an operator"
+    );
+    let t = b.state.transition().unwrap();
+    assert_eq!(t.stage, Stage::Verify);
+    assert_eq!(
+        t.halted.as_deref(),
+        Some(
+            "dc1 not fenced (power.off FAILED at 14:02:26); 3 attempts made: confirm fenced, retry or abort"
+        )
+    );
+    // Nothing past the fences ever ran.
+    assert!(steps.iter().flatten().all(|a| matches!(
+        a,
+        Action::Fence { .. } | Action::Check { .. } | Action::Alarm { .. }
+    )));
+}
+
+#[test]
+fn the_retry_sentence_says_which_attempt_it_is() {
+    let mut b = Bench::lab();
+    b.world.insert(k("dc1", 0), Observed::NotHeld);
+    b.intent(IntentKind::Failover { to: site("dc2") });
+    b.step();
+    b.step();
+    let d = b.step();
+    assert_eq!(
+        d.reason,
+        "dc1 not fenced (power.off FAILED at 14:02:02): fences again at 14:02:13 (attempt 2 of 3)"
+    );
+    assert_eq!(acts(&d), vec![]);
+    let d = b.step();
+    assert_eq!(
+        d.reason,
+        "no action: erp-db to dc2: fences step to be retried at 14:02:13"
+    );
+    b.tick(8);
+    let d = b.step();
+    assert_eq!(
+        d.reason,
+        "erp-db to dc2, fences step: dc1 power.off, dc1 vm.stop"
+    );
+    assert_eq!(acts(&d), vec![fence("dc1", 0), fence("dc1", 1)]);
+}
+
+#[test]
+fn a_check_that_stays_unknown_is_never_proof_until_an_operator_confirms() {
+    let mut b = Bench::lab();
+    b.world.insert(k("dc1", 0), Observed::Unknown);
+    b.intent(IntentKind::Failover { to: site("dc2") });
+    let steps = walk_acting(&mut b, 7);
+    assert!(
+        !steps
+            .iter()
+            .flatten()
+            .any(|a| matches!(a, Action::Switchover { .. }))
+    );
+    assert!(b.state.transition().unwrap().halted.is_some());
+    // Like `stonith_admin --confirm`: recorded with who and why.
+    b.intent(IntentKind::ConfirmFenced { site: site("dc1") });
+    let d = b.step();
+    assert!(
+        d.reason
+            .starts_with("alice confirmed dc1 fenced for erp-db (test)"),
+        "{}",
+        d.reason
+    );
+    assert_eq!(acts(&d), vec![], "still halted until retried");
+    let e = b.state.evidence.last().unwrap();
+    assert_eq!(
+        (&e.site, e.generation, &e.kind),
+        (
+            &site("dc1"),
+            Generation(1),
+            &EvidenceKind::OperatorConfirmed {
+                by: "alice".into(),
+                why: "test".into()
+            }
+        )
+    );
+    b.intent(IntentKind::Retry);
+    let steps = walk_acting(&mut b, 6);
+    // The retried verify still reads UNKNOWN; the confirmation is what stands.
+    assert_eq!(steps[0], vec![check("dc1", 0), check("dc1", 1)]);
+    assert_eq!(steps[1], vec![check("dc2", 2)]);
+    assert_eq!(b.state.owner, site("dc2"));
+    // The confirmation carries into the generation it made.
+    assert!(
+        b.state
+            .evidence
+            .iter()
+            .any(|e| e.site == site("dc1") && e.generation == Generation(2))
+    );
+}
+
+#[test]
+fn a_confirmation_is_for_one_failover_only() {
+    let mut b = Bench::new("erp-db", fixtures::erp_plan_three(&[]));
+    // dc1 is lost for good: its BMC never answers.
+    b.world.insert(k("dc1", 0), Observed::Unknown);
+    b.world.insert(k("dc1", 1), Observed::Unknown);
+    // The owner cannot be confirmed fenced; once it is being given up, it can.
+    b.intent(IntentKind::Failover { to: site("dc2") });
+    b.intent(IntentKind::ConfirmFenced { site: site("dc1") });
+    for _ in 0..12 {
+        b.step();
+    }
+    assert_eq!(
+        (b.state.owner.clone(), b.state.phase.clone()),
+        (site("dc2"), Phase::Steady)
+    );
+    // The confirmation stands for the new owner: no alarm about dc1 in steady state.
+    for _ in 0..12 {
+        let d = b.step();
+        assert!(
+            !acts(&d)
+                .iter()
+                .any(|a| matches!(a, Action::Alarm { site: Some(s), .. } if *s == site("dc1")))
+        );
+    }
+    // A later failover (dc2 to dc3) needs its own proof for dc1.
+    b.intent(IntentKind::Failover { to: site("dc3") });
+    walk_acting(&mut b, 7);
+    let halted = b.state.transition().unwrap().halted.clone().unwrap();
+    assert!(
+        halted.starts_with("dc1 not fenced (power.off UNKNOWN at"),
+        "{halted}"
+    );
+    b.intent(IntentKind::ConfirmFenced { site: site("dc1") });
+    b.intent(IntentKind::Retry);
+    for _ in 0..12 {
+        b.step();
+    }
+    assert_eq!(b.state.owner, site("dc3"));
+}
+
+#[test]
+fn readiness_failing_at_the_target_stops_before_the_switchover() {
+    let mut b = Bench::lab();
+    b.world.insert(k("dc2", 2), Observed::NotHeld);
+    b.intent(IntentKind::Failover { to: site("dc2") });
+    let steps = walk_acting(&mut b, 6);
+    assert_eq!(steps[2], vec![check("dc2", 2)]);
+    assert_eq!(steps[3], vec![check("dc2", 2)]);
+    assert_eq!(steps[4], vec![check("dc2", 2)]);
+    assert!(matches!(&steps[5][..], [Action::Alarm { .. }]));
+    let t = b.state.transition().unwrap();
+    assert_eq!(t.stage, Stage::Readiness);
+    assert_eq!(
+        t.halted.as_deref(),
+        Some("dc2 not ready: replication.lag NOT READY; 3 attempts made")
+    );
+    assert!(
+        !steps
+            .iter()
+            .flatten()
+            .any(|a| matches!(a, Action::Switchover { .. } | Action::Unfence { .. }))
+    );
+    // Abort: back to steady at the owner, generation unchanged.
+    b.intent(IntentKind::Abort);
+    let d = b.step();
+    assert!(
+        d.reason
+            .starts_with("alice aborted erp-db's move to dc2 at its readiness step; dc1 owns it"),
+        "{}",
+        d.reason
+    );
+    assert_eq!(
+        (b.state.phase.clone(), b.state.generation),
+        (Phase::Steady, Generation(1))
+    );
+}
+
+#[test]
+fn a_switchover_that_fails_is_retried_a_bounded_number_of_times() {
+    let mut b = Bench::lab();
+    b.fail.insert(k("dc2", 4), Outcome::Failed);
+    b.intent(IntentKind::Failover { to: site("dc2") });
+    let steps = walk_acting(&mut b, 8);
+    let sw = vec![Action::Switchover {
+        binding: k("dc2", 4),
+    }];
+    assert_eq!(steps[4..7], [sw.clone(), sw.clone(), sw]);
+    assert!(matches!(&steps[7][..], [Action::Alarm { .. }]));
+    assert_eq!(b.state.generation, Generation(1), "never committed");
+}
+
+#[test]
+fn losing_the_lease_mid_failover_stops_everything_and_the_next_leader_repeats_the_step() {
+    let mut b = Bench::lab();
+    b.intent(IntentKind::Failover { to: site("dc2") });
+    b.step();
+    // The fences were sent; the leader loses its lease before their results are judged.
+    b.tick(1);
+    b.lease_until = Some(b.now);
+    let d = b.decide();
+    assert_eq!((acts(&d), d.state_change.is_none()), (vec![], true));
+    // Not the leader at all: the same.
+    b.leader = false;
+    let d = b.decide();
+    assert_eq!(
+        d.reason,
+        "no action: not the leader (term 2), so erp-db is left alone"
+    );
+    // A new leader, term 3, finds the fences step under way and repeats it under its term.
+    b.leader = true;
+    b.lease_until = None;
+    b.term = Term(3);
+    let d = b.step();
+    assert_eq!(acts(&d), vec![fence("dc1", 0), fence("dc1", 1)]);
+    assert!(d.commands.iter().all(|c| c.term == Term(3)));
+    assert!(
+        d.reason
+            .starts_with("new leader (term 3) repeats the fences step"),
+        "{}",
+        d.reason
+    );
+    assert_eq!(b.stage(), Some(Stage::Fences));
+}
+
+#[test]
+fn an_operator_request_made_at_a_stale_generation_is_refused() {
+    let mut b = Bench::lab();
+    b.state.generation = Generation(7);
+    b.intent_at(IntentKind::Failover { to: site("dc2") }, Generation(6));
+    let d = b.step();
+    assert!(d.reason.starts_with(
+        "refused alice's failover to dc2 for erp-db: it was made at generation 6, the plan is at 7"
+    ), "{}", d.reason);
+    assert_eq!(b.state.phase, Phase::Steady);
+    assert!(b.state.intents.is_empty());
+}
+
+#[test]
+fn a_state_written_from_a_stale_generation_is_refused() {
+    let b = Bench::lab();
+    let mut ahead = b.state.clone();
+    ahead.generation = Generation(2);
+    ahead.revision = 5;
+    let d = decide(&b.snapshot());
+    let ch = d.state_change.unwrap_or(qfence_core::PlanStateChange {
+        expect_generation: Generation(1),
+        expect_revision: 0,
+        next: b.state.clone(),
+    });
+    let e = ahead.apply(&ch).unwrap_err();
+    assert_eq!(
+        e.to_string(),
+        "stale write refused: decided at generation 1 revision 0, but the plan is at generation 2 revision 5"
+    );
+    // Nor may a change jump generations.
+    let mut jump = ch.clone();
+    jump.expect_generation = Generation(1);
+    jump.next.generation = Generation(3);
+    assert!(matches!(
+        b.state.apply(&jump),
+        Err(CoreError::GenerationJump { .. })
+    ));
+}
+
+// ----- triggers -----
+
+#[test]
+fn bad_health_restarts_in_place_first_then_fails_over_to_a_ready_site() {
+    let mut b = Bench::full();
+    b.world.insert(k("dc1", 3), Observed::NotHeld);
+    b.step();
+    let d = b.step();
+    assert_eq!(
+        b.state.health.bad_since,
+        Some(T0.plus(Duration::from_secs(2)))
+    );
+    assert!(
+        d.reason.contains("failover due at 14:03:02"),
+        "{}",
+        d.reason
+    );
+    // Bad for recovery_after_seconds (30): restart in place, once (max_recoveries 1).
+    let mut recovered = 0;
+    let mut started = None;
+    for _ in 0..80 {
+        let d = b.step();
+        recovered += acts(&d)
+            .iter()
+            .filter(|a| matches!(a, Action::Recover { .. }))
+            .count();
+        if b.state.transition().is_some() {
+            started = Some((b.now, d));
+            break;
+        }
+    }
+    assert_eq!(recovered, 1);
+    let (at, d) = started.expect("failover after failover_after_seconds");
+    assert!(at >= T0.plus(Duration::from_secs(62)), "{at}");
+    assert!(
+        d.reason
+            .contains("failing erp-db over from dc1 to dc2: vm.status unhealthy at"),
+        "{}",
+        d.reason
+    );
+    assert!(matches!(
+        &b.state.transition().unwrap().kind,
+        TransitionKind::Failover { .. }
+    ));
+}
+
+#[test]
+fn an_owner_site_that_cannot_be_read_is_lost_and_fails_over_without_a_restart() {
+    let mut b = Bench::full();
+    b.world.insert(k("dc1", 3), Observed::Unknown);
+    let mut all = Vec::new();
+    for _ in 0..75 {
+        all.extend(acts(&b.step()));
+        if b.state.transition().is_some() {
+            break;
+        }
+    }
+    assert!(!all.iter().any(|a| matches!(a, Action::Recover { .. })));
+    match &b.state.transition().unwrap().kind {
+        TransitionKind::Failover { cause } => {
+            assert!(cause.starts_with("owner site dc1 lost"), "{cause}")
+        }
+        k => panic!("{k:?}"),
+    }
+}
+
+#[test]
+fn with_auto_failover_off_qfence_only_says_it_would() {
+    let mut plan = fixtures::erp_plan();
+    plan.auto_failover = false;
+    let mut b = Bench::new("erp-db", plan);
+    b.world.insert(k("dc1", 3), Observed::NotHeld);
+    let mut alarms = 0;
+    let mut last = String::new();
+    for _ in 0..90 {
+        let d = b.step();
+        alarms += acts(&d)
+            .iter()
+            .filter(|a| matches!(a, Action::Alarm { site: Some(s), .. } if *s == site("dc1")))
+            .count();
+        last = d.reason;
+    }
+    assert_eq!(b.state.phase, Phase::Steady);
+    assert_eq!(alarms, 1);
+    assert!(
+        last.contains("should fail over (vm.status unhealthy at"),
+        "{last}"
+    );
+    assert!(last.contains("but auto_failover is off"), "{last}");
+}
+
+#[test]
+fn the_target_is_the_first_ready_site_by_priority() {
+    // Three sites would need a third instance; with two, priority still decides among the
+    // ready ones and an unready one is never chosen.
+    let mut b = Bench::lab();
+    b.world.insert(k("dc1", 3), Observed::NotHeld);
+    b.world.insert(k("dc2", 2), Observed::NotHeld);
+    let mut last = String::new();
+    for _ in 0..80 {
+        last = b.step().reason;
+    }
+    assert_eq!(b.state.phase, Phase::Steady);
+    assert!(
+        last.contains("no site is ready (dc2: replication.lag NOT READY)"),
+        "{last}"
+    );
+    b.world.remove(&k("dc2", 2));
+    for _ in 0..12 {
+        b.step();
+        if b.state.transition().is_some() {
+            break;
+        }
+    }
+    assert_eq!(
+        b.state.transition().map(|t| t.target.clone()),
+        Some(site("dc2"))
+    );
+}
+
+#[test]
+fn with_three_sites_every_other_site_is_fenced_and_priority_picks_the_target() {
+    let mut b = Bench::new("erp-db", fixtures::erp_plan_three(&["dc3", "dc2"]));
+    b.world.insert(k("dc1", 3), Observed::NotHeld);
+    // dc3 comes first by priority but is not ready: dc2 is chosen.
+    b.world.insert(k("dc3", 2), Observed::NotHeld);
+    let mut steps = Vec::new();
+    for _ in 0..80 {
+        let d = b.step();
+        if b.state.transition().is_some() {
+            steps.push(acts(&d));
+            break;
+        }
+    }
+    assert_eq!(b.state.transition().unwrap().target, site("dc2"));
+    steps.extend(walk(&mut b, 1));
+    // Every site but the target is fenced and read back: dc1 and dc3.
+    assert_eq!(
+        steps[0],
+        vec![
+            fence("dc1", 0),
+            fence("dc1", 1),
+            fence("dc3", 0),
+            fence("dc3", 1)
+        ]
+    );
+    assert_eq!(
+        steps[1],
+        vec![
+            check("dc1", 0),
+            check("dc1", 1),
+            check("dc3", 0),
+            check("dc3", 1)
+        ]
+    );
+    // With dc3 ready too, priority picks dc3.
+    let mut b = Bench::new("erp-db", fixtures::erp_plan_three(&["dc3", "dc2"]));
+    b.world.insert(k("dc1", 3), Observed::NotHeld);
+    for _ in 0..80 {
+        b.step();
+        if b.state.transition().is_some() {
+            break;
+        }
+    }
+    assert_eq!(b.state.transition().unwrap().target, site("dc3"));
+}
+
+#[test]
+fn one_unproven_site_of_three_stops_the_move() {
+    let mut b = Bench::new("erp-db", fixtures::erp_plan_three(&[]));
+    b.world.insert(k("dc3", 0), Observed::Unknown);
+    b.intent(IntentKind::Failover { to: site("dc2") });
+    let steps = walk_acting(&mut b, 7);
+    assert!(
+        !steps
+            .iter()
+            .flatten()
+            .any(|a| matches!(a, Action::Switchover { .. }))
+    );
+    let halted = b.state.transition().unwrap().halted.clone().unwrap();
+    assert!(
+        halted.starts_with("dc3 not fenced (power.off UNKNOWN at"),
+        "{halted}"
+    );
+}
+
+#[test]
+fn pause_stops_automatic_action_and_holds_a_transition() {
+    let mut b = Bench::lab();
+    b.intent(IntentKind::Pause);
+    let d = b.step();
+    assert!(
+        d.reason.starts_with("erp-db paused by alice"),
+        "{}",
+        d.reason
+    );
+    b.world.insert(k("dc1", 3), Observed::NotHeld);
+    for _ in 0..90 {
+        b.step();
+    }
+    assert_eq!(b.state.phase, Phase::Steady, "no failover while paused");
+    // An operator's failover is refused while paused.
+    b.intent(IntentKind::Failover { to: site("dc2") });
+    assert!(
+        b.step()
+            .reason
+            .contains("the plan is paused: resume it first")
+    );
+    b.intent(IntentKind::Resume);
+    b.step();
+    assert!(!b.state.paused);
+}
+
+#[test]
+fn a_planned_switchover_checks_the_target_before_touching_the_owner() {
+    let mut b = Bench::lab();
+    b.world.insert(k("dc2", 2), Observed::NotHeld);
+    b.intent(IntentKind::Switchover { to: site("dc2") });
+    assert_eq!(acts(&b.step()), vec![check("dc2", 2)]);
+    let d = b.step();
+    assert_eq!(acts(&d), vec![]);
+    assert!(
+        d.reason
+            .contains("switchover of erp-db to dc2 refused, nothing touched: dc2 not ready"),
+        "{}",
+        d.reason
+    );
+    assert_eq!(b.state.phase, Phase::Steady);
+    // Ready: then the owner is fenced in order and dc2 promoted.
+    b.world.remove(&k("dc2", 2));
+    b.intent(IntentKind::Switchover { to: site("dc2") });
+    let steps = walk(&mut b, 4);
+    assert_eq!(steps[0], vec![check("dc2", 2)]);
+    assert_eq!(steps[1], vec![fence("dc1", 0), fence("dc1", 1)]);
+    assert_eq!(steps[2], vec![check("dc1", 0), check("dc1", 1)]);
+    assert_eq!(steps[3], vec![check("dc2", 2)]);
+}
+
+#[test]
+fn a_planned_switchover_keeps_the_owner_dead_man_renewed_until_it_touches_the_owner() {
+    let mut b = Bench::full();
+    b.step();
+    b.tick(9);
+    b.intent(IntentKind::Switchover { to: site("dc2") });
+    let d = b.step();
+    assert_eq!(b.stage(), Some(Stage::Preflight));
+    assert!(acts(&d).contains(&check("dc2", 2)));
+    assert!(
+        acts(&d)
+            .iter()
+            .any(|a| matches!(a, Action::RenewDeadMan { binding, .. } if *binding == k("dc1", 6))),
+        "{d:?}"
+    );
+    assert!(b.state.renewals_stopped.is_empty());
+    // Preflight passes: renewals stop as the owner's fences start.
+    let d = b.step();
+    assert_eq!(b.stage(), Some(Stage::Fences));
+    assert_eq!(b.state.renewals_stopped.get(&site("dc1")), Some(&b.now));
+    assert!(
+        !acts(&d)
+            .iter()
+            .any(|a| matches!(a, Action::RenewDeadMan { .. }))
+    );
+}
+
+#[test]
+fn a_lost_owner_counts_as_fenced_once_its_dead_man_switch_has_provably_fired() {
+    let mut b = Bench::full();
+    b.step();
+    b.step();
+    assert!(b.state.dead_man_armed.contains(&site("dc1")));
+    // dc1 is cut off: its BMC reads UNKNOWN.
+    b.world.insert(k("dc1", 0), Observed::Unknown);
+    b.intent(IntentKind::Failover { to: site("dc2") });
+    let started = b.now.plus(Duration::from_secs(1));
+    let mut waited = String::new();
+    for _ in 0..8 {
+        let d = b.step();
+        if d.reason.contains("waiting for dc1's dead-man switch") {
+            waited = d.reason;
+            break;
+        }
+    }
+    // Renewals stopped at the start; the last could act an interval later; the switch fires
+    // 60 s after that; plus a margin of one interval: 80 s.
+    let fires = started.plus(Duration::from_secs(80));
+    assert!(
+        waited.ends_with(&format!(
+            "waiting for dc1's dead-man switch to fire by {fires}"
+        )),
+        "{waited}"
+    );
+    assert_eq!(b.state.generation, Generation(1));
+    while b.now.plus(Duration::from_secs(1)) < fires {
+        let d = b.step();
+        assert!(
+            !acts(&d)
+                .iter()
+                .any(|a| matches!(a, Action::Switchover { .. })),
+            "{d:?}"
+        );
+    }
+    let d = b.step();
+    assert!(
+        d.reason.starts_with(&format!(
+            "dc1 counts as fenced: its dead-man switch fired by {fires}"
+        )),
+        "{}",
+        d.reason
+    );
+    assert!(matches!(
+        b.state.evidence.last().unwrap().kind,
+        EvidenceKind::DeadManExpired { .. }
+    ));
+    for _ in 0..6 {
+        b.step();
+    }
+    assert_eq!(b.state.owner, site("dc2"));
+}
+
+#[test]
+fn a_dead_man_switch_never_seen_armed_proves_nothing() {
+    let mut b = Bench::full();
+    b.fail.insert(k("dc1", 6), Outcome::Failed);
+    b.step();
+    b.step();
+    b.world.insert(k("dc1", 0), Observed::Unknown);
+    b.intent(IntentKind::Failover { to: site("dc2") });
+    for _ in 0..200 {
+        b.step();
+    }
+    assert_eq!(b.state.generation, Generation(1));
+    assert!(b.state.transition().unwrap().halted.is_some());
+}
+
+// ----- persistence, sentences, dry run -----
+
+#[test]
+fn the_plan_state_is_stored_versioned_and_reads_back() {
+    let mut b = Bench::lab();
+    b.intent(IntentKind::Failover { to: site("dc2") });
+    b.step();
+    let stored = StoredPlanState::from(b.state.clone());
+    let json = serde_json::to_value(&stored).unwrap();
+    assert_eq!(json["v"], "1");
+    assert_eq!(json["phase"]["phase"], "transition");
+    assert_eq!(json["phase"]["stage"], "fences");
+    let back: StoredPlanState = serde_json::from_value(json).unwrap();
+    assert_eq!(back.into_current(), b.state);
+}
+
+#[test]
+fn every_decision_has_exactly_one_sentence() {
+    let mut b = Bench::full();
+    b.intent(IntentKind::Failover { to: site("dc2") });
+    for _ in 0..20 {
+        let d = b.step();
+        assert!(!d.reason.is_empty());
+        assert!(
+            !d.reason.contains('\n') && !d.reason.contains(". "),
+            "{}",
+            d.reason
+        );
+    }
+}
+
+#[test]
+fn the_dry_run_lists_every_step_of_a_failover_in_order_with_where_it_may_run() {
+    let cfg = fixtures::lab();
+    let r = dry_run(&cfg, "erp-db", &BTreeMap::new(), "dc2", MoveKind::Failover).unwrap();
+    assert!(r.completes, "{}", r.outcome);
+    let lines = r.lines();
+    let expected = [
+        "Dry run: failover of erp-db from dc1 to dc2 (assuming every command is done and every check holds)",
+        "  1. fences              fence       dc1      bmc-dc1 power.off pve-dc1-01  run from: dc1, dc2",
+        "  2. fences              fence       dc1      pve-dc1 vm.stop pve-dc1-01/101  run from: dc1",
+        "  3. verify              check       dc1      bmc-dc1 power.off pve-dc1-01  run from: dc1, dc2",
+        "  4. verify              check       dc1      pve-dc1 vm.stop pve-dc1-01/101  run from: dc1",
+        "  5. readiness           check       dc2      pve-dc2 replication.lag 101-1  run from: dc2",
+        "  6. unfence             unfence     dc2      bmc-dc2 power.on pve-dc2-01  run from: dc2, dc1",
+        "  7. unfence             unfence     dc2      pve-dc2 vm.start pve-dc2-01/101  run from: dc2",
+        "  8. switchover          switchover  dc2      pve-dc2 vm.start pve-dc2-01/101  run from: dc2",
+        "  9. commit              commit      dc2      owner dc2 at generation 2 (compare-and-set on generation 1)",
+        " 10. service             service     -        fgt-edge vip.own vip-erp-db  run from: dc1, dc2  point at dc2",
+        "Completes: erp-db now served by dc2 at generation 2",
+    ];
+    assert_eq!(lines, expected);
+    let json = serde_json::to_value(&r).unwrap();
+    assert_eq!(
+        json["steps"][0]["run_from"],
+        serde_json::json!(["dc1", "dc2"])
+    );
+}
+
+#[test]
+fn the_dry_run_shows_where_a_move_would_stop() {
+    let cfg = fixtures::lab();
+    let assumed: BTreeMap<_, _> = [parse_assumption("dc1[0]=unknown").unwrap()].into();
+    assert_eq!(assumed.get(&k("dc1", 0)), Some(&Observed::Unknown));
+    let r = dry_run(&cfg, "erp-db", &assumed, "dc2", MoveKind::Failover).unwrap();
+    assert!(!r.completes);
+    assert!(
+        r.lines()[0].ends_with("every check holds, except dc1[0]=unknown)"),
+        "{:?}",
+        r.lines()
+    );
+    assert!(
+        r.outcome.contains("stopped at its verify step"),
+        "{}",
+        r.outcome
+    );
+    assert!(!r.steps.iter().any(|s| s.action == "switchover"));
+    assert!(matches!(
+        dry_run(&cfg, "erp-db", &BTreeMap::new(), "dc1", MoveKind::Failover),
+        Err(CoreError::AlreadyOwner { .. })
+    ));
+    assert_eq!(
+        parse_assumption("dc1[x]=unknown").unwrap_err(),
+        "\"dc1[x]\" is not a binding: write SITE[INDEX] or service[INDEX], e.g. dc1[0]"
+    );
+    assert!(parse_assumption("dc1[0]=maybe").is_err());
+    let nine: BTreeMap<_, _> = [parse_assumption("dc1[9]=holds").unwrap()].into();
+    let e = dry_run(&cfg, "erp-db", &nine, "dc2", MoveKind::Failover).unwrap_err();
+    assert_eq!(e.to_string(), "plan \"erp-db\" has no binding dc1[9]");
+    let e = dry_run(&cfg, "erp-db", &BTreeMap::new(), "dc9", MoveKind::Failover).unwrap_err();
+    assert_eq!(
+        e.to_string(),
+        "site \"dc9\" is not a site of plan \"erp-db\" (its sites: dc1, dc2)"
+    );
+}

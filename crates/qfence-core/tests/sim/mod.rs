@@ -1,0 +1,1075 @@
+//! The seeded simulation: drives `decide` through random schedules (observations flipping,
+//! fences failing or timing out, sites lost and returning, leadership changing, operators
+//! acting) against an imagined world, and checks named safety invariants after every step.
+//!
+//! Each invariant has its own test file; they share this harness. `QFENCE_SIM_SCHEDULES`
+//! sets how many schedules each file runs; `QFENCE_SIM_SEED` replays one schedule and prints
+//! its trace. A failure prints the seed.
+//!
+//! The checker does not reuse the core's rules: it recomputes what counts as proof from the
+//! raw observations and from the world's own record (which watchdog really fired, which
+//! operator really confirmed what), so a bug in the rules cannot hide itself.
+
+#![allow(dead_code)]
+
+pub mod fixtures;
+
+use std::collections::{BTreeMap, BTreeSet, VecDeque};
+use std::fmt::Write as _;
+use std::time::Duration;
+
+use qfence_core::rules::{binding, fence_level};
+use qfence_core::{
+    Action, BindingKey, Command, Decision, EvidenceKind, Intent, IntentKind, Leadership, Millis,
+    Observation, Observed, OpId, OpResult, Outcome, PlanState, Rules, Snapshot, decide_with,
+};
+use qfence_model::config::{PlanConfig, ValidatedConfig};
+use qfence_model::{FenceLevel, Generation, PlanId, Role, SiteId, Term};
+
+/// The named safety invariants (see `docs/specs/invariants.md`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
+pub enum Invariant {
+    /// (a) No switchover or service command at a site unless every other site is FENCED or
+    /// operator-confirmed at that generation.
+    FencedBeforePromote,
+    /// (b) At most one owner per generation; generations only increase.
+    OneOwnerPerGeneration,
+    /// (c) No command carries a term other than the current leader's.
+    CurrentTermOnly,
+    /// (d) UNKNOWN is never used as proof.
+    UnknownIsNotProof,
+    /// (e) No unfence at a non-owner site.
+    NoUnfenceAtNonOwner,
+}
+
+impl Invariant {
+    pub const ALL: [Invariant; 5] = [
+        Invariant::FencedBeforePromote,
+        Invariant::OneOwnerPerGeneration,
+        Invariant::CurrentTermOnly,
+        Invariant::UnknownIsNotProof,
+        Invariant::NoUnfenceAtNonOwner,
+    ];
+
+    pub fn name(self) -> &'static str {
+        match self {
+            Invariant::FencedBeforePromote => "(a) fenced before promote",
+            Invariant::OneOwnerPerGeneration => "(b) one owner per generation",
+            Invariant::CurrentTermOnly => "(c) current term only",
+            Invariant::UnknownIsNotProof => "(d) UNKNOWN is never proof",
+            Invariant::NoUnfenceAtNonOwner => "(e) no unfence at a non-owner",
+        }
+    }
+
+    fn seed_base(self) -> u64 {
+        match self {
+            Invariant::FencedBeforePromote => 0xA000_0000,
+            Invariant::OneOwnerPerGeneration => 0xB000_0000,
+            Invariant::CurrentTermOnly => 0xC000_0000,
+            Invariant::UnknownIsNotProof => 0xD000_0000,
+            Invariant::NoUnfenceAtNonOwner => 0xE000_0000,
+        }
+    }
+}
+
+/// A broken invariant, with where and how.
+#[derive(Debug, Clone)]
+pub struct Violation {
+    pub seed: u64,
+    pub step: usize,
+    pub invariant: Invariant,
+    pub detail: String,
+    pub trace: Vec<String>,
+}
+
+/// What a schedule did, for the figures.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct Stats {
+    pub steps: usize,
+    pub decisions: usize,
+    pub commands: usize,
+    pub commits: usize,
+    pub switchovers: usize,
+    pub halts: usize,
+    /// Sites counted fenced by an expired dead-man switch, and by an operator.
+    pub dead_man_evidence: usize,
+    pub confirmations: usize,
+    /// Alarms, shields raised, restarts in place.
+    pub alarms: usize,
+    pub shields: usize,
+    pub recoveries: usize,
+}
+
+impl std::ops::AddAssign for Stats {
+    fn add_assign(&mut self, o: Stats) {
+        self.steps += o.steps;
+        self.decisions += o.decisions;
+        self.commands += o.commands;
+        self.commits += o.commits;
+        self.switchovers += o.switchovers;
+        self.halts += o.halts;
+        self.dead_man_evidence += o.dead_man_evidence;
+        self.confirmations += o.confirmations;
+        self.alarms += o.alarms;
+        self.shields += o.shields;
+        self.recoveries += o.recoveries;
+    }
+}
+
+/// splitmix64: tiny, seeded, good enough to shuffle schedules.
+#[derive(Debug, Clone)]
+pub struct Rng(u64);
+
+impl Rng {
+    pub fn new(seed: u64) -> Self {
+        Self(seed)
+    }
+
+    pub fn next_u64(&mut self) -> u64 {
+        self.0 = self.0.wrapping_add(0x9E37_79B9_7F4A_7C15);
+        let mut z = self.0;
+        z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
+        z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
+        z ^ (z >> 31)
+    }
+
+    /// True with probability `p` percent.
+    pub fn pct(&mut self, p: u64) -> bool {
+        self.next_u64() % 100 < p
+    }
+
+    pub fn below(&mut self, n: u64) -> u64 {
+        self.next_u64() % n.max(1)
+    }
+
+    pub fn pick<'a, T>(&mut self, v: &'a [T]) -> &'a T {
+        &v[self.below(v.len() as u64) as usize]
+    }
+}
+
+struct Pending {
+    cmd: Command,
+    ready_at: Millis,
+    lost: bool,
+}
+
+/// The imagined world the commands act on.
+struct World {
+    /// Fence bindings: whether the resource is really stopped.
+    stopped: BTreeMap<BindingKey, bool>,
+    healthy: BTreeMap<SiteId, bool>,
+    ready: BTreeMap<SiteId, bool>,
+    lost: BTreeSet<SiteId>,
+    shield_up: BTreeMap<BindingKey, bool>,
+    /// When each site's watchdog fires, if armed.
+    watchdog: BTreeMap<SiteId, Millis>,
+    /// Watchdogs that really fired, and when. (A host powered on later, while nobody can read
+    /// it, is a fact no orchestrator could see; the evidence was true when it was recorded.)
+    fired: BTreeMap<SiteId, Millis>,
+    /// When each watchdog was last armed or renewed.
+    last_armed: BTreeMap<SiteId, Millis>,
+    /// Percent of calls that time out.
+    flaky: u64,
+}
+
+/// One schedule's run.
+struct Sim<'c> {
+    seed: u64,
+    rng: Rng,
+    config: &'c ValidatedConfig,
+    plan_id: PlanId,
+    plan: &'c PlanConfig,
+    rules: Rules,
+    check: Vec<Invariant>,
+    state: PlanState,
+    world: World,
+    observations: BTreeMap<BindingKey, Observation>,
+    results: BTreeMap<OpId, OpResult>,
+    queue: VecDeque<Pending>,
+    now: Millis,
+    term: Term,
+    leader: bool,
+    lease_until: Millis,
+    /// Old states a deposed leader may still hold, with its term.
+    history: VecDeque<(PlanState, Term, Millis)>,
+    /// Sites operators really confirmed, by generation.
+    confirmed: BTreeSet<(SiteId, Generation)>,
+    /// Evidence that was true when the core recorded it (site, when recorded). Later events
+    /// nobody could observe (a host powered on while unreachable) do not make it a lie.
+    legit: BTreeSet<(SiteId, Millis)>,
+    owners: BTreeMap<Generation, SiteId>,
+    max_generation: Generation,
+    trace: Vec<String>,
+    stats: Stats,
+}
+
+/// Runs one schedule with `rules`, checking `check` after every step.
+pub fn run_schedule(
+    seed: u64,
+    rules: Rules,
+    check: &[Invariant],
+    steps: usize,
+    keep_trace: bool,
+) -> Result<Stats, Violation> {
+    let mut rng = Rng::new(seed);
+    let (name, plan) = match rng.below(100) {
+        0..35 => ("pg", fixtures::pg_plan()),
+        35..55 => ("erp-db", fixtures::erp_plan_three(&["dc3", "dc2"])),
+        _ => ("erp-db", fixtures::erp_plan_full()),
+    };
+    let config = fixtures::config_with(vec![(name, plan)]);
+    let plan_id = fixtures::plan_id(name);
+    let plan = config.plan(plan_id.as_str()).unwrap();
+    let mut sim = Sim::new(seed, rng, &config, plan_id.clone(), plan, rules, check);
+    let r = sim.run(steps, keep_trace);
+    if keep_trace {
+        for l in &sim.trace {
+            eprintln!("{l}");
+        }
+    }
+    r
+}
+
+impl<'c> Sim<'c> {
+    fn new(
+        seed: u64,
+        mut rng: Rng,
+        config: &'c ValidatedConfig,
+        plan_id: PlanId,
+        plan: &'c PlanConfig,
+        rules: Rules,
+        check: &[Invariant],
+    ) -> Self {
+        let state = PlanState::initial(plan);
+        let mut stopped = BTreeMap::new();
+        let mut healthy = BTreeMap::new();
+        let mut ready = BTreeMap::new();
+        let mut shield_up = BTreeMap::new();
+        let standby_fenced = rng.pct(60);
+        for s in plan.sites() {
+            let fenced = *s != state.owner && standby_fenced;
+            for (i, b) in plan.instances[s].iter().enumerate() {
+                let k = BindingKey::site(s, i);
+                match b.role {
+                    Role::Fence => {
+                        stopped.insert(k, fenced);
+                    }
+                    Role::Shield => {
+                        shield_up.insert(k, false);
+                    }
+                    _ => {}
+                }
+            }
+            healthy.insert(s.clone(), true);
+            ready.insert(s.clone(), rng.pct(80));
+        }
+        let flaky = *rng.pick(&[0, 5, 15, 30]);
+        let mut owners = BTreeMap::new();
+        owners.insert(state.generation, state.owner.clone());
+        let now = Millis(1_700_000_000_000);
+        Self {
+            seed,
+            rng,
+            config,
+            plan_id,
+            plan,
+            rules,
+            check: check.to_vec(),
+            max_generation: state.generation,
+            state,
+            world: World {
+                stopped,
+                healthy,
+                ready,
+                lost: BTreeSet::new(),
+                shield_up,
+                watchdog: BTreeMap::new(),
+                fired: BTreeMap::new(),
+                last_armed: BTreeMap::new(),
+                flaky,
+            },
+            observations: BTreeMap::new(),
+            results: BTreeMap::new(),
+            queue: VecDeque::new(),
+            now,
+            term: Term(1),
+            leader: true,
+            lease_until: now.plus(Duration::from_secs(2)),
+            history: VecDeque::new(),
+            confirmed: BTreeSet::new(),
+            legit: BTreeSet::new(),
+            owners,
+            trace: Vec::new(),
+            stats: Stats::default(),
+        }
+    }
+
+    fn log(&mut self, keep: bool, line: impl FnOnce() -> String) {
+        if keep {
+            self.trace.push(line());
+        }
+    }
+
+    fn run(&mut self, steps: usize, keep: bool) -> Result<Stats, Violation> {
+        for step in 0..steps {
+            self.stats.steps += 1;
+            self.now = self
+                .now
+                .plus(Duration::from_millis(500 + self.rng.below(4500)));
+            self.events(keep);
+            self.execute(keep);
+            self.fire_watchdogs();
+            self.leader_cycle(step, keep)?;
+        }
+        Ok(self.stats)
+    }
+
+    fn sites(&self) -> Vec<SiteId> {
+        self.plan.sites().cloned().collect()
+    }
+
+    // ----- the world changes on its own, and operators act -----
+
+    fn events(&mut self, keep: bool) {
+        let sites = self.sites();
+        let owner = self.state.owner.clone();
+        if self.rng.pct(4) {
+            self.world.healthy.insert(owner.clone(), false);
+            self.log(keep, || format!("  world: {owner} unhealthy"));
+        }
+        if self.rng.pct(3) {
+            let s = self.rng.pick(&sites).clone();
+            self.world.healthy.insert(s.clone(), true);
+        }
+        if self.rng.pct(5) {
+            let s = self.rng.pick(&sites).clone();
+            let r = !self.world.ready[&s];
+            self.world.ready.insert(s, r);
+        }
+        if self.rng.pct(3) {
+            let s = self.rng.pick(&sites).clone();
+            self.log(keep, || format!("  world: {s} lost"));
+            self.world.lost.insert(s);
+        }
+        if self.rng.pct(6) && !self.world.lost.is_empty() {
+            let v: Vec<SiteId> = self.world.lost.iter().cloned().collect();
+            let s = self.rng.pick(&v).clone();
+            self.world.lost.remove(&s);
+        }
+        if self.rng.pct(2) {
+            // A returning site: someone powers a fenced site back on.
+            let s = self.rng.pick(&sites).clone();
+            for (k, v) in self.world.stopped.iter_mut() {
+                if k.site.as_ref() == Some(&s) {
+                    *v = false;
+                }
+            }
+            self.world.healthy.insert(s.clone(), true);
+            self.log(keep, || format!("  world: {s} powered back on"));
+        }
+        if self.rng.pct(3) {
+            // A new leader: the old one's lease has run out first.
+            self.term = Term(self.term.0 + 1);
+            self.leader = true;
+            self.lease_until = self.now.plus(Duration::from_secs(2));
+            let t = self.term;
+            self.log(keep, || format!("  cluster: new leader, term {t}"));
+        } else if self.rng.pct(3) {
+            self.leader = false;
+        } else if self.rng.pct(90) {
+            self.leader = true;
+            self.lease_until = self.now.plus(Duration::from_secs(2));
+        }
+        if self.rng.pct(5) {
+            self.operator(keep);
+        }
+    }
+
+    fn operator(&mut self, keep: bool) {
+        let sites = self.sites();
+        let s = self.rng.pick(&sites).clone();
+        let kind = match self.rng.below(9) {
+            0 | 1 => IntentKind::Failover { to: s.clone() },
+            2 => IntentKind::Switchover { to: s.clone() },
+            3 | 4 => IntentKind::ConfirmFenced { site: s.clone() },
+            5 => IntentKind::Pause,
+            6 => IntentKind::Resume,
+            7 => IntentKind::Retry,
+            _ => IntentKind::Abort,
+        };
+        let generation = if self.rng.pct(10) {
+            Generation(self.state.generation.0.saturating_sub(1))
+        } else {
+            self.state.generation
+        };
+        if let IntentKind::ConfirmFenced { site } = &kind
+            && generation == self.state.generation
+        {
+            self.confirmed.insert((site.clone(), generation));
+        }
+        let k = kind.clone();
+        self.log(keep, || {
+            format!("  operator: {k:?} at generation {generation}")
+        });
+        // Intents are written through the same compare-and-set as everything else.
+        self.state.intents.push(Intent {
+            kind,
+            generation,
+            by: "op".into(),
+            why: "sim".into(),
+            at: self.now,
+        });
+        self.state.revision += 1;
+    }
+
+    fn reachable(&mut self, k: &BindingKey) -> bool {
+        let Some(b) = binding(self.plan, k) else {
+            return false;
+        };
+        let c = self.config.controller(b.controller.as_str()).unwrap();
+        let ok = c.allowed_sites().any(|s| !self.world.lost.contains(s));
+        ok && !self.rng.pct(self.world.flaky)
+    }
+
+    fn read(&mut self, k: &BindingKey) -> Observed {
+        if !self.reachable(k) {
+            return Observed::Unknown;
+        }
+        let b = binding(self.plan, k).unwrap();
+        let site = k.site.clone();
+        let holds = match (b.role, &site) {
+            (Role::Fence, _) => self.world.stopped[k],
+            (Role::Shield, _) => self.world.shield_up[k],
+            (Role::Health, Some(s)) => self.world.healthy[s] && !self.site_down(s),
+            (Role::Readiness, Some(s)) => self.world.ready[s],
+            _ => true,
+        };
+        if holds {
+            Observed::Holds
+        } else {
+            Observed::NotHeld
+        }
+    }
+
+    fn site_down(&self, s: &SiteId) -> bool {
+        self.world.stopped.iter().any(|(k, v)| {
+            *v && k.site.as_ref() == Some(s) && binding(self.plan, k).is_some_and(|b| b.required)
+        })
+    }
+
+    // ----- the runtime executes commands -----
+
+    fn execute(&mut self, keep: bool) {
+        let mut later = VecDeque::new();
+        while let Some(p) = self.queue.pop_front() {
+            if p.ready_at > self.now {
+                later.push_back(p);
+                continue;
+            }
+            if p.lost {
+                continue;
+            }
+            // The executor refuses a command from a deposed leader.
+            let outcome = if p.cmd.term < self.term {
+                Outcome::Unknown
+            } else {
+                self.apply(&p.cmd, p.ready_at)
+            };
+            let c = p.cmd.to_string();
+            self.log(keep, || format!("  exec {c}: {outcome:?}"));
+            self.results.insert(
+                p.cmd.op.clone(),
+                OpResult {
+                    binding: p.cmd.action.binding().cloned(),
+                    outcome,
+                    at: p.ready_at,
+                },
+            );
+        }
+        self.queue = later;
+        let horizon = Millis(self.now.0.saturating_sub(90_000));
+        self.results.retain(|_, r| r.at >= horizon);
+    }
+
+    fn outcome(&mut self, k: &BindingKey) -> Outcome {
+        if !self.reachable(k) {
+            Outcome::Unknown
+        } else if self.rng.pct(8) {
+            Outcome::Failed
+        } else {
+            Outcome::Done
+        }
+    }
+
+    fn apply(&mut self, cmd: &Command, at: Millis) -> Outcome {
+        match &cmd.action {
+            Action::Check { binding } => {
+                let v = self.read(binding);
+                self.observations
+                    .insert(binding.clone(), Observation::new(v, at));
+                Outcome::Done
+            }
+            Action::Fence { binding } => {
+                let o = self.outcome(binding);
+                // A timed-out fence may or may not have taken.
+                if o == Outcome::Done || o == Outcome::Unknown && self.rng.pct(50) {
+                    self.world.stopped.insert(binding.clone(), true);
+                }
+                o
+            }
+            Action::Unfence { binding } => {
+                let o = self.outcome(binding);
+                if o == Outcome::Done {
+                    self.world.stopped.insert(binding.clone(), false);
+                }
+                o
+            }
+            Action::Recover { binding } | Action::Switchover { binding } => {
+                let o = self.outcome(binding);
+                if o == Outcome::Done
+                    && let Some(s) = &binding.site
+                {
+                    self.world.healthy.insert(s.clone(), true);
+                }
+                o
+            }
+            Action::Service { binding, .. } => self.outcome(binding),
+            Action::RaiseShield { binding } | Action::LowerShield { binding } => {
+                let o = self.outcome(binding);
+                if o == Outcome::Done {
+                    let up = matches!(cmd.action, Action::RaiseShield { .. });
+                    self.world.shield_up.insert(binding.clone(), up);
+                }
+                o
+            }
+            Action::RenewDeadMan { binding, not_after } => {
+                // The executor honours `not_after`: that is what makes expiry provable.
+                if at > *not_after {
+                    return Outcome::Failed;
+                }
+                let o = self.outcome(binding);
+                if o == Outcome::Done {
+                    let timeout = binding_timeout(self.plan, binding);
+                    let s = binding.site.clone().unwrap();
+                    self.world.watchdog.insert(s.clone(), at.plus(timeout));
+                    self.world.last_armed.insert(s, at);
+                }
+                o
+            }
+            Action::Alarm { .. } => Outcome::Done,
+        }
+    }
+
+    fn fire_watchdogs(&mut self) {
+        let due: Vec<(SiteId, Millis)> = self
+            .world
+            .watchdog
+            .iter()
+            .filter(|(_, t)| **t <= self.now)
+            .map(|(s, t)| (s.clone(), *t))
+            .collect();
+        for (s, t) in due {
+            self.world.watchdog.remove(&s);
+            self.world.fired.insert(s.clone(), t);
+            let keys: Vec<BindingKey> = self
+                .world
+                .stopped
+                .keys()
+                .filter(|k| k.site.as_ref() == Some(&s))
+                .filter(|k| fence_level(self.config, self.plan, k) == Some(FenceLevel::Compute))
+                .cloned()
+                .collect();
+            for k in keys {
+                self.world.stopped.insert(k, true);
+            }
+        }
+    }
+
+    // ----- the leader decides -----
+
+    fn leader_cycle(&mut self, step: usize, keep: bool) -> Result<(), Violation> {
+        // Now and then a deposed leader decides from an old state; its lease has run out.
+        // (The lease protocol has a new leader wait out the old lease, so by the time a newer
+        // term exists the deposed leader's lease has run out.)
+        let i = self.rng.below(self.history.len().max(1) as u64) as usize;
+        if self.rng.pct(3) && self.history.get(i).is_some_and(|h| h.1 < self.term) {
+            let (old, term, lease) = self.history[i].clone();
+            let lease_until = std::cmp::min(lease, self.now);
+            let in_flight = self.in_flight();
+            let snap = self.snapshot(
+                &old,
+                &in_flight,
+                Leadership {
+                    leader: true,
+                    term,
+                    lease_until,
+                },
+            );
+            let d = decide_with(&snap, &self.rules);
+            self.check_decision(step, &snap, &d, None)?;
+            if let Some(ch) = &d.state_change
+                && let Ok(next) = self.state.apply(ch)
+            {
+                return Err(self.violation(
+                    step,
+                    Invariant::OneOwnerPerGeneration,
+                    format!("a deposed leader's write was accepted: {next:?}"),
+                ));
+            }
+        }
+        let leadership = Leadership {
+            leader: self.leader,
+            term: self.term,
+            lease_until: self.lease_until,
+        };
+        let state = self.state.clone();
+        let in_flight = self.in_flight();
+        // Built from the fields, not through a method, so the trace can grow meanwhile.
+        let snap = Snapshot {
+            config: self.config,
+            plan: self.plan_id.clone(),
+            state: &state,
+            observations: &self.observations,
+            results: &self.results,
+            in_flight: &in_flight,
+            leadership,
+            now: self.now,
+        };
+        let d = decide_with(&snap, &self.rules);
+        self.stats.decisions += 1;
+        if keep {
+            self.trace.push(format!("[{step}] {}", d.reason));
+        }
+        let next = match &d.state_change {
+            Some(ch) => match self.state.apply(ch) {
+                Ok(n) => Some(n),
+                Err(e) => {
+                    return Err(self.violation(
+                        step,
+                        Invariant::OneOwnerPerGeneration,
+                        format!("the leader's own write was refused: {e}"),
+                    ));
+                }
+            },
+            None => None,
+        };
+        self.check_decision(step, &snap, &d, next.as_ref())?;
+        if let Some(n) = next {
+            if n.generation != self.state.generation {
+                self.stats.commits += 1;
+            }
+            if n.transition().is_some_and(|t| t.halted.is_some())
+                && self.state.transition().is_none_or(|t| t.halted.is_none())
+            {
+                self.stats.halts += 1;
+            }
+            self.history
+                .push_back((self.state.clone(), self.term, self.lease_until));
+            if self.history.len() > 8 {
+                self.history.pop_front();
+            }
+            for e in &n.evidence {
+                if is_new(&self.state.evidence, e) {
+                    match e.kind {
+                        EvidenceKind::DeadManExpired { .. } => self.stats.dead_man_evidence += 1,
+                        EvidenceKind::OperatorConfirmed { .. } => self.stats.confirmations += 1,
+                    }
+                }
+                if is_new(&self.state.evidence, e)
+                    && self.evidence_legit(&e.site, &e.kind, e.generation, self.state.owner_since)
+                {
+                    self.legit.insert((e.site.clone(), e.at));
+                }
+            }
+            self.state = n;
+        }
+        self.check_owner(step)?;
+        for c in d.commands {
+            self.stats.commands += 1;
+            match c.action {
+                Action::Switchover { .. } => self.stats.switchovers += 1,
+                Action::Alarm { .. } => self.stats.alarms += 1,
+                Action::RaiseShield { .. } => self.stats.shields += 1,
+                Action::Recover { .. } => self.stats.recoveries += 1,
+                _ => {}
+            }
+            let line = c.to_string();
+            self.log(keep, || format!("  issue {line}"));
+            let delay = self.rng.below(6000);
+            let lost = self.rng.pct(2);
+            self.queue.push_back(Pending {
+                ready_at: self.now.plus(Duration::from_millis(delay)),
+                cmd: c,
+                lost,
+            });
+        }
+        Ok(())
+    }
+
+    fn in_flight(&self) -> BTreeMap<OpId, BindingKey> {
+        self.queue
+            .iter()
+            .filter_map(|p| Some((p.cmd.op.clone(), p.cmd.action.binding()?.clone())))
+            .collect()
+    }
+
+    fn snapshot<'s>(
+        &'s self,
+        state: &'s PlanState,
+        in_flight: &'s BTreeMap<OpId, BindingKey>,
+        leadership: Leadership,
+    ) -> Snapshot<'s> {
+        Snapshot {
+            config: self.config,
+            plan: self.plan_id.clone(),
+            state,
+            observations: &self.observations,
+            results: &self.results,
+            in_flight,
+            leadership,
+            now: self.now,
+        }
+    }
+
+    // ----- the checker -----
+
+    fn violation(&self, step: usize, invariant: Invariant, detail: String) -> Violation {
+        Violation {
+            seed: self.seed,
+            step,
+            invariant,
+            detail,
+            trace: self.trace.clone(),
+        }
+    }
+
+    fn on(&self, i: Invariant) -> bool {
+        self.check.contains(&i)
+    }
+
+    /// Whether `site` is proven stopped at `generation`, judged from the raw observations and
+    /// the world's record, never from the core's verdict.
+    fn proven(
+        &self,
+        snap: &Snapshot<'_>,
+        state: &PlanState,
+        site: &SiteId,
+        generation: Generation,
+    ) -> Result<(), String> {
+        let mut readings = Vec::new();
+        let mut all = true;
+        let mut contradicted = false;
+        for (i, b) in self.plan.instances[site].iter().enumerate() {
+            let k = BindingKey::site(site, i);
+            if b.role != Role::Fence
+                || !b.required
+                || fence_level(self.config, self.plan, &k) == Some(FenceLevel::Application)
+            {
+                continue;
+            }
+            let o = snap.observations.get(&k);
+            let fresh = o.is_some_and(|o| snap.now.since(o.at) <= self.plan.freshness);
+            let holds = fresh && o.is_some_and(|o| o.value == Observed::Holds);
+            contradicted |= fresh && o.is_some_and(|o| o.value == Observed::NotHeld);
+            all &= holds;
+            readings.push(format!("{k}={:?}", o.map(|o| (o.value, o.at.0))));
+        }
+        if all && !readings.is_empty() {
+            return Ok(());
+        }
+        if !contradicted {
+            for e in state
+                .evidence
+                .iter()
+                .filter(|e| &e.site == site && e.generation == generation)
+            {
+                let recorded_now = is_new(&snap.state.evidence, e);
+                if self.legit.contains(&(site.clone(), e.at))
+                    || recorded_now
+                        && self.evidence_legit(site, &e.kind, generation, snap.state.owner_since)
+                {
+                    return Ok(());
+                }
+            }
+        }
+        Err(format!(
+            "{site} not proven at generation {generation}: {}; evidence {:?}; watchdog armed {:?}, last armed {:?}, fired {:?}",
+            readings.join(", "),
+            state.evidence,
+            self.world.watchdog.get(site),
+            self.world.last_armed.get(site),
+            self.world.fired.get(site),
+        ))
+    }
+
+    fn evidence_legit(
+        &self,
+        site: &SiteId,
+        kind: &EvidenceKind,
+        generation: Generation,
+        owner_since: Millis,
+    ) -> bool {
+        match kind {
+            // Confirmations carry over to the generation the new owner commits.
+            EvidenceKind::OperatorConfirmed { .. } => {
+                self.confirmed.contains(&(site.clone(), generation))
+                    || self
+                        .confirmed
+                        .contains(&(site.clone(), Generation(generation.0.saturating_sub(1))))
+            }
+            // The world's own record: this site's watchdog was armed while it owned the plan,
+            // and really fired after it was last renewed.
+            EvidenceKind::DeadManExpired { .. } => {
+                self.world.fired.get(site).is_some_and(|t| {
+                    *t <= self.now
+                        && self
+                            .world
+                            .last_armed
+                            .get(site)
+                            .is_some_and(|a| a <= t && *a >= owner_since)
+                }) && !self.world.watchdog.contains_key(site)
+            }
+        }
+    }
+
+    fn check_decision(
+        &self,
+        step: usize,
+        snap: &Snapshot<'_>,
+        d: &Decision,
+        next: Option<&PlanState>,
+    ) -> Result<(), Violation> {
+        let after = next.unwrap_or(snap.state);
+        if self.on(Invariant::CurrentTermOnly) {
+            let valid = snap.leadership.valid_at(snap.now);
+            for c in &d.commands {
+                if !valid || c.term != snap.leadership.term || c.term != self.term {
+                    return Err(self.violation(
+                        step,
+                        Invariant::CurrentTermOnly,
+                        format!(
+                            "{c} issued with leadership {:?}, current term {}",
+                            snap.leadership, self.term
+                        ),
+                    ));
+                }
+            }
+            if !valid && d.state_change.is_some() {
+                return Err(self.violation(
+                    step,
+                    Invariant::CurrentTermOnly,
+                    "a write without a valid lease".into(),
+                ));
+            }
+        }
+        for c in &d.commands {
+            let promoted_at = match &c.action {
+                Action::Switchover { binding } => binding.site.clone(),
+                Action::Service { site, .. } => Some(site.clone()),
+                Action::Unfence { binding } => binding.site.clone(),
+                _ => None,
+            };
+            let Some(target) = promoted_at else { continue };
+            let inv = if matches!(c.action, Action::Unfence { .. }) {
+                Invariant::NoUnfenceAtNonOwner
+            } else {
+                Invariant::FencedBeforePromote
+            };
+            if !self.on(inv) {
+                continue;
+            }
+            if inv == Invariant::NoUnfenceAtNonOwner {
+                let promoting = after.transition().map(|t| &t.target) == Some(&target)
+                    || snap.state.transition().map(|t| &t.target) == Some(&target);
+                if !promoting {
+                    return Err(self.violation(
+                        step,
+                        inv,
+                        format!("{c} at {target}, which is not being promoted"),
+                    ));
+                }
+            }
+            // Service goes last: only to the owner the commit made, at its generation.
+            if matches!(c.action, Action::Service { .. })
+                && (after.owner != target || c.generation != after.generation)
+            {
+                return Err(self.violation(
+                    step,
+                    inv,
+                    format!("{c} before {target} was committed as owner"),
+                ));
+            }
+            for s in self.sites().iter().filter(|s| **s != target) {
+                if let Err(why) = self.proven(snap, after, s, c.generation) {
+                    return Err(self.violation(step, inv, format!("{c}: {why}")));
+                }
+            }
+        }
+        if self.on(Invariant::UnknownIsNotProof)
+            && let Some(n) = next
+        {
+            if n.generation != snap.state.generation {
+                for s in self.sites().iter().filter(|s| **s != n.owner) {
+                    if let Err(why) = self.proven(snap, n, s, n.generation) {
+                        return Err(self.violation(
+                            step,
+                            Invariant::UnknownIsNotProof,
+                            format!(
+                                "committed {} at generation {}: {why}",
+                                n.owner, n.generation
+                            ),
+                        ));
+                    }
+                }
+            }
+            for e in &n.evidence {
+                if is_new(&snap.state.evidence, e)
+                    && !self.evidence_legit(&e.site, &e.kind, e.generation, snap.state.owner_since)
+                {
+                    return Err(self.violation(
+                        step,
+                        Invariant::UnknownIsNotProof,
+                        format!("evidence recorded without proof: {e:?}"),
+                    ));
+                }
+            }
+        }
+        Ok(())
+    }
+
+    fn check_owner(&mut self, step: usize) -> Result<(), Violation> {
+        if !self.on(Invariant::OneOwnerPerGeneration) {
+            return Ok(());
+        }
+        let g = self.state.generation;
+        if g < self.max_generation {
+            return Err(self.violation(
+                step,
+                Invariant::OneOwnerPerGeneration,
+                format!("generation went back from {} to {g}", self.max_generation),
+            ));
+        }
+        self.max_generation = g;
+        match self.owners.get(&g) {
+            Some(o) if *o != self.state.owner => Err(self.violation(
+                step,
+                Invariant::OneOwnerPerGeneration,
+                format!("generation {g} owned by {o} and by {}", self.state.owner),
+            )),
+            Some(_) => Ok(()),
+            None => {
+                self.owners.insert(g, self.state.owner.clone());
+                Ok(())
+            }
+        }
+    }
+}
+
+/// Whether `e` was recorded by this decision (evidence carried into a new generation at a
+/// commit is the same evidence).
+fn is_new(before: &[qfence_core::Evidence], e: &qfence_core::Evidence) -> bool {
+    !before
+        .iter()
+        .any(|b| b.site == e.site && b.at == e.at && b.kind == e.kind)
+}
+
+fn binding_timeout(plan: &PlanConfig, k: &BindingKey) -> Duration {
+    binding(plan, k)
+        .and_then(|b| b.params.get("timeout_seconds")?.parse::<f64>().ok())
+        .map(Duration::from_secs_f64)
+        .unwrap_or(Duration::from_secs(60))
+}
+
+/// Schedules per invariant file by default: five files make 10,000 per run.
+pub const DEFAULT_SCHEDULES: u64 = 2000;
+
+/// Steps per schedule: about seven minutes of simulated time (2.75 s a step on average).
+pub const STEPS: usize = 150;
+
+/// Steps per schedule: `QFENCE_SIM_STEPS`, or [`STEPS`]. Longer schedules reach failbacks
+/// and chains of moves; a replay must use the same value as the run that failed.
+pub fn steps() -> usize {
+    env_u64("QFENCE_SIM_STEPS").map_or(STEPS, |n| n as usize)
+}
+
+fn env_u64(name: &str) -> Option<u64> {
+    std::env::var(name).ok().and_then(|v| v.trim().parse().ok())
+}
+
+/// Runs the schedules for one invariant file: `QFENCE_SIM_SCHEDULES` of them (default
+/// `default`), or only `QFENCE_SIM_SEED` with its trace. Panics with the seed on a violation.
+pub fn run_invariant(invariant: Invariant, default: u64) {
+    if let Some(seed) = env_u64("QFENCE_SIM_SEED") {
+        match run_schedule(seed, Rules::default(), &[invariant], steps(), true) {
+            Ok(s) => eprintln!("seed {seed}: {} holds ({s:?})", invariant.name()),
+            Err(v) => panic!("{}", report(&v)),
+        }
+        return;
+    }
+    let n = env_u64("QFENCE_SIM_SCHEDULES").unwrap_or(default);
+    let started = std::time::Instant::now();
+    // Schedules are independent: spread them over the cores (seed i goes to thread i % t).
+    let steps = steps();
+    let threads = std::thread::available_parallelism().map_or(1, |p| p.get()) as u64;
+    let outcomes: Vec<Result<Stats, Violation>> = std::thread::scope(|scope| {
+        let handles: Vec<_> = (0..threads)
+            .map(|t| {
+                scope.spawn(move || {
+                    let mut total = Stats::default();
+                    for i in (t..n).step_by(threads as usize) {
+                        let seed = invariant.seed_base() + i;
+                        total += run_schedule(seed, Rules::default(), &[invariant], steps, false)?;
+                    }
+                    Ok(total)
+                })
+            })
+            .collect();
+        handles
+            .into_iter()
+            .map(|h| h.join().expect("a simulation thread panicked"))
+            .collect()
+    });
+    let mut total = Stats::default();
+    for o in outcomes {
+        match o {
+            Ok(s) => total += s,
+            Err(v) => panic!("{}", report(&v)),
+        }
+    }
+    eprintln!(
+        "{}: {n} schedules in {:.1?}: {total:?}",
+        invariant.name(),
+        started.elapsed()
+    );
+    // The schedules must reach what the invariants are about, or they prove nothing.
+    if n >= 1000 {
+        assert!(
+            total.commits > 0
+                && total.switchovers > 0
+                && total.dead_man_evidence > 0
+                && total.confirmations > 0
+                && total.alarms > 0
+                && total.shields > 0
+                && total.recoveries > 0,
+            "the schedules missed a behaviour: {total:?}"
+        );
+    }
+}
+
+/// A violation as printed: the invariant, the seed to replay, and the trace's tail.
+pub fn report(v: &Violation) -> String {
+    let mut s = String::new();
+    let _ = writeln!(
+        s,
+        "invariant {} broken at step {} of seed {}: {}\nreplay: QFENCE_SIM_SEED={} cargo test -p qfence-core --test <this file> (with the same QFENCE_SIM_STEPS, if set)",
+        v.invariant.name(),
+        v.step,
+        v.seed,
+        v.detail,
+        v.seed
+    );
+    for l in v.trace.iter().rev().take(60).rev() {
+        let _ = writeln!(s, "{l}");
+    }
+    s
+}
