@@ -23,6 +23,11 @@
 //!    cluster's own CA are accepted, in both directions.
 
 pub mod error;
+pub mod routing;
+pub mod signing;
 pub mod state;
+pub mod store;
+pub mod tls;
+pub mod types;
 
 pub use error::ClusterError;

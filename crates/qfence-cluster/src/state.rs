@@ -47,6 +47,12 @@ impl Request {
     }
 }
 
+impl std::fmt::Display for Request {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "{}(format {})", self.command.kind(), self.format)
+    }
+}
+
 impl From<Command> for Request {
     fn from(command: Command) -> Self {
         Self::new(command)
