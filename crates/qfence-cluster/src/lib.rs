@@ -23,6 +23,9 @@
 //!    cluster's own CA are accepted, in both directions.
 
 pub mod error;
+pub mod forward;
+pub mod network;
+pub mod node;
 pub mod routing;
 pub mod signing;
 pub mod state;
