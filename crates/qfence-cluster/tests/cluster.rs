@@ -486,3 +486,52 @@ async fn a_node_with_a_certificate_from_another_ca_is_refused() {
     assert!(err.is_err(), "{err:?}");
     node.node.shutdown().await;
 }
+
+#[tokio::test]
+async fn losing_a_site_makes_its_controllers_unknown_unless_another_site_reaches_them() {
+    init_logs();
+    let dir = tempfile::tempdir().unwrap();
+    let (_ca, sites) = three(&dir).await;
+    let nodes: Vec<&ClusterNode> = sites.iter().map(|s| &s.node).collect();
+    let (dc1, dc2, wit) = (nodes[0], nodes[1], nodes[2]);
+    let leader = leader_of(&nodes).await;
+    for c in [
+        controller("pve-dc1", "dc1", &[]),
+        controller("bmc-dc1", "dc1", &["dc2"]),
+    ] {
+        leader
+            .write(Command::RegisterController { controller: c })
+            .await
+            .unwrap();
+    }
+    if leader.name() == dc1.name() {
+        leader.transfer_leadership(dc2.name()).await.unwrap();
+    }
+    let pve = ControllerId::new("pve-dc1").unwrap();
+    let bmc = ControllerId::new("bmc-dc1").unwrap();
+
+    step("dc1's orchestrator goes away");
+    dc1.shutdown().await;
+    let leader = leader_of(&[dc2, wit]).await;
+    wait_until("the leader to see dc1 as not live", || {
+        leader
+            .candidates()
+            .iter()
+            .any(|c| c.id == *dc1.name() && !c.live)
+    })
+    .await;
+
+    step("A dc1-only controller reads UNKNOWN; the BMC in reach of dc2 still answers");
+    let r = leader.call(&pve, None, json!({"op": "vm.status"})).await;
+    assert!(
+        matches!(&r, CallOutcome::Unknown { reason, .. } if reason.contains("no live orchestrator")),
+        "{r:?}"
+    );
+    let r = leader.call(&bmc, None, json!({"op": "power.status"})).await;
+    assert!(
+        matches!(&r, CallOutcome::Done { by, .. } if by == dc2.name()),
+        "{r:?}"
+    );
+    dc2.shutdown().await;
+    wit.shutdown().await;
+}
