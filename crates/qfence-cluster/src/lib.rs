@@ -22,6 +22,7 @@
 //! 5. **Transport** ([`tls`], [`network`]): HTTPS with mutual TLS; only certificates from the
 //!    cluster's own CA are accepted, in both directions.
 
+pub mod bench;
 pub mod error;
 pub mod forward;
 pub mod network;
