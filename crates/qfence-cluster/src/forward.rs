@@ -87,3 +87,24 @@ impl CallExecutor for NoopExecutor {
         })
     }
 }
+
+/// An executor for a process without controller drivers: every call fails, so the leader
+/// reports UNKNOWN. The safe default for a cluster-only node.
+#[derive(Debug, Default, Clone)]
+pub struct NoDriversExecutor;
+
+impl CallExecutor for NoDriversExecutor {
+    fn execute<'a>(
+        &'a self,
+        controller: &'a ControllerRecord,
+        _call: &'a serde_json::Value,
+        _cancel: CancellationToken,
+    ) -> BoxFuture<'a, Result<serde_json::Value, String>> {
+        Box::pin(async move {
+            Err(format!(
+                "this process has no controller drivers; {} was not called",
+                controller.id
+            ))
+        })
+    }
+}

@@ -965,6 +965,8 @@ fn router(inner: Arc<Inner>) -> Router {
         .route("/cluster/join", post(join))
         .route("/cluster/forward", post(forward))
         .route("/cluster/status", get(status))
+        .route("/admin/write", post(admin_write))
+        .route("/admin/call", post(admin_call))
         .with_state(inner)
 }
 
@@ -1051,4 +1053,91 @@ async fn forward(State(s): Shared, Json(c): Json<SignedCall>) -> Reply<ForwardRe
 
 async fn status(State(s): Shared) -> Json<StatusReport> {
     Json(s.status())
+}
+
+/// A controller call asked for through the admin endpoint.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct CallRequest {
+    pub controller: ControllerId,
+    pub plan: Option<(PlanId, Generation)>,
+    pub call: serde_json::Value,
+}
+
+// Operator and test tooling holding a certificate from the cluster CA may propose commands and
+// calls; members are trusted to the same degree (any of them may become leader).
+async fn admin_write(State(s): Shared, Json(c): Json<Command>) -> Reply<Response> {
+    Json(s.write(c).await.map_err(|e| e.to_string()))
+}
+
+async fn admin_call(State(s): Shared, Json(c): Json<CallRequest>) -> Reply<CallOutcome> {
+    Json(Ok(s.call(&c.controller, c.plan, c.call).await))
+}
+
+/// An mTLS client for a node's endpoint, for operator tools and tests.
+#[derive(Debug, Clone)]
+pub struct AdminClient {
+    client: reqwest::Client,
+}
+
+impl AdminClient {
+    /// A client presenting `tls`'s certificate.
+    pub fn new(tls: &NodeTls, timeout: Duration) -> Result<Self, ClusterError> {
+        crate::tls::install_crypto_provider();
+        Ok(Self {
+            client: tls.http_client(timeout)?,
+        })
+    }
+
+    async fn send<T: serde::de::DeserializeOwned>(
+        &self,
+        address: &str,
+        req: reqwest::RequestBuilder,
+    ) -> Result<T, ClusterError> {
+        let peer = |message: String| ClusterError::Peer {
+            peer: address.to_owned(),
+            message,
+        };
+        req.send()
+            .await
+            .map_err(|e| peer(e.to_string()))?
+            .json()
+            .await
+            .map_err(|e| peer(e.to_string()))
+    }
+
+    /// `GET /cluster/status` of the node at `address`.
+    pub async fn status(&self, address: &str) -> Result<StatusReport, ClusterError> {
+        let req = self.client.get(format!("https://{address}/cluster/status"));
+        self.send(address, req).await
+    }
+
+    /// Proposes a command at the node at `address` (it must be the leader).
+    pub async fn write(&self, address: &str, command: &Command) -> Result<Response, ClusterError> {
+        let req = self
+            .client
+            .post(format!("https://{address}/admin/write"))
+            .json(command);
+        let r: Result<Response, String> = self.send(address, req).await?;
+        r.map_err(|message| ClusterError::Peer {
+            peer: address.to_owned(),
+            message,
+        })
+    }
+
+    /// Asks the node at `address` (it must be the leader) to make a controller call.
+    pub async fn call(
+        &self,
+        address: &str,
+        call: &CallRequest,
+    ) -> Result<CallOutcome, ClusterError> {
+        let req = self
+            .client
+            .post(format!("https://{address}/admin/call"))
+            .json(call);
+        let r: Result<CallOutcome, String> = self.send(address, req).await?;
+        r.map_err(|message| ClusterError::Peer {
+            peer: address.to_owned(),
+            message,
+        })
+    }
 }
