@@ -283,7 +283,11 @@ fn issue(a: &IssueArgs) -> anyhow::Result<()> {
         let p = a.ca_dir.join(f);
         std::fs::read_to_string(&p).with_context(|| format!("reading {}", p.display()))
     };
-    let ca = CertificateAuthority::from_pem(read("cluster-name")?.trim(), &read("ca.pem")?, &read("ca.key")?)?;
+    let ca = CertificateAuthority::from_pem(
+        read("cluster-name")?.trim(),
+        &read("ca.pem")?,
+        &read("ca.key")?,
+    )?;
     OrchestratorId::new(&a.name).context("--name")?;
     ca.issue(&a.name, &a.hosts)?.save(&a.out_dir)?;
     println!(
@@ -315,7 +319,10 @@ async fn join(a: JoinArgs) -> anyhow::Result<()> {
     }
     node.shutdown().await;
     joined?;
-    println!("{} ({}) joined through {}.", identity.name, identity.site, a.seed);
+    println!(
+        "{} ({}) joined through {}.",
+        identity.name, identity.site, a.seed
+    );
     Ok(())
 }
 
@@ -329,7 +336,9 @@ async fn run_node(a: RunArgs) -> anyhow::Result<()> {
     let executor: Arc<dyn CallExecutor> = match a.executor {
         ExecutorKind::None => Arc::new(NoDriversExecutor),
         ExecutorKind::Noop => {
-            eprintln!("warning: --executor noop answers every controller call without doing anything; labs and tests only");
+            eprintln!(
+                "warning: --executor noop answers every controller call without doing anything; labs and tests only"
+            );
             Arc::new(NoopExecutor)
         }
     };
@@ -346,13 +355,14 @@ async fn run_node(a: RunArgs) -> anyhow::Result<()> {
 async fn shutdown_signal() {
     #[cfg(unix)]
     {
-        let mut term = match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()) {
-            Ok(s) => s,
-            Err(_) => {
-                let _ = tokio::signal::ctrl_c().await;
-                return;
-            }
-        };
+        let mut term =
+            match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()) {
+                Ok(s) => s,
+                Err(_) => {
+                    let _ = tokio::signal::ctrl_c().await;
+                    return;
+                }
+            };
         tokio::select! {
             _ = tokio::signal::ctrl_c() => {}
             _ = term.recv() => {}
