@@ -175,6 +175,8 @@ struct Inner {
     executor: Arc<dyn CallExecutor>,
     shutdown: CancellationToken,
     leadership: Mutex<Option<Leadership>>,
+    /// Membership changes one at a time: openraft refuses a change while another is in progress.
+    join_lock: tokio::sync::Mutex<()>,
     timing: Timing,
 }
 
@@ -292,6 +294,7 @@ impl ClusterNode {
             executor,
             shutdown: shutdown.clone(),
             leadership: Mutex::new(None),
+            join_lock: tokio::sync::Mutex::new(()),
             timing: opts.timing,
         });
 
@@ -605,6 +608,7 @@ impl Inner {
     }
 
     async fn add_member(&self, join: &JoinRequest) -> Result<(), ClusterError> {
+        let _one_at_a_time = self.join_lock.lock().await;
         let id = node_id_for(&join.member.name);
         let m = self.metrics();
         if let Some(existing) = m.membership_config.membership().get_node(&id)
@@ -1085,6 +1089,25 @@ impl AdminClient {
         crate::tls::install_crypto_provider();
         Ok(Self {
             client: tls.http_client(timeout)?,
+        })
+    }
+
+    /// Like [`AdminClient::new`], resolving the given host names to fixed addresses (a harness
+    /// outside the nodes' DNS, such as a test driving containers).
+    pub fn with_resolve(
+        tls: &NodeTls,
+        timeout: Duration,
+        resolve: &[(String, SocketAddr)],
+    ) -> Result<Self, ClusterError> {
+        crate::tls::install_crypto_provider();
+        let mut builder = tls.http_client_builder(timeout)?;
+        for (host, addr) in resolve {
+            builder = builder.resolve(host, *addr);
+        }
+        Ok(Self {
+            client: builder
+                .build()
+                .map_err(|e| ClusterError::Tls(e.to_string()))?,
         })
     }
 

@@ -236,14 +236,20 @@ impl NodeTls {
 
     /// An HTTPS client for talking to other orchestrators.
     pub fn http_client(&self, timeout: Duration) -> Result<reqwest::Client, ClusterError> {
-        reqwest::Client::builder()
+        self.http_client_builder(timeout)?.build().map_err(tls_err)
+    }
+
+    /// The builder behind [`NodeTls::http_client`], for callers that add settings.
+    pub fn http_client_builder(
+        &self,
+        timeout: Duration,
+    ) -> Result<reqwest::ClientBuilder, ClusterError> {
+        Ok(reqwest::Client::builder()
             .tls_backend_preconfigured(self.client_config()?)
             .https_only(true)
             .connect_timeout(timeout)
             .timeout(timeout)
-            .pool_idle_timeout(Duration::from_secs(30))
-            .build()
-            .map_err(tls_err)
+            .pool_idle_timeout(Duration::from_secs(30)))
     }
 }
 
