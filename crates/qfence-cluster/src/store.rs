@@ -3,11 +3,17 @@
 //! Tables:
 //! - `log`: log index → JSON of the entry;
 //! - `meta`: `vote`, `committed`, `purged` → JSON;
-//! - `sm`: `applied` → JSON of [`SmImage`] (the state machine with its last applied log id and
-//!   membership), `snapshot` → JSON of the last built or installed snapshot.
+//! - `sm`: `applied` → JSON of [`SmImage`] without its events (the state machine with its last
+//!   applied log id and membership), `snapshot` → JSON of the last built or installed snapshot;
+//! - `events`: event sequence number → JSON of the event (written incrementally, so a long
+//!   event log does not make every apply rewrite it).
 //!
-//! Every write transaction commits with redb's default (immediate) durability before openraft
-//! is told the I/O is done, so an acknowledged entry survives a crash of the process.
+//! The log and the vote are the source of truth: every write to them commits with immediate
+//! durability before openraft is told the I/O is done, so an acknowledged entry survives a
+//! crash of the process. The applied state is committed without waiting for the disk: after a
+//! crash it may be a little behind, and openraft re-applies the missing entries from the log.
+//! Snapshots (and the applied state at that point) are written durably, because the log before
+//! a snapshot may be purged.
 //!
 //! A snapshot is the portable JSON of [`SmImage`]: readable by a human, by `jq`, and by a
 //! later build (it carries [`STATE_FORMAT`](crate::state::STATE_FORMAT)).
@@ -33,6 +39,7 @@ use crate::types::{Entry, LogId, SnapshotMeta, StoredMembership, TypeConfig, Vot
 const LOG: TableDefinition<'_, u64, &[u8]> = TableDefinition::new("log");
 const META: TableDefinition<'_, &str, &[u8]> = TableDefinition::new("meta");
 const SM: TableDefinition<'_, &str, &[u8]> = TableDefinition::new("sm");
+const EVENTS: TableDefinition<'_, u64, &[u8]> = TableDefinition::new("events");
 
 /// The state machine with the Raft bookkeeping needed to restart from it.
 #[derive(Debug, Clone, Default, Serialize, Deserialize)]
@@ -74,17 +81,57 @@ pub fn open(path: &Path) -> Result<(LogStore, StateMachineStore), ClusterError> 
         tx.open_table(LOG).map_err(|e| storage(e.into()))?;
         tx.open_table(META).map_err(|e| storage(e.into()))?;
         tx.open_table(SM).map_err(|e| storage(e.into()))?;
+        tx.open_table(EVENTS).map_err(|e| storage(e.into()))?;
     }
     tx.commit().map_err(|e| storage(e.into()))?;
     let db = Arc::new(db);
-    let image: SmImage = read_key(&db, SM, "applied")
-        .map_err(|e| storage(e.into()))?
-        .unwrap_or_default();
+    let image = load_image(&db).map_err(|e| storage(e.into()))?;
     let shared = Arc::new(RwLock::new(image));
     Ok((
         LogStore { db: db.clone() },
         StateMachineStore { db, shared },
     ))
+}
+
+fn load_image(db: &Database) -> io::Result<SmImage> {
+    let mut image: SmImage = read_key(db, SM, "applied")?.unwrap_or_default();
+    let tx = db.begin_read().map_err(io_err)?;
+    let t = tx.open_table(EVENTS).map_err(io_err)?;
+    image.state.events.clear();
+    for item in t.iter().map_err(io_err)? {
+        let (_, v) = item.map_err(io_err)?;
+        image.state.events.push_back(from_json(v.value())?);
+    }
+    Ok(image)
+}
+
+/// Writes the applied state: the image without its events, the events from sequence number
+/// `new_from` on, and the removal of events that fell out of the log. Durable only if asked.
+fn save_image(db: &Database, image: &mut SmImage, new_from: u64, durable: bool) -> io::Result<()> {
+    let events = std::mem::take(&mut image.state.events);
+    let bytes = to_json(&*image);
+    image.state.events = events;
+    let bytes = bytes?;
+    let mut tx = db.begin_write().map_err(io_err)?;
+    if !durable {
+        tx.set_durability(redb::Durability::None).map_err(io_err)?;
+    }
+    {
+        let mut sm = tx.open_table(SM).map_err(io_err)?;
+        sm.insert("applied", bytes.as_slice()).map_err(io_err)?;
+        let mut t = tx.open_table(EVENTS).map_err(io_err)?;
+        let oldest = image.state.events.front().map_or(u64::MAX, |e| e.seq);
+        t.retain_in(..oldest, |_, _| false).map_err(io_err)?;
+        for e in image.state.events.iter().filter(|e| e.seq >= new_from) {
+            t.insert(e.seq, to_json(e)?.as_slice()).map_err(io_err)?;
+        }
+        if durable {
+            // A full save (snapshot): drop anything beyond the image too.
+            t.retain_in(image.state.next_event_seq.., |_, _| false)
+                .map_err(io_err)?;
+        }
+    }
+    tx.commit().map_err(io_err)
 }
 
 fn read_key<T: DeserializeOwned>(
@@ -291,7 +338,9 @@ impl StateMachineStore {
     }
 
     fn build(&self) -> io::Result<StoredSnapshot> {
-        let image = self.image();
+        let mut image = self.image();
+        // The log up to here may now be purged: make the applied state durable first.
+        save_image(&self.db, &mut image, 0, true)?;
         let snap = StoredSnapshot {
             meta: SnapshotMeta {
                 last_log_id: image.last_applied,
@@ -331,12 +380,17 @@ impl RaftStateMachine<TypeConfig> for StateMachineStore {
     where
         Strm: Stream<Item = Result<EntryResponder<TypeConfig>, io::Error>> + Unpin + Send,
     {
-        // Apply the batch to a copy, persist it, and only then publish it and answer: a client
-        // never sees a result that a restart could lose.
-        let mut image = self.image();
-        let mut replies = Vec::new();
+        // Entries reach the state machine only once committed, so publishing before the
+        // (non-durable) save is safe: a restart re-applies them from the log.
+        let mut batch = Vec::new();
         while let Some(item) = entries.next().await {
-            let (entry, responder) = item?;
+            batch.push(item?);
+        }
+        let mut guard = self.shared.write().unwrap_or_else(|p| p.into_inner());
+        let image = &mut *guard;
+        let new_from = image.state.next_event_seq;
+        let mut replies = Vec::new();
+        for (entry, responder) in batch {
             image.last_applied = Some(entry.log_id);
             let response = match &entry.payload {
                 EntryPayload::Blank => Response::NoCommand,
@@ -352,8 +406,8 @@ impl RaftStateMachine<TypeConfig> for StateMachineStore {
                 replies.push((r, response));
             }
         }
-        write_key(&self.db, SM, "applied", &image)?;
-        *self.shared.write().unwrap_or_else(|p| p.into_inner()) = image;
+        save_image(&self.db, image, new_from, false)?;
+        drop(guard);
         for (r, response) in replies {
             r.send(response);
         }
@@ -369,7 +423,7 @@ impl RaftStateMachine<TypeConfig> for StateMachineStore {
         meta: &SnapshotMeta,
         snapshot: Vec<u8>,
     ) -> Result<(), io::Error> {
-        let image: SmImage = from_json(&snapshot)?;
+        let mut image: SmImage = from_json(&snapshot)?;
         if image.state.format != crate::state::STATE_FORMAT {
             return Err(io_err(format!(
                 "snapshot has state format {}, this build reads {}",
@@ -382,7 +436,7 @@ impl RaftStateMachine<TypeConfig> for StateMachineStore {
             data: snapshot,
         };
         write_key(&self.db, SM, "snapshot", &stored)?;
-        write_key(&self.db, SM, "applied", &image)?;
+        save_image(&self.db, &mut image, 0, true)?;
         *self.shared.write().unwrap_or_else(|p| p.into_inner()) = image;
         Ok(())
     }
@@ -411,6 +465,58 @@ mod tests {
             index,
         );
         Entry::new_blank(log_id)
+    }
+
+    fn normal(term: u64, index: u64, command: crate::state::Command) -> Entry {
+        Entry {
+            log_id: entry(term, index).log_id,
+            payload: EntryPayload::Normal(crate::state::Request::new(command)),
+        }
+    }
+
+    #[tokio::test]
+    async fn applied_state_and_events_survive_reopen_and_snapshots_restore_it() {
+        use crate::state::{Command, EventDraft};
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("node.redb");
+        let event = |i: u64| Command::AppendEvent {
+            event: EventDraft {
+                at_unix_ms: i,
+                plan: None,
+                message: format!("event {i}"),
+                fields: serde_json::json!({}),
+            },
+        };
+        let applied = {
+            let (_, mut sm) = open(&path).unwrap();
+            let batch1: Vec<io::Result<EntryResponder<TypeConfig>>> = (1..=3)
+                .map(|i| Ok((normal(2, i, event(i)), None)))
+                .collect();
+            sm.apply(futures_util::stream::iter(batch1)).await.unwrap();
+            let batch2: Vec<io::Result<EntryResponder<TypeConfig>>> =
+                vec![Ok((normal(2, 4, event(4)), None))];
+            sm.apply(futures_util::stream::iter(batch2)).await.unwrap();
+            sm.reader().state()
+        };
+        assert_eq!(applied.events.len(), 4);
+        assert_eq!(applied.events[3].term.0, 2);
+
+        let (_, mut sm) = open(&path).unwrap();
+        assert_eq!(sm.reader().state(), applied);
+        let (last, _) = sm.applied_state().await.unwrap();
+        assert_eq!(last.unwrap().index, 4);
+
+        let snap = sm.build_snapshot().await.unwrap();
+        let other = dir.path().join("other.redb");
+        let (_, mut fresh) = open(&other).unwrap();
+        fresh
+            .install_snapshot(&snap.meta, snap.snapshot)
+            .await
+            .unwrap();
+        assert_eq!(fresh.reader().state(), applied);
+        drop(fresh);
+        let (_, reopened) = open(&other).unwrap();
+        assert_eq!(reopened.reader().state(), applied);
     }
 
     #[tokio::test]

@@ -422,6 +422,7 @@ impl Drop for Containers {
         for n in &self.1 {
             let _ = docker(&["network", "rm", n]);
         }
+        let _ = docker(&["rmi", IMAGE]);
     }
 }
 
