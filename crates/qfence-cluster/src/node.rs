@@ -19,7 +19,7 @@ use std::path::PathBuf;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
-use axum::extract::State;
+use axum::extract::{DefaultBodyLimit, State};
 use axum::routing::{get, post};
 use axum::{Json, Router};
 use openraft::async_runtime::WatchReceiver;
@@ -267,6 +267,8 @@ impl ClusterNode {
             enable_pre_vote: Some(true),
             snapshot_policy: SnapshotPolicy::LogsSinceLast(5_000),
             max_in_snapshot_log_to_keep: 1_000,
+            // A snapshot travels whole (JSON of the state); give it time on a slow WAN link.
+            install_snapshot_timeout: 30_000,
             ..Default::default()
         }
         .validate()
@@ -956,15 +958,26 @@ async fn watch_leadership(inner: Arc<Inner>) {
     }
 }
 
+/// Largest append-entries body accepted (only from peers holding a cluster certificate).
+const APPEND_BODY_LIMIT: usize = 64 << 20;
+/// Largest snapshot accepted: the whole replicated state as JSON.
+const SNAPSHOT_BODY_LIMIT: usize = 1 << 30;
+
 type Shared = State<Arc<Inner>>;
 type Reply<T> = Json<Result<T, String>>;
 
 fn router(inner: Arc<Inner>) -> Router {
     Router::new()
-        .route("/raft/append", post(append))
+        .route(
+            "/raft/append",
+            post(append).layer(DefaultBodyLimit::max(APPEND_BODY_LIMIT)),
+        )
         .route("/raft/vote", post(vote))
         .route("/raft/pre-vote", post(pre_vote))
-        .route("/raft/snapshot", post(snapshot))
+        .route(
+            "/raft/snapshot",
+            post(snapshot).layer(DefaultBodyLimit::max(SNAPSHOT_BODY_LIMIT)),
+        )
         .route("/raft/transfer-leader", post(transfer_leader))
         .route("/cluster/join", post(join))
         .route("/cluster/forward", post(forward))

@@ -535,3 +535,57 @@ async fn losing_a_site_makes_its_controllers_unknown_unless_another_site_reaches
     dc2.shutdown().await;
     wit.shutdown().await;
 }
+
+#[tokio::test]
+async fn a_node_joining_after_the_log_was_purged_gets_a_snapshot() {
+    init_logs();
+    let dir = tempfile::tempdir().unwrap();
+    let ca = CertificateAuthority::generate("snap").unwrap();
+    let first = start(&ca, "orch-dc1", "dc1", &dir).await;
+    first.node.initialize().await.unwrap();
+
+    step("A leader with history, snapshotted and purged");
+    for i in 0..30u64 {
+        first
+            .node
+            .write(Command::AppendEvent {
+                event: qfence_cluster::state::EventDraft {
+                    at_unix_ms: i,
+                    plan: None,
+                    message: format!("event {i} {}", "x".repeat(200)),
+                    fields: json!({}),
+                },
+            })
+            .await
+            .unwrap();
+    }
+    let raft = first.node.raft();
+    raft.trigger().snapshot().await.unwrap();
+    wait_until("a snapshot", || first.node.metrics().snapshot.is_some()).await;
+    let upto = first.node.metrics().snapshot.unwrap().index;
+    raft.trigger().purge_log(upto).await.unwrap();
+    wait_until("the purge", || {
+        first.node.metrics().purged.is_some_and(|p| p.index == upto)
+    })
+    .await;
+
+    step("A new node joins and receives the state as a snapshot");
+    let second = start(&ca, "orch-dc2", "dc2", &dir).await;
+    second
+        .node
+        .join(&first.node.member().address)
+        .await
+        .unwrap();
+    let expected = first.node.state();
+    wait_until("the new node to hold the same state", || {
+        second.node.state() == expected
+    })
+    .await;
+    assert!(
+        second.node.metrics().snapshot.is_some(),
+        "it was installed from a snapshot"
+    );
+    assert_eq!(second.node.state().events.len(), 30);
+    first.node.shutdown().await;
+    second.node.shutdown().await;
+}
