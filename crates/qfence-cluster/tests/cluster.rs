@@ -3,7 +3,7 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use qfence_cluster::forward::{CallOutcome, ForwardReply, NoopExecutor};
+use qfence_cluster::forward::{BoxFuture, CallExecutor, CallOutcome, ForwardReply, NoopExecutor};
 use qfence_cluster::node::{ClusterNode, NodeOptions, Timing};
 use qfence_cluster::signing::{NodeKey, Refusal};
 use qfence_cluster::state::{Command, ControllerRecord, PlanStateDoc, Response};
@@ -11,6 +11,35 @@ use qfence_cluster::tls::{CertificateAuthority, NodeTls};
 use qfence_model::ids::{ControllerId, Generation, OrchestratorId, PlanId, SiteId};
 use serde_json::json;
 use tempfile::TempDir;
+use tokio_util::sync::CancellationToken;
+
+/// Runs until cancelled (or 10 s), and remembers that it was cancelled.
+#[derive(Debug, Default)]
+struct SlowExecutor {
+    started: std::sync::atomic::AtomicBool,
+    cancelled: std::sync::atomic::AtomicBool,
+}
+
+impl CallExecutor for SlowExecutor {
+    fn execute<'a>(
+        &'a self,
+        _controller: &'a ControllerRecord,
+        _call: &'a serde_json::Value,
+        cancel: CancellationToken,
+    ) -> BoxFuture<'a, Result<serde_json::Value, String>> {
+        Box::pin(async move {
+            self.started
+                .store(true, std::sync::atomic::Ordering::SeqCst);
+            tokio::select! {
+                () = cancel.cancelled() => {
+                    self.cancelled.store(true, std::sync::atomic::Ordering::SeqCst);
+                    Err("cancelled".into())
+                }
+                () = tokio::time::sleep(Duration::from_secs(10)) => Ok(json!("finished")),
+            }
+        })
+    }
+}
 
 fn init_logs() {
     let _ = tracing_subscriber::fmt()
@@ -36,6 +65,16 @@ struct Site {
 }
 
 async fn start(ca: &CertificateAuthority, name: &str, site: &str, dir: &TempDir) -> Site {
+    start_with(ca, name, site, dir, Arc::new(NoopExecutor)).await
+}
+
+async fn start_with(
+    ca: &CertificateAuthority,
+    name: &str,
+    site: &str,
+    dir: &TempDir,
+    executor: Arc<dyn CallExecutor>,
+) -> Site {
     let opts = NodeOptions {
         name: id(name),
         site: SiteId::new(site).unwrap(),
@@ -46,9 +85,7 @@ async fn start(ca: &CertificateAuthority, name: &str, site: &str, dir: &TempDir)
         tls: ca.issue(name, &[]).unwrap(),
         timing: Timing::fast(),
     };
-    let node = ClusterNode::start(opts.clone(), Arc::new(NoopExecutor))
-        .await
-        .unwrap();
+    let node = ClusterNode::start(opts.clone(), executor).await.unwrap();
     Site { node, opts }
 }
 
@@ -588,4 +625,61 @@ async fn a_node_joining_after_the_log_was_purged_gets_a_snapshot() {
     assert_eq!(second.node.state().events.len(), 30);
     first.node.shutdown().await;
     second.node.shutdown().await;
+}
+
+#[tokio::test]
+async fn a_forwarded_call_running_when_its_leader_is_deposed_is_cancelled() {
+    init_logs();
+    let dir = tempfile::tempdir().unwrap();
+    let ca = CertificateAuthority::generate("cancel").unwrap();
+    let slow = Arc::new(SlowExecutor::default());
+    let dc1 = start_with(&ca, "orch-dc1", "dc1", &dir, slow.clone()).await;
+    dc1.node.initialize().await.unwrap();
+    let dc2 = start(&ca, "orch-dc2", "dc2", &dir).await;
+    let wit = start(&ca, "orch-witness", "witness", &dir).await;
+    dc2.node.join(&dc1.node.member().address).await.unwrap();
+    wit.node.join(&dc1.node.member().address).await.unwrap();
+    let (dc1, dc2, wit) = (&dc1.node, &dc2.node, &wit.node);
+    dc1.write(Command::RegisterController {
+        controller: controller("bmc-dc1", "dc1", &[]),
+    })
+    .await
+    .unwrap();
+    dc1.transfer_leadership(dc2.name()).await.unwrap();
+    let leader = leader_of(&[dc2]).await;
+    wait_until("dc2 to see dc1 live", || {
+        leader
+            .candidates()
+            .iter()
+            .any(|c| c.id == *dc1.name() && c.live)
+    })
+    .await;
+
+    step("dc2 forwards a long call to dc1, then loses leadership while it runs");
+    let bmc = ControllerId::new("bmc-dc1").unwrap();
+    let caller = leader.clone();
+    let call =
+        tokio::spawn(async move { caller.call(&bmc, None, json!({"op": "power.off"})).await });
+    wait_until("the call to start at dc1", || {
+        slow.started.load(std::sync::atomic::Ordering::SeqCst)
+    })
+    .await;
+    dc2.transfer_leadership(wit.name()).await.unwrap();
+
+    step("The old leader reports UNKNOWN and dc1 stopped the call");
+    let outcome = tokio::time::timeout(Duration::from_secs(5), call)
+        .await
+        .expect("the call ends promptly")
+        .unwrap();
+    assert!(
+        matches!(outcome, CallOutcome::Unknown { .. }),
+        "{outcome:?}"
+    );
+    wait_until("dc1 to cancel the running call", || {
+        slow.cancelled.load(std::sync::atomic::Ordering::SeqCst)
+    })
+    .await;
+    for n in [dc1, dc2, wit] {
+        n.shutdown().await;
+    }
 }
