@@ -117,6 +117,7 @@ async fn run_in(
             data_dir: dir.join(n),
             tls: ca.issue(n, &[])?,
             timing: Timing::standard(),
+            admin_api: false,
         };
         nodes.push(ClusterNode::start(opts, Arc::new(NoopExecutor)).await?);
     }

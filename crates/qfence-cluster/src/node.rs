@@ -111,6 +111,9 @@ pub struct NodeOptions {
     pub data_dir: PathBuf,
     pub tls: NodeTls,
     pub timing: Timing,
+    /// Serve `/admin/write` and `/admin/call`: any holder of a cluster certificate may then
+    /// propose commands and calls. For operator tooling and tests; off by default.
+    pub admin_api: bool,
 }
 
 /// The stable Raft node id of an orchestrator (64-bit FNV-1a of its name, never 0).
@@ -301,7 +304,7 @@ impl ClusterNode {
         });
 
         let tls_listener = TlsListener::new(listener, opts.tls.server_config()?, shutdown.clone())?;
-        let app = router(inner.clone());
+        let app = router(inner.clone(), opts.admin_api);
         let serve_shutdown = shutdown.clone();
         tokio::spawn(async move {
             let r = axum::serve(tls_listener, app)
@@ -966,8 +969,16 @@ const SNAPSHOT_BODY_LIMIT: usize = 1 << 30;
 type Shared = State<Arc<Inner>>;
 type Reply<T> = Json<Result<T, String>>;
 
-fn router(inner: Arc<Inner>) -> Router {
-    Router::new()
+fn router(inner: Arc<Inner>, admin_api: bool) -> Router {
+    let admin = Router::new()
+        .route("/admin/write", post(admin_write))
+        .route("/admin/call", post(admin_call));
+    let router = if admin_api {
+        Router::new().merge(admin)
+    } else {
+        Router::new()
+    };
+    router
         .route(
             "/raft/append",
             post(append).layer(DefaultBodyLimit::max(APPEND_BODY_LIMIT)),
@@ -982,8 +993,6 @@ fn router(inner: Arc<Inner>) -> Router {
         .route("/cluster/join", post(join))
         .route("/cluster/forward", post(forward))
         .route("/cluster/status", get(status))
-        .route("/admin/write", post(admin_write))
-        .route("/admin/call", post(admin_call))
         .with_state(inner)
 }
 

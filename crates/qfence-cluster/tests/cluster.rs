@@ -84,6 +84,7 @@ async fn start_with(
         data_dir: dir.path().join(name),
         tls: ca.issue(name, &[]).unwrap(),
         timing: Timing::fast(),
+        admin_api: false,
     };
     let node = ClusterNode::start(opts.clone(), executor).await.unwrap();
     Site { node, opts }
@@ -498,6 +499,18 @@ async fn a_node_with_a_certificate_from_another_ca_is_refused() {
         .await
         .unwrap();
     assert!(ok.status().is_success());
+
+    step("The admin endpoints are off unless asked for");
+    let admin = qfence_cluster::node::AdminClient::new(&member, Duration::from_secs(2)).unwrap();
+    let refused = admin
+        .write(
+            &node.node.member().address,
+            &Command::RemoveController {
+                controller: ControllerId::new("x").unwrap(),
+            },
+        )
+        .await;
+    assert!(refused.is_err(), "{refused:?}");
 
     step("A certificate from another CA is refused in the handshake");
     let rogue_ca = CertificateAuthority::generate("real").unwrap();

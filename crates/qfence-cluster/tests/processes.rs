@@ -86,6 +86,7 @@ async fn child() -> anyhow::Result<()> {
         tls: NodeTls::load(&dir.join("tls"))?,
         data_dir: dir,
         timing: Timing::fast(),
+        admin_api: true,
     };
     let node = ClusterNode::start(opts, Arc::new(NoopExecutor)).await?;
     match std::env::var("QFENCE_MODE").as_deref() {

@@ -129,6 +129,10 @@ pub struct RunArgs {
     /// Use the quick loopback timers (tests).
     #[arg(long)]
     pub fast_timers: bool,
+    /// Serve the admin endpoints (any cluster-certificate holder may then propose commands and
+    /// controller calls). Tooling and tests only.
+    #[arg(long)]
+    pub admin_api: bool,
 }
 
 /// `qfence cluster status`
@@ -196,7 +200,7 @@ impl NodeIdentity {
         serde_json::from_slice(&text).with_context(|| format!("parsing {}", path.display()))
     }
 
-    fn options(&self, dir: &Path, timing: Timing) -> anyhow::Result<NodeOptions> {
+    fn options(&self, dir: &Path, timing: Timing, admin_api: bool) -> anyhow::Result<NodeOptions> {
         Ok(NodeOptions {
             name: self.name.clone(),
             site: self.site.clone(),
@@ -206,6 +210,7 @@ impl NodeIdentity {
             data_dir: dir.to_path_buf(),
             tls: NodeTls::load(&dir.join("tls"))?,
             timing,
+            admin_api,
         })
     }
 }
@@ -252,7 +257,7 @@ async fn init(a: InitArgs) -> anyhow::Result<()> {
     identity.save(dir)?;
 
     let node = ClusterNode::start(
-        identity.options(dir, Timing::standard())?,
+        identity.options(dir, Timing::standard(), false)?,
         Arc::new(NoDriversExecutor),
     )
     .await?;
@@ -303,7 +308,7 @@ async fn join(a: JoinArgs) -> anyhow::Result<()> {
     let identity = NodeIdentity::from_args(&a.node)?;
     identity.save(dir)?;
     let node = ClusterNode::start(
-        identity.options(dir, Timing::standard())?,
+        identity.options(dir, Timing::standard(), false)?,
         Arc::new(NoDriversExecutor),
     )
     .await?;
@@ -342,7 +347,11 @@ async fn run_node(a: RunArgs) -> anyhow::Result<()> {
             Arc::new(NoopExecutor)
         }
     };
-    let node = ClusterNode::start(identity.options(&a.data_dir, timing)?, executor).await?;
+    let node = ClusterNode::start(
+        identity.options(&a.data_dir, timing, a.admin_api)?,
+        executor,
+    )
+    .await?;
     println!(
         "Serving {} ({}) at {}.",
         identity.name, identity.site, identity.advertise
