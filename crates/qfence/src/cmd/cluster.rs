@@ -104,6 +104,10 @@ pub struct JoinArgs {
     /// `host:port` of any member.
     #[arg(long)]
     pub seed: String,
+    /// Keep serving after joining (until interrupted) instead of exiting. Without it, start the
+    /// node (`qfence cluster run`) promptly: until then the cluster counts a voter that is down.
+    #[arg(long)]
+    pub then_run: bool,
     #[command(flatten)]
     pub node: NodeArgs,
 }
@@ -312,20 +316,29 @@ async fn join(a: JoinArgs) -> anyhow::Result<()> {
         Arc::new(NoDriversExecutor),
     )
     .await?;
-    let joined = node.join(&a.seed).await;
-    if joined.is_ok() {
-        // Stay until this node has applied its own key, so a restart finds itself a member.
-        let deadline = tokio::time::Instant::now() + Duration::from_secs(30);
-        while !node.state().node_keys.contains_key(&identity.name)
-            && tokio::time::Instant::now() < deadline
-        {
-            tokio::time::sleep(Duration::from_millis(50)).await;
-        }
+    if let Err(e) = node.join(&a.seed).await {
+        node.shutdown().await;
+        return Err(e).with_context(|| format!("joining through {}", a.seed));
+    }
+    if a.then_run {
+        println!(
+            "{} ({}) joined through {}; serving.",
+            identity.name, identity.site, a.seed
+        );
+        shutdown_signal().await;
+        node.shutdown().await;
+        return Ok(());
+    }
+    // Stay until this node has applied its own key, so a restart finds itself a member.
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(30);
+    while !node.state().node_keys.contains_key(&identity.name)
+        && tokio::time::Instant::now() < deadline
+    {
+        tokio::time::sleep(Duration::from_millis(50)).await;
     }
     node.shutdown().await;
-    joined?;
     println!(
-        "{} ({}) joined through {}.",
+        "{} ({}) joined through {}; start it now with `qfence cluster run`.",
         identity.name, identity.site, a.seed
     );
     Ok(())
