@@ -19,7 +19,7 @@ use std::path::PathBuf;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
-use axum::extract::{DefaultBodyLimit, State};
+use axum::extract::{ConnectInfo, DefaultBodyLimit, State};
 use axum::routing::{get, post};
 use axum::{Json, Router};
 use openraft::async_runtime::WatchReceiver;
@@ -307,9 +307,12 @@ impl ClusterNode {
         let app = router(inner.clone(), opts.admin_api);
         let serve_shutdown = shutdown.clone();
         tokio::spawn(async move {
-            let r = axum::serve(tls_listener, app)
-                .with_graceful_shutdown(serve_shutdown.cancelled_owned())
-                .await;
+            let r = axum::serve(
+                tls_listener,
+                app.into_make_service_with_connect_info::<crate::tls::Peer>(),
+            )
+            .with_graceful_shutdown(serve_shutdown.cancelled_owned())
+            .await;
             if let Err(e) = r {
                 tracing::error!(error = %e, "The cluster endpoint stopped");
             }
@@ -1045,12 +1048,30 @@ async fn transfer_leader(
     )
 }
 
-async fn join(State(s): Shared, Json(r): Json<JoinRequest>) -> Reply<()> {
+async fn join(
+    State(s): Shared,
+    ConnectInfo(peer): ConnectInfo<crate::tls::Peer>,
+    Json(r): Json<JoinRequest>,
+) -> Reply<()> {
+    // An orchestrator joins under the name its certificate was issued for; a member may pass
+    // on a join it checked itself.
+    let m = s.metrics();
+    let by_member = m
+        .membership_config
+        .membership()
+        .nodes()
+        .any(|(_, n)| n.name != r.member.name && peer.is_named(n.name.as_str()));
+    if !peer.is_named(r.member.name.as_str()) && !by_member {
+        tracing::warn!(peer = %peer.addr, orchestrator = %r.member.name, "Refused a join: the certificate is not for that orchestrator");
+        return Json(Err(format!(
+            "the certificate presented is not for orchestrator {}",
+            r.member.name
+        )));
+    }
     if s.raft.is_leader() {
         return Json(s.add_member(&r).await.map_err(|e| e.to_string()));
     }
     // Pass it to the leader: one hop, so a join can name any member.
-    let m = s.metrics();
     let Some(leader) = m
         .current_leader
         .and_then(|id| m.membership_config.membership().get_node(&id).cloned())

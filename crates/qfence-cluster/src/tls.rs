@@ -109,11 +109,16 @@ impl CertificateAuthority {
         self.key.serialize_pem()
     }
 
-    /// Issues a certificate for orchestrator `node`, valid as server and client, for the host
-    /// names and IP addresses in `hosts` (plus `localhost` and 127.0.0.1).
+    /// Issues a certificate for orchestrator `node`, valid as server and client, naming `node`
+    /// itself (so a peer can check who it talks to) and the host names and IP addresses in
+    /// `hosts` (plus `localhost` and 127.0.0.1).
     pub fn issue(&self, node: &str, hosts: &[String]) -> Result<NodeTls, ClusterError> {
-        let mut names: Vec<String> = hosts.to_vec();
-        for extra in ["localhost", "127.0.0.1"] {
+        let mut names: Vec<String> = vec![node.to_owned()];
+        for extra in hosts
+            .iter()
+            .map(String::as_str)
+            .chain(["localhost", "127.0.0.1"])
+        {
             if !names.iter().any(|n| n == extra) {
                 names.push(extra.to_owned());
             }
@@ -328,6 +333,43 @@ impl TlsListener {
             }
         });
         Ok(Self { rx, local })
+    }
+}
+
+/// The other end of a connection: its address and the certificate it presented (already
+/// verified against the cluster CA during the handshake).
+#[derive(Debug, Clone)]
+pub struct Peer {
+    pub addr: SocketAddr,
+    cert: Option<CertificateDer<'static>>,
+}
+
+impl Peer {
+    /// Whether the peer's certificate was issued for orchestrator `name`.
+    pub fn is_named(&self, name: &str) -> bool {
+        let Some(cert) = &self.cert else {
+            return false;
+        };
+        let Ok(parsed) = rustls::server::ParsedCertificate::try_from(cert) else {
+            return false;
+        };
+        let Ok(server_name) = rustls::pki_types::ServerName::try_from(name) else {
+            return false;
+        };
+        rustls::client::verify_server_name(&parsed, &server_name).is_ok()
+    }
+}
+
+impl axum::extract::connect_info::Connected<axum::serve::IncomingStream<'_, TlsListener>> for Peer {
+    fn connect_info(stream: axum::serve::IncomingStream<'_, TlsListener>) -> Self {
+        let (_, connection) = stream.io().get_ref();
+        Self {
+            addr: *stream.remote_addr(),
+            cert: connection
+                .peer_certificates()
+                .and_then(|c| c.first())
+                .map(|c| c.clone().into_owned()),
+        }
     }
 }
 

@@ -525,6 +525,32 @@ async fn a_node_with_a_certificate_from_another_ca_is_refused() {
         .await;
     assert!(err.is_err(), "{err:?}");
 
+    step("A cluster certificate for one name cannot join under another");
+    let impostor_opts = NodeOptions {
+        name: id("orch-c"),
+        site: SiteId::new("dc2").unwrap(),
+        witness: false,
+        listen: "127.0.0.1:0".parse().unwrap(),
+        advertise: None,
+        data_dir: dir.path().join("impostor"),
+        tls: ca.issue("orch-b", &[]).unwrap(),
+        timing: Timing::fast(),
+        admin_api: false,
+    };
+    let impostor = ClusterNode::start(impostor_opts, Arc::new(NoopExecutor))
+        .await
+        .unwrap();
+    let err = impostor
+        .join(&node.node.member().address)
+        .await
+        .unwrap_err();
+    assert!(
+        err.to_string().contains("not for orchestrator orch-c"),
+        "{err}"
+    );
+    assert_eq!(node.node.status().members.len(), 1);
+    impostor.shutdown().await;
+
     step("A client that trusts another CA refuses our server");
     let stranger = rogue_ca.issue("orch-c", &[]).unwrap();
     let err = stranger

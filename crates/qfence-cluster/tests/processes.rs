@@ -232,14 +232,20 @@ async fn sigkill_the_leader_during_writes() -> anyhow::Result<()> {
     step("Three processes form a cluster");
     procs[0].spawn("init")?;
     let seed = addresses[0].clone();
-    procs[1].spawn(&format!("join:{seed}"))?;
-    procs[2].spawn(&format!("join:{seed}"))?;
-    wait_for("three voters", Duration::from_secs(30), async || {
-        let s = admin.status(&seed).await.ok()?;
-        (s.members.iter().filter(|m| m.voter).count() == 3).then_some(())
-    })
-    .await
-    .inspect_err(|_| dump_logs(&procs))?;
+    // One join at a time, as an operator would.
+    for (i, voters) in [(1, 2), (2, 3)] {
+        procs[i].spawn(&format!("join:{seed}"))?;
+        wait_for(
+            &format!("{voters} voters"),
+            Duration::from_secs(30),
+            async || {
+                let s = admin.status(&seed).await.ok()?;
+                (s.members.iter().filter(|m| m.voter).count() == voters).then_some(())
+            },
+        )
+        .await
+        .inspect_err(|_| dump_logs(&procs))?;
+    }
     let leader = wait_for("a leader", Duration::from_secs(10), async || {
         find_leader(&admin, &addresses).await
     })
