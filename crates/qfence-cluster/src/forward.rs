@@ -1,0 +1,110 @@
+//! Executing controller calls, here or at another orchestrator.
+//!
+//! The cluster does not know how to talk to a BMC or a hypervisor: the runtime hands it a
+//! [`CallExecutor`] that runs one controller call locally (the real one wraps the drivers).
+//! The leader routes each call ([`routing`](crate::routing)); a forwarded call travels as a
+//! [`SignedCall`](crate::signing::SignedCall) and comes back as a [`ForwardReply`].
+//! What the leader finally gets is a [`CallOutcome`]; anything but `Done` means the caller
+//! must treat the binding as UNKNOWN.
+
+use std::future::Future;
+use std::pin::Pin;
+
+use qfence_model::ids::{ControllerId, OrchestratorId};
+use serde::{Deserialize, Serialize};
+use tokio_util::sync::CancellationToken;
+
+use crate::signing::Refusal;
+use crate::state::ControllerRecord;
+
+/// A boxed future, so executors can be shared as trait objects.
+pub type BoxFuture<'a, T> = Pin<Box<dyn Future<Output = T> + Send + 'a>>;
+
+/// Runs one controller call at this orchestrator.
+///
+/// The executor must stop when `cancel` fires (leadership was lost, or the caller gave up) and
+/// report that as an error: a cancelled call's effect is unknown.
+pub trait CallExecutor: Send + Sync + 'static {
+    fn execute<'a>(
+        &'a self,
+        controller: &'a ControllerRecord,
+        call: &'a serde_json::Value,
+        cancel: CancellationToken,
+    ) -> BoxFuture<'a, Result<serde_json::Value, String>>;
+}
+
+/// The answer to a forwarded call.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(tag = "reply", rename_all = "snake_case")]
+pub enum ForwardReply {
+    /// Verified and executed.
+    Done { result: serde_json::Value },
+    /// Refused before anything ran.
+    Refused { refusal: Refusal },
+    /// Verified but could not run, or failed while running; its effect is unknown.
+    Failed { error: String },
+}
+
+/// What the leader learns from one controller call.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(tag = "outcome", rename_all = "snake_case")]
+pub enum CallOutcome {
+    /// The call ran at `by` and returned `result`.
+    Done {
+        by: OrchestratorId,
+        result: serde_json::Value,
+    },
+    /// `by` refused the call; nothing ran there. The reason is recorded in the event log.
+    Refused {
+        by: OrchestratorId,
+        refusal: Refusal,
+    },
+    /// The call's effect is not known: no orchestrator may call the controller right now, the
+    /// transport failed, or the call failed or was cancelled. Report the binding as UNKNOWN.
+    Unknown {
+        controller: ControllerId,
+        reason: String,
+    },
+}
+
+/// An executor that answers every call with what it was asked and does nothing: for tests and
+/// the forwarding benchmark.
+#[derive(Debug, Default, Clone)]
+pub struct NoopExecutor;
+
+impl CallExecutor for NoopExecutor {
+    fn execute<'a>(
+        &'a self,
+        controller: &'a ControllerRecord,
+        call: &'a serde_json::Value,
+        cancel: CancellationToken,
+    ) -> BoxFuture<'a, Result<serde_json::Value, String>> {
+        Box::pin(async move {
+            if cancel.is_cancelled() {
+                return Err("cancelled".into());
+            }
+            Ok(serde_json::json!({"controller": controller.id, "echo": call}))
+        })
+    }
+}
+
+/// An executor for a process without controller drivers: every call fails, so the leader
+/// reports UNKNOWN. The safe default for a cluster-only node.
+#[derive(Debug, Default, Clone)]
+pub struct NoDriversExecutor;
+
+impl CallExecutor for NoDriversExecutor {
+    fn execute<'a>(
+        &'a self,
+        controller: &'a ControllerRecord,
+        _call: &'a serde_json::Value,
+        _cancel: CancellationToken,
+    ) -> BoxFuture<'a, Result<serde_json::Value, String>> {
+        Box::pin(async move {
+            Err(format!(
+                "this process has no controller drivers; {} was not called",
+                controller.id
+            ))
+        })
+    }
+}
