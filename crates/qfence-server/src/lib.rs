@@ -23,6 +23,7 @@ pub mod dto;
 pub mod error;
 pub mod events;
 pub mod metrics;
+pub mod runtime;
 pub mod tls;
 
 pub use api::{ApiConfig, router};
