@@ -6,7 +6,7 @@ use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::Duration;
 
 use qfence_cluster::node::ClusterNode;
-use qfence_cluster::state::{Command as ClusterCommand, PlanStateDoc, Response};
+use qfence_cluster::state::{Command as ClusterCommand, ControllerRecord, PlanStateDoc, Response};
 use qfence_core::{
     BindingKey, Leadership, Observation, OpId, OpResult, PlanState, Snapshot, StoredPlanState,
     decide,
@@ -58,6 +58,35 @@ pub struct PlanRuntime {
     pub in_flight: BTreeMap<OpId, BindingKey>,
     /// The last decision's sentence.
     pub last_reason: Option<String>,
+    /// The last sentence recorded in the event log, times of day masked.
+    pub last_recorded: Option<String>,
+}
+
+/// The sentence with every `HH:MM:SS` replaced by `--:--:--`, to tell a new sentence from the
+/// same one at a later time.
+pub fn without_times(s: &str) -> String {
+    let b = s.as_bytes();
+    let mut out = String::with_capacity(s.len());
+    let mut i = 0;
+    while i < b.len() {
+        let is_time = i + 8 <= b.len()
+            && b[i..i + 8].iter().enumerate().all(|(j, c)| {
+                if j == 2 || j == 5 {
+                    *c == b':'
+                } else {
+                    c.is_ascii_digit()
+                }
+            });
+        if is_time {
+            out.push_str("--:--:--");
+            i += 8;
+        } else {
+            let ch = s[i..].chars().next().expect("in bounds");
+            out.push(ch);
+            i += ch.len_utf8();
+        }
+    }
+    out
 }
 
 /// The parts the engine, the executor and the API backend share.
@@ -115,9 +144,25 @@ impl Inner {
         Ok(Some(stored.into_current()))
     }
 
-    /// Registers every configured plan the cluster does not know yet, at its initial state.
+    /// Registers every configured controller and plan the cluster does not know yet (plans
+    /// at their initial state), so routing and the compare-and-set have them.
     pub async fn register_plans(&self) -> Result<(), RuntimeError> {
-        let known = self.node.state().plans;
+        let cluster = self.node.state();
+        for (id, c) in &self.config.config().controllers {
+            let record = ControllerRecord {
+                id: id.clone(),
+                site: c.site.clone(),
+                reach: c.reach.clone(),
+                // Secrets appear here by reference only.
+                config: serde_json::to_value(c).unwrap_or_default(),
+            };
+            if cluster.controllers.get(id) != Some(&record) {
+                self.node
+                    .write(ClusterCommand::RegisterController { controller: record })
+                    .await?;
+            }
+        }
+        let known = cluster.plans;
         for (id, plan) in self.config.plans() {
             if known.contains_key(id) {
                 continue;
@@ -382,8 +427,15 @@ impl Engine {
             now,
         });
         inner.metrics.decision(plan.as_str());
-        let acted = decision.state_change.is_some() || !decision.commands.is_empty();
-        let changed = view.last_reason.as_deref() != Some(decision.reason.as_str());
+        // Routine checks are not news: a decision is recorded when it changes the state, acts
+        // beyond checking, or says something new (times of day aside).
+        let acted = decision.state_change.is_some()
+            || decision
+                .commands
+                .iter()
+                .any(|c| !matches!(c.action, qfence_core::Action::Check { .. }));
+        let gist = without_times(&decision.reason);
+        let changed = view.last_recorded.as_deref() != Some(gist.as_str());
         if acted || changed {
             tracing::info!(plan = %plan, term = %leadership.term, generation = %state.generation,
                 "{}", decision.reason);
@@ -402,6 +454,9 @@ impl Engine {
             let mut all = inner.runtime();
             let entry = all.entry(plan.clone()).or_default();
             entry.last_reason = Some(decision.reason.clone());
+            if acted || changed {
+                entry.last_recorded = Some(gist);
+            }
             prune(entry, &state, now, inner.config.plan(plan.as_str()));
         }
         let Some(token) = token else {

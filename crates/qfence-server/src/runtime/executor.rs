@@ -71,6 +71,7 @@ impl Executor {
             }
             plan.in_flight.insert(command.op.clone(), key.clone());
         }
+        let is_check = matches!(command.action, Action::Check { .. });
         let mut event = NewEvent::new(EventKind::Command, inner.me.as_str(), command.to_string())
             .plan(command.plan.as_str())
             .term(command.term.0)
@@ -79,7 +80,10 @@ impl Executor {
         if let Some(s) = &key.site {
             event = event.site(s.as_str());
         }
-        inner.record(event);
+        // Routine checks go to the log only when their reading changes (see `finish`).
+        if !is_check {
+            inner.record(event);
+        }
         let token = leadership.child_token();
         let this = self.clone();
         tokio::spawn(async move {
@@ -115,21 +119,16 @@ impl Executor {
             ));
         };
         let mut timeout = controller.timeout.min(plan.fence_timeout);
-        let mut capability = binding.capability.clone();
+        let capability = binding.capability.clone();
         let site = match &command.action {
             Action::Service { site, .. } => site.clone(),
             _ => key.site.clone().unwrap_or_else(|| plan.owner.clone()),
         };
         let verb = match &command.action {
             Action::Check { .. } => Verb::Check,
-            Action::Unfence { .. } => match rules::unfence_capability(&inner.config, plan, key) {
-                Some(c) => {
-                    capability = c.to_owned();
-                    Verb::Perform
-                }
-                None => Verb::Undo,
-            },
-            Action::LowerShield { .. } => Verb::Undo,
+            // The driver contract undoes a fence through `undo` of the fence's own capability
+            // (the catalog's `unfence` names what that does, such as power.on).
+            Action::Unfence { .. } | Action::LowerShield { .. } => Verb::Undo,
             Action::RenewDeadMan { not_after, .. } => {
                 // Never act after `not_after`: a later leader's proof that the switch fired
                 // rests on it.
@@ -150,41 +149,50 @@ impl Executor {
             site,
             timeout_ms: u64::try_from(timeout.as_millis()).unwrap_or(u64::MAX),
         };
-        let Ok(call_json) = serde_json::to_value(&call) else {
-            return unknown("the call could not be encoded".into());
+        let result = match self.call(command, &binding.controller, &call, &token).await {
+            Ok(r) => r,
+            Err(why) => return unknown(why),
         };
-        let fut = inner.node.call(
-            &binding.controller,
-            Some((command.plan.clone(), command.generation)),
-            call_json,
-        );
-        // A little over the driver's own deadline: the forwarded hop needs its round trip.
-        let outer = timeout + Duration::from_secs(2);
-        let outcome = tokio::select! {
-            () = token.cancelled() => {
-                return unknown("cancelled: leadership was lost or the runtime stopped".into())
+        // An undo is believed only through an independent read-back: the condition must no
+        // longer hold (drivers differ in what their undo's own reading says).
+        if verb == Verb::Undo {
+            if let WireResult::Error(e) = &result {
+                let outcome = if e.state_unknown {
+                    Outcome::Unknown
+                } else {
+                    Outcome::Failed
+                };
+                return Finished {
+                    outcome,
+                    observed: Observed::Unknown,
+                    detail: e.message.clone(),
+                };
             }
-            r = tokio::time::timeout(outer, fut) => match r {
-                Ok(o) => o,
-                Err(_) => return unknown(format!("no answer within {outer:?}")),
-            },
-        };
-        let result = match outcome {
-            CallOutcome::Done { by, result } => {
-                if by != inner.me {
-                    inner.metrics.forwarded(Direction::Sent);
-                }
-                match serde_json::from_value::<WireResult>(result) {
-                    Ok(r) => r,
-                    Err(e) => return unknown(format!("{by} answered something unreadable: {e}")),
-                }
-            }
-            CallOutcome::Refused { by, refusal } => {
-                inner.metrics.forward_refusal(&format!("{refusal:?}"));
-                return unknown(format!("{by} refused the call: {refusal:?}"));
-            }
-            CallOutcome::Unknown { reason, .. } => return unknown(reason),
-        };
+            let check = WireCall {
+                verb: Verb::Check,
+                ..call
+            };
+            return match self
+                .call(command, &binding.controller, &check, &token)
+                .await
+            {
+                Ok(WireResult::Reading(r)) => Finished {
+                    outcome: if r.holds {
+                        Outcome::Failed
+                    } else {
+                        Outcome::Done
+                    },
+                    observed: if r.holds {
+                        Observed::Holds
+                    } else {
+                        Observed::NotHeld
+                    },
+                    detail: format!("read back: {} (read by {})", r.detail, r.by),
+                },
+                Ok(WireResult::Error(e)) => unknown(format!("read back failed: {}", e.message)),
+                Err(why) => unknown(why),
+            };
+        }
         let is_check = verb == Verb::Check;
         match result {
             WireResult::Reading(r) => Finished {
@@ -212,6 +220,48 @@ impl Executor {
         }
     }
 
+    /// One controller call through the cluster's routing, under `token` and a deadline a
+    /// little over the driver's own (a forwarded hop needs its round trip). `Err` is UNKNOWN.
+    async fn call(
+        &self,
+        command: &Command,
+        controller: &qfence_model::ControllerId,
+        call: &WireCall,
+        token: &CancellationToken,
+    ) -> Result<WireResult, String> {
+        let inner = &self.inner;
+        let call_json = serde_json::to_value(call)
+            .map_err(|e| format!("the call could not be encoded: {e}"))?;
+        let fut = inner.node.call(
+            controller,
+            Some((command.plan.clone(), command.generation)),
+            call_json,
+        );
+        let outer = Duration::from_millis(call.timeout_ms) + Duration::from_secs(2);
+        let outcome = tokio::select! {
+            () = token.cancelled() => {
+                return Err("cancelled: leadership was lost or the runtime stopped".into())
+            }
+            r = tokio::time::timeout(outer, fut) => {
+                r.map_err(|_| format!("no answer within {outer:?}"))?
+            }
+        };
+        match outcome {
+            CallOutcome::Done { by, result } => {
+                if by != inner.me {
+                    inner.metrics.forwarded(Direction::Sent);
+                }
+                serde_json::from_value::<WireResult>(result)
+                    .map_err(|e| format!("{by} answered something unreadable: {e}"))
+            }
+            CallOutcome::Refused { by, refusal } => {
+                inner.metrics.forward_refusal(&format!("{refusal:?}"));
+                Err(format!("{by} refused the call: {refusal:?}"))
+            }
+            CallOutcome::Unknown { reason, .. } => Err(reason),
+        }
+    }
+
     fn finish(
         &self,
         command: &Command,
@@ -223,10 +273,12 @@ impl Executor {
         let inner = &self.inner;
         let at = inner.clock.now();
         let is_check = matches!(command.action, Action::Check { .. });
-        {
+        let news = {
             let mut all = inner.runtime();
             let plan = all.entry(command.plan.clone()).or_default();
             plan.in_flight.remove(&command.op);
+            let news =
+                !is_check || plan.observations.get(&key).map(|o| o.value) != Some(f.observed);
             if is_check {
                 plan.observations.insert(
                     key.clone(),
@@ -245,7 +297,8 @@ impl Executor {
                     at,
                 },
             );
-        }
+            news
+        };
         let role = inner
             .config
             .plan(command.plan.as_str())
@@ -288,7 +341,9 @@ impl Executor {
         if let Some(s) = &key.site {
             event = event.site(s.as_str());
         }
-        inner.record(event);
+        if news {
+            inner.record(event);
+        }
         inner.wake.notify_one();
     }
 }
