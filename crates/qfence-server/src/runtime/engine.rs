@@ -335,6 +335,12 @@ impl Engine {
         self.inner.clock
     }
 
+    /// Registers the configured controllers and plans in the cluster (the leader does it on
+    /// every tick; this is for start-up and tests).
+    pub async fn register(&self) -> Result<(), RuntimeError> {
+        self.inner.register_plans().await
+    }
+
     /// Wakes the loop for an immediate tick.
     pub fn wake(&self) {
         self.inner.wake.notify_one();

@@ -254,7 +254,7 @@ pub fn site(s: &str) -> SiteId {
 }
 
 impl Orchestrator {
-    pub async fn start(config_text: &str, tick: Option<Duration>) -> Result<Self> {
+    pub async fn start(config_text: &str, run_loop: bool) -> Result<Self> {
         let loaded = match qfence_model::config::load_str(config_text, "lab.yaml") {
             Ok(l) => l,
             Err(issues) => bail!("the lab configuration does not validate: {issues:#?}"),
@@ -288,13 +288,14 @@ impl Orchestrator {
         node.initialize().await?;
         let events_path = dir.path().join("events.jsonl");
         let log = EventLog::open(JsonlStore::open(&events_path)?)?;
-        let mut options = EngineOptions::for_config(&config);
-        if let Some(t) = tick {
-            options.tick = t;
-        }
-        let engine = Engine::new(config.clone(), node.clone(), log, Metrics::new(), options);
+        let options = EngineOptions::for_config(&config);
+        let engine = Engine::new(config, node.clone(), log, Metrics::new(), options);
         let stop = CancellationToken::new();
-        let task = tokio::spawn(engine.clone().run(stop.clone()));
+        let task = if run_loop {
+            tokio::spawn(engine.clone().run(stop.clone()))
+        } else {
+            tokio::spawn(async {})
+        };
         Ok(Self {
             engine,
             node,
