@@ -40,6 +40,8 @@ enum Command {
     Events(cmd::events::EventsCommand),
     /// Create, join and run the orchestrator cluster.
     Cluster(cmd::cluster::ClusterArgs),
+    /// Run this orchestrator: cluster node, drivers, decision loop and HTTPS API.
+    Serve(cmd::serve::ServeArgs),
     /// Measure qfence: figures, not pass/fail.
     #[command(subcommand)]
     Bench(BenchCommand),
@@ -72,6 +74,11 @@ fn main() -> ExitCode {
         Command::Events(c) => cmd::events::run(c, cli.format),
         Command::Cluster(a) => block_on(cmd::cluster::run(a)),
         Command::Bench(BenchCommand::Cluster(a)) => block_on(cmd::cluster::bench(a)),
+        Command::Serve(a) => tokio::runtime::Builder::new_multi_thread()
+            .enable_all()
+            .build()
+            .map_err(anyhow::Error::from)
+            .and_then(|rt| rt.block_on(cmd::serve::run(a))),
     };
     match result {
         Ok(code) => code,

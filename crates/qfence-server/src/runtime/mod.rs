@@ -25,6 +25,7 @@
 //! the core to act on.
 
 pub mod backend;
+pub mod daemon;
 pub mod drivers;
 pub mod engine;
 pub mod executor;
@@ -32,6 +33,7 @@ pub mod executor;
 use std::time::{Duration, SystemTime};
 
 pub use backend::RuntimeBackend;
+pub use daemon::{Daemon, DaemonOptions};
 pub use drivers::{DriverExecutor, LocalDrivers};
 pub use engine::{Engine, EngineOptions, PlanRuntime};
 pub use executor::Executor;
@@ -63,6 +65,8 @@ pub enum RuntimeError {
     Driver(String),
     #[error("this orchestrator is not the leader")]
     NotLeader,
+    #[error("{0}")]
+    Setup(String),
 }
 
 /// The runtime's clock: wall-clock time at start plus `tokio::time` elapsed since, so tests
