@@ -2,6 +2,7 @@
 //! over step by step, a planned switchover, leadership loss cancelling an operation, and a
 //! graceful drain.
 
+mod daemon;
 mod lab;
 
 use std::time::Duration;

@@ -68,7 +68,7 @@ pub async fn run(a: ServeArgs) -> anyhow::Result<ExitCode> {
         Some(p) => TokenStore::from_file(p)?,
         None => {
             eprintln!("warning: no --tokens file: every API call will be refused");
-            TokenStore::parse("", "(none)")?
+            TokenStore::default()
         }
     };
     let daemon = Daemon::start(DaemonOptions {

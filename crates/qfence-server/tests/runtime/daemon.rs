@@ -1,0 +1,132 @@
+//! `qfence serve`'s daemon in process: an empty data directory becomes a one-voter cluster,
+//! the API answers over HTTPS with the node's certificate, and a restart on the same data
+//! directory keeps the plan's state and continues the event log's chain.
+
+use std::time::Duration;
+
+use anyhow::Result;
+use qfence_cluster::node::Timing;
+use qfence_model::OrchestratorId;
+use qfence_server::events::{VerifyOptions, read_jsonl, verify};
+use qfence_server::runtime::{Daemon, DaemonOptions};
+use qfence_server::{Access, TokenStore};
+use serde_json::{Value, json};
+
+use crate::lab::{self, Sims, eventually, phase};
+
+const TOKEN: &str = "oncall-token-7";
+
+async fn start(sims: &Sims, data: &std::path::Path) -> Result<Daemon> {
+    let text = sims.config_text();
+    let config = match qfence_model::config::load_str(&text, "lab.yaml") {
+        Ok(l) => l.config,
+        Err(issues) => anyhow::bail!("{issues:?}"),
+    };
+    Ok(Daemon::start(DaemonOptions {
+        config,
+        config_text: text,
+        name: OrchestratorId::new("dc1-a")?,
+        data_dir: data.to_owned(),
+        tokens: TokenStore::default().with_token(Access::Operator, "oncall", TOKEN),
+        api_listen: "127.0.0.1:0".parse()?,
+        cluster_listen: Some("127.0.0.1:0".parse()?),
+        secrets: lab::secrets(),
+        timing: Timing::fast(),
+    })
+    .await?)
+}
+
+/// A client trusting only the cluster CA the daemon created in its data directory.
+fn client(data: &std::path::Path, d: &Daemon) -> Result<reqwest::Client> {
+    let pem = std::fs::read(data.join("ca/ca.pem"))?;
+    let mut roots = rustls::RootCertStore::empty();
+    for cert in rustls::pki_types::pem::PemObject::pem_slice_iter(&pem) {
+        roots.add(cert?)?;
+    }
+    let config = rustls::ClientConfig::builder_with_provider(std::sync::Arc::new(
+        rustls::crypto::ring::default_provider(),
+    ))
+    .with_safe_default_protocol_versions()?
+    .with_root_certificates(roots)
+    .with_no_client_auth();
+    Ok(reqwest::Client::builder()
+        .tls_backend_preconfigured(config)
+        .resolve("localhost", d.api_addr)
+        .build()?)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_daemon_serves_the_api_over_https_and_restarts_where_it_stopped() -> Result<()> {
+    let sims = Sims::start().await?;
+    let dir = tempfile::tempdir()?;
+    let data = dir.path().join("data");
+
+    phase("an empty data directory becomes a one-voter cluster; the API answers over HTTPS");
+    let d = start(&sims, &data).await?;
+    assert!(d.unavailable.is_empty(), "{:?}", d.unavailable);
+    assert_eq!(d.api_fingerprint.len(), 64);
+    let c = client(&data, &d)?;
+    let base = format!("https://localhost:{}/api/v1", d.api_addr.port());
+    let status: Value = eventually(
+        Duration::from_secs(20),
+        "dc2 FENCED over the API",
+        || async {
+            let s: Value = c
+                .get(format!("{base}/status"))
+                .bearer_auth(TOKEN)
+                .send()
+                .await
+                .ok()?
+                .json()
+                .await
+                .ok()?;
+            (s["plans"][0]["sites"][1]["verdict"] == "FENCED").then_some(s)
+        },
+    )
+    .await?;
+    assert_eq!(status["leader"]["is_self"], true);
+    assert_eq!(status["plans"][0]["owner"], "dc1");
+    assert_eq!(status["plans"][0]["generation"], 1);
+
+    phase("a switchover against an old generation is answered 409 with the current one");
+    let r = c
+        .post(format!("{base}/plans/erp-db/switchover"))
+        .bearer_auth(TOKEN)
+        .json(&json!({"target": "dc2", "expected_generation": 5}))
+        .send()
+        .await?;
+    assert_eq!(r.status(), 409);
+    let body: Value = r.json().await?;
+    assert_eq!(body["code"], "stale_generation");
+    assert_eq!(body["current_generation"], 1);
+    let unauthenticated = c.get(format!("{base}/status")).send().await?;
+    assert_eq!(unauthenticated.status(), 401);
+
+    phase("a drain with nothing running returns at once; then the daemon stops");
+    assert_eq!(d.drain(Duration::from_secs(5)).await, 0);
+    d.shutdown().await;
+    let before = read_jsonl(&data.join("events.jsonl"))?.len();
+    assert!(before > 0);
+
+    phase("restarted on the same data directory: same cluster, same state, the chain goes on");
+    let d = start(&sims, &data).await?;
+    let c = client(&data, &d)?;
+    let base = format!("https://localhost:{}/api/v1", d.api_addr.port());
+    let status: Value = c
+        .get(format!("{base}/status"))
+        .bearer_auth(TOKEN)
+        .send()
+        .await?
+        .json()
+        .await?;
+    assert_eq!(status["plans"][0]["generation"], 1);
+    eventually(Duration::from_secs(10), "new records", || async {
+        (read_jsonl(&data.join("events.jsonl")).ok()?.len() > before).then_some(())
+    })
+    .await?;
+    d.shutdown().await;
+    let records = read_jsonl(&data.join("events.jsonl"))?;
+    verify(&records, &VerifyOptions::default()).map_err(|b| anyhow::anyhow!("{b:?}"))?;
+    sims.stop().await;
+    Ok(())
+}
