@@ -256,5 +256,10 @@ impl Daemon {
         self.api_stop.cancel();
         let _ = self.api_task.await;
         self.node.shutdown().await;
+        // Operations still running were cancelled with the leadership; let them record that.
+        let left = self.engine.drain(Duration::from_secs(5)).await;
+        if left > 0 {
+            tracing::warn!(left, "Operations still running at exit");
+        }
     }
 }
