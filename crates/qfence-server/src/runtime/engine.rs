@@ -353,7 +353,10 @@ impl Engine {
             tokio::select! {
                 () = stop.cancelled() => break,
                 () = tokio::time::sleep(self.inner.options.tick) => {}
-                () = self.inner.wake.notified() => {}
+                // A short pause coalesces a burst of results into one tick.
+                () = self.inner.wake.notified() => {
+                    tokio::time::sleep(Duration::from_millis(10)).await;
+                }
             }
         }
         tracing::info!(orchestrator = %self.inner.me, "The engine stopped");
@@ -491,6 +494,10 @@ impl Engine {
         if inner.draining.load(Ordering::SeqCst) {
             return Ok(());
         }
+        if decision.state_change.is_some() && decision.commands.is_empty() {
+            // A step was committed with nothing to wait for: the next may go at once.
+            inner.wake.notify_one();
+        }
         for command in decision.commands {
             self.executor.start(command, token);
         }
@@ -515,4 +522,34 @@ fn prune(
     entry
         .results
         .retain(|op, r| now.since(r.at) <= keep || pending.contains(&op));
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn times_of_day_are_masked_and_nothing_else() {
+        assert_eq!(
+            without_times("dc2 fenced (power.off FENCED at 14:02:07); due at 09:00:00"),
+            "dc2 fenced (power.off FENCED at --:--:--); due at --:--:--"
+        );
+        assert_eq!(
+            without_times("g12 t3 12:3:45 1:02:03x"),
+            "g12 t3 12:3:45 1:02:03x"
+        );
+        assert_eq!(without_times("é 10:11:12"), "é --:--:--");
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn the_clock_moves_with_tokio_time() {
+        let c = super::super::Clock::starting_at(qfence_core::Millis(1_000));
+        assert_eq!(c.now(), qfence_core::Millis(1_000));
+        tokio::time::sleep(Duration::from_secs(90)).await;
+        assert_eq!(c.now(), qfence_core::Millis(91_000));
+        assert_eq!(
+            c.after(Duration::from_millis(5)),
+            qfence_core::Millis(91_005)
+        );
+    }
 }

@@ -106,6 +106,22 @@ impl Executor {
             detail,
         };
         let inner = &self.inner;
+        // Stale term or generation means refuse: a newer leader or owner decides now.
+        let term = inner.node.term();
+        if term > command.term {
+            return unknown(format!(
+                "not run: decided in term {}, the cluster is at term {term}",
+                command.term
+            ));
+        }
+        if let Some(g) = inner.node.state().plan_generation(&command.plan)
+            && g > command.generation
+        {
+            return unknown(format!(
+                "not run: decided at generation {}, the plan is at generation {g}",
+                command.generation
+            ));
+        }
         let Some(plan) = inner.config.plan(command.plan.as_str()) else {
             return unknown(format!("plan {} is not configured", command.plan));
         };

@@ -119,6 +119,17 @@ async fn a_lost_site_fails_over_step_by_step_and_the_vip_follows() -> Result<()>
         e.kind == EventKind::Command && e.message.starts_with("service service[0] -> dc2")
     })
     .expect("the VIP moved");
+    let cut_at = events[..fence_dc1]
+        .iter()
+        .rev()
+        .find(|e| e.kind == EventKind::Result && e.message.starts_with("check UNKNOWN"))
+        .map_or(events[fence_dc1].time_ms, |e| e.time_ms);
+    eprintln!(
+        "figures: health lost -> fence {} ms, -> commit {} ms, -> VIP moved {} ms (failover_after 4 s)",
+        events[fence_dc1].time_ms - cut_at,
+        events[committed].time_ms - cut_at,
+        events[vip].time_ms - cut_at
+    );
     assert!(
         fence_dc1 < verified && verified < promoted && promoted < committed && committed < vip,
         "fence {fence_dc1} < read-back {verified} < promote {promoted} < commit {committed} < VIP {vip}"
