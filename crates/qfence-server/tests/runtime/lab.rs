@@ -154,6 +154,12 @@ impl Sims {
     /// examples/lab.yaml, pointed at these simulators with pinned certificates, on a fast
     /// clock, and with pve-dc2 reachable from dc1 (one orchestrator runs everything).
     pub fn config_text(&self) -> String {
+        self.config_text_for(true)
+    }
+
+    /// The lab configuration; `one_orchestrator` lets dc1 call pve-dc2 itself (otherwise only
+    /// an orchestrator at dc2 may, as in examples/lab.yaml).
+    pub fn config_text_for(&self, one_orchestrator: bool) -> String {
         let mut text = include_str!("../../../../examples/lab.yaml").to_owned();
         let targets = [
             (
@@ -188,11 +194,13 @@ impl Sims {
             );
             text = text.replacen(&old, &format!("endpoint: {url}"), 1);
         }
-        text = text.replacen(
-            "    site: dc2\n    secret: lab-proxmox",
-            "    site: dc2\n    reach: [dc1]\n    secret: lab-proxmox",
-            1,
-        );
+        if one_orchestrator {
+            text = text.replacen(
+                "    site: dc2\n    secret: lab-proxmox",
+                "    site: dc2\n    reach: [dc1]\n    secret: lab-proxmox",
+                1,
+            );
+        }
         text.replacen(
             "    interval_seconds: 10\n",
             "    interval_seconds: 1\n    recovery_after_seconds: 2\n    \
@@ -255,15 +263,28 @@ pub fn site(s: &str) -> SiteId {
 
 impl Orchestrator {
     pub async fn start(config_text: &str, run_loop: bool) -> Result<Self> {
+        let ca = CertificateAuthority::generate("lab")?;
+        Self::start_as(config_text, "dc1-a", "dc1", &ca, None, run_loop).await
+    }
+
+    /// Starts orchestrator `name` at `site` with a certificate from `ca`; it creates the
+    /// cluster, or joins it through `seed`.
+    pub async fn start_as(
+        config_text: &str,
+        name: &str,
+        at: &str,
+        ca: &CertificateAuthority,
+        seed: Option<&str>,
+        run_loop: bool,
+    ) -> Result<Self> {
         let loaded = match qfence_model::config::load_str(config_text, "lab.yaml") {
             Ok(l) => l,
             Err(issues) => bail!("the lab configuration does not validate: {issues:#?}"),
         };
         let config = loaded.config;
         let dir = tempfile::tempdir()?;
-        let me = OrchestratorId::new("dc1-a")?;
-        let ca = CertificateAuthority::generate("lab")?;
-        let tls = ca.issue("dc1-a", &["127.0.0.1".into()])?;
+        let me = OrchestratorId::new(name)?;
+        let tls = ca.issue(name, &["127.0.0.1".into()])?;
         let drivers = LocalDrivers::build(me.clone(), &config, &secrets());
         assert!(
             drivers.unavailable().is_empty(),
@@ -273,7 +294,7 @@ impl Orchestrator {
         let node = ClusterNode::start(
             NodeOptions {
                 name: me,
-                site: site("dc1"),
+                site: site(at),
                 witness: false,
                 listen: loopback(),
                 advertise: None,
@@ -285,7 +306,10 @@ impl Orchestrator {
             Arc::new(DriverExecutor(Arc::new(drivers))),
         )
         .await?;
-        node.initialize().await?;
+        match seed {
+            None => node.initialize().await?,
+            Some(seed) => node.join(seed).await?,
+        }
         let events_path = dir.path().join("events.jsonl");
         let log = EventLog::open(JsonlStore::open(&events_path)?)?;
         let options = EngineOptions::for_config(&config);

@@ -405,3 +405,80 @@ async fn a_drain_starts_nothing_new_and_waits_for_what_runs() -> Result<()> {
     sims.stop().await;
     Ok(())
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn with_an_orchestrator_per_site_dc2_calls_are_forwarded_and_the_failover_completes()
+-> Result<()> {
+    let sims = Sims::start().await?;
+    // examples/lab.yaml as it is: pve-dc2 may only be called from dc2.
+    let text = sims.config_text_for(false);
+    let ca = qfence_cluster::tls::CertificateAuthority::generate("lab")?;
+    let dc1 = Orchestrator::start_as(&text, "dc1-a", "dc1", &ca, None, true).await?;
+    let seed = dc1.node.member().address.clone();
+    let dc2 = Orchestrator::start_as(&text, "dc2-a", "dc2", &ca, Some(&seed), true).await?;
+    assert_eq!(
+        dc1.node.leader().map(|l| l.to_string()).as_deref(),
+        Some("dc1-a")
+    );
+
+    phase("steady state, then dc1's host loses power");
+    eventually(
+        Duration::from_secs(20),
+        "dc2's VM read by dc2-a",
+        || async {
+            dc1.engine
+                .runtime(&plan())
+                .observations
+                .get(&BindingKey::site(&lab::site("dc2"), 1))
+                .filter(|o| o.value == Observed::Holds && o.detail.contains("read by dc2-a"))
+                .map(|_| ())
+        },
+    )
+    .await
+    .inspect_err(|_| dump(&dc1))?;
+    assert!(sims.bmc1.set_power("pve-dc1-01", PowerState::Off));
+
+    phase("the leader at dc1 fails over; dc2's own orchestrator promotes the VM");
+    let after = eventually(
+        Duration::from_secs(60),
+        "dc2 owning erp-db with the VIP",
+        || async {
+            let s = dc1.engine.plan_state(&plan()).ok()??;
+            (s.owner.as_str() == "dc2"
+                && matches!(s.phase, Phase::Steady)
+                && sims.vip() == ["10.2.1.5"])
+            .then_some(s)
+        },
+    )
+    .await
+    .inspect_err(|_| dump(&dc1))?;
+    assert_eq!(after.generation.0, 2);
+    assert_eq!(
+        sims.pve2.snapshot().vm(101).map(|v| v.status),
+        Some(VmStatus::Running)
+    );
+    let events = dc1.engine.events();
+    assert!(
+        events.iter().any(|e| e.kind == EventKind::Result
+            && e.data["binding"] == "dc2[4]"
+            && e.message.contains("read by dc2-a")),
+        "the promotion ran at dc2-a"
+    );
+    assert_eq!(
+        dc2.engine.plan_state(&plan())?.map(|s| s.generation.0),
+        Some(2),
+        "dc2-a's replica has the new owner"
+    );
+    assert!(
+        dc2.engine
+            .events()
+            .iter()
+            .all(|e| e.kind == EventKind::Decision),
+        "a follower decides (and says it does not lead) but executes nothing of its own"
+    );
+
+    dc2.shutdown().await;
+    dc1.shutdown().await;
+    sims.stop().await;
+    Ok(())
+}
