@@ -73,7 +73,7 @@ fn node_tls(
     advertise: &str,
 ) -> Result<NodeTls, RuntimeError> {
     let tls_dir = dir.join("tls");
-    if tls_dir.join("node.pem").exists() {
+    if tls_dir.join(qfence_cluster::tls::CERT_FILE).exists() {
         return Ok(NodeTls::load(&tls_dir)?);
     }
     let ca = CertificateAuthority::generate(cluster)?;
@@ -179,7 +179,12 @@ impl Daemon {
             NodeOptions {
                 name: o.name.clone(),
                 site: me.site.clone(),
-                witness: false,
+                witness: o
+                    .config
+                    .config()
+                    .sites
+                    .get(&me.site)
+                    .is_some_and(|s| s.witness),
                 listen: cluster_listen,
                 advertise: Some(me.address.clone()),
                 data_dir: o.data_dir.clone(),
