@@ -247,6 +247,7 @@ pub fn secrets() -> SecretStore {
 pub struct Orchestrator {
     pub engine: Engine,
     pub node: ClusterNode,
+    pub metrics: Metrics,
     pub events_path: std::path::PathBuf,
     pub stop: CancellationToken,
     pub task: tokio::task::JoinHandle<()>,
@@ -313,7 +314,8 @@ impl Orchestrator {
         let events_path = dir.path().join("events.jsonl");
         let log = EventLog::open(JsonlStore::open(&events_path)?)?;
         let options = EngineOptions::for_config(&config);
-        let engine = Engine::new(config, node.clone(), log, Metrics::new(), options);
+        let metrics = Metrics::new();
+        let engine = Engine::new(config, node.clone(), log, metrics.clone(), options);
         let stop = CancellationToken::new();
         let task = if run_loop {
             tokio::spawn(engine.clone().run(stop.clone()))
@@ -323,6 +325,7 @@ impl Orchestrator {
         Ok(Self {
             engine,
             node,
+            metrics,
             events_path,
             stop,
             task,

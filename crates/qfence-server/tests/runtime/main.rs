@@ -153,6 +153,16 @@ async fn a_lost_site_fails_over_step_by_step_and_the_vip_follows() -> Result<()>
             pair[1].message
         );
     }
+    phase("the metrics count decisions, fence verdicts, check latency and the failover");
+    let m = o.metrics.render();
+    for needle in [
+        "qfence_decisions_total{plan=\"erp-db\"}",
+        "qfence_fence_results_total{controller=\"bmc-dc1\",verdict=\"FENCED\"} 1",
+        "qfence_check_duration_seconds_count{controller=\"pve-dc1\"}",
+        "qfence_failovers_total{plan=\"erp-db\",result=\"committed\"} 1",
+    ] {
+        assert!(m.contains(needle), "{needle} not in\n{m}");
+    }
     let records = read_jsonl(&o.events_path)?;
     let v = verify(&records, &VerifyOptions::default()).map_err(|b| anyhow::anyhow!("{b:?}"))?;
     assert_eq!(v.count as usize, events.len());
