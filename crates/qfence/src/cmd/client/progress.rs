@@ -1,0 +1,193 @@
+//! Live progress of a long operation (a switchover, a failover): after the API accepted it,
+//! print each new step the orchestrator records for the plan, with its time, until the plan
+//! is steady at the new owner (done), the operation stops (failed), or the time runs out.
+//!
+//! Steps are the plan's event-log records after the one that was last before the request;
+//! the end is read from `/api/v1/status`: phase `steady` with the new owner is done; phase
+//! `failed`, or `steady` with another owner at a newer generation than the accepted one
+//! (something else moved the plan), is failure.
+
+use std::time::{Duration, Instant};
+
+use qfence_server::dto::{OperationAccepted, PlanStatus, StatusResponse};
+use qfence_server::events::{Event, EventPage};
+use serde_json::json;
+
+use super::http::{Api, seg};
+use super::{Failure, Outcome, table};
+use crate::cmd::Format;
+
+/// The event log's last seq now: steps are what comes after it.
+pub async fn head(api: &Api) -> Result<u64, Failure> {
+    let page: EventPage = api.get("/api/v1/events?limit=1").await?;
+    Ok(page.head_seq)
+}
+
+/// A plan's status now.
+pub async fn plan_status(api: &Api, plan: &str) -> Result<PlanStatus, Failure> {
+    let s: StatusResponse = api.get("/api/v1/status").await?;
+    s.plans
+        .into_iter()
+        .find(|p| p.plan == plan)
+        .ok_or_else(|| Failure::Failed(format!("plan {plan:?} is not in the status any more")))
+}
+
+/// What to follow.
+#[derive(Debug)]
+pub struct Operation {
+    pub plan: String,
+    /// The site asked for; `None` for a failover by priority (any other site then counts).
+    pub target: Option<String>,
+    /// The owner before the request.
+    pub from: String,
+    /// The log's head before the request.
+    pub after_seq: u64,
+    pub timeout: Duration,
+    pub poll: Duration,
+}
+
+/// Prints the acceptance, then the steps, and decides the outcome.
+pub async fn follow(
+    api: &Api,
+    op: Operation,
+    accepted: &OperationAccepted,
+    format: Format,
+) -> Outcome {
+    let json_mode = format == Format::Json;
+    if json_mode {
+        println!("{}", json!({"accepted": accepted}));
+    } else {
+        println!(
+            "{} {} of {} accepted at generation {}: {}",
+            table::clock(table::now_ms()),
+            accepted.operation,
+            accepted.plan,
+            accepted.generation,
+            accepted.reason
+        );
+    }
+    let deadline = Instant::now() + op.timeout;
+    let mut after = op.after_seq;
+    let mut last_phase: Option<String> = None;
+    let mut down = false;
+    loop {
+        let polled = async {
+            after = print_steps(api, &op.plan, after, json_mode).await?;
+            plan_status(api, &op.plan).await
+        }
+        .await;
+        let p = match polled {
+            Ok(p) => p,
+            // The API may move or restart during the operation: keep asking until the
+            // deadline.
+            Err(Failure::Unreachable(why)) => {
+                if !down {
+                    eprintln!(
+                        "{} cannot reach the API: {why}",
+                        table::clock(table::now_ms())
+                    );
+                    down = true;
+                }
+                if Instant::now() >= deadline {
+                    return Err(timed_out(&op));
+                }
+                tokio::time::sleep(op.poll).await;
+                continue;
+            }
+            Err(e) => return Err(e),
+        };
+        down = false;
+        if !json_mode && last_phase.as_deref() != Some(p.phase.as_str()) {
+            println!(
+                "{} phase {}: {}",
+                table::clock(table::now_ms()),
+                p.phase,
+                p.last_reason
+            );
+        }
+        last_phase = Some(p.phase.clone());
+        let at_target = match &op.target {
+            Some(t) => &p.owner == t,
+            None => p.owner != op.from,
+        };
+        if p.phase == "steady" && at_target {
+            if json_mode {
+                println!("{}", json!({"outcome": "done", "plan": p}));
+            } else {
+                println!(
+                    "done: {} owns {} (generation {})",
+                    p.owner, p.plan, p.generation
+                );
+            }
+            return Ok(());
+        }
+        let moved_on = p.phase == "steady" && p.generation != accepted.generation;
+        if p.phase == "failed" || moved_on {
+            if json_mode {
+                println!("{}", json!({"outcome": "failed", "plan": p}));
+            }
+            return Err(Failure::Failed(format!(
+                "{} of {} failed: {} (phase {}, owner {}, generation {})",
+                accepted.operation, p.plan, p.last_reason, p.phase, p.owner, p.generation
+            )));
+        }
+        if Instant::now() >= deadline {
+            if json_mode {
+                println!("{}", json!({"outcome": "timeout", "plan": p}));
+            }
+            return Err(timed_out(&op));
+        }
+        tokio::time::sleep(op.poll).await;
+    }
+}
+
+fn timed_out(op: &Operation) -> Failure {
+    Failure::Failed(format!(
+        "no end after {:.0?}: the operation may still be running; watch it with `qfence status \
+         --watch` or `qfence events --plan {} --follow`",
+        op.timeout, op.plan
+    ))
+}
+
+/// Prints the plan's records after `after`, page by page; returns the last seq printed.
+pub async fn print_steps(
+    api: &Api,
+    plan: &str,
+    mut after: u64,
+    json_mode: bool,
+) -> Result<u64, Failure> {
+    loop {
+        let page: EventPage = api
+            .get(&format!(
+                "/api/v1/events?plan={}&after={after}&limit=1000",
+                seg(plan)
+            ))
+            .await?;
+        for e in &page.events {
+            print_step(e, json_mode);
+            after = after.max(e.seq);
+        }
+        match page.next_after {
+            Some(n) if !page.events.is_empty() => after = after.max(n),
+            _ => return Ok(after),
+        }
+    }
+}
+
+fn print_step(e: &Event, json_mode: bool) {
+    if json_mode {
+        println!("{}", json!({"step": e}));
+    } else {
+        let site = e
+            .site
+            .as_deref()
+            .map(|s| format!(" [{s}]"))
+            .unwrap_or_default();
+        println!(
+            "{} {}{site}: {}",
+            table::clock(e.time_ms),
+            e.kind.as_str(),
+            e.message
+        );
+    }
+}
