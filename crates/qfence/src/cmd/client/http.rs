@@ -105,7 +105,7 @@ impl Api {
         }
         Err(Failure::Api {
             status: status.as_u16(),
-            body: error_body(status, &bytes),
+            body: Box::new(error_body(status, &bytes)),
         })
     }
 }

@@ -89,7 +89,8 @@ pub struct ApiArgs {
 #[derive(Debug)]
 pub enum Failure {
     /// The API answered with an error.
-    Api { status: u16, body: ErrorBody },
+    /// Boxed: results carrying a failure stay small.
+    Api { status: u16, body: Box<ErrorBody> },
     /// The API could not be reached, or its certificate was not trusted.
     Unreachable(String),
     /// The command was used the wrong way.
