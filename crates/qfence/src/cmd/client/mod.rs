@@ -138,7 +138,16 @@ impl Failure {
                     eprintln!("  check --token or QFENCE_TOKEN");
                 }
             }
-            Failure::Unreachable(why) => eprintln!("error: cannot reach the API: {why}"),
+            Failure::Unreachable(why) => {
+                eprintln!("error: cannot reach the API: {why}");
+                if why.contains("certificate not trusted") {
+                    eprintln!(
+                        "  the daemon serves a self-signed certificate: check the fingerprint it \
+                         logs at start, then pass it with --pin (or QFENCE_API_PIN), or its CA \
+                         with --ca-file"
+                    );
+                }
+            }
             Failure::Usage(why) => eprintln!("error: {why}"),
             Failure::Failed(why) => eprintln!("error: {why}"),
         }

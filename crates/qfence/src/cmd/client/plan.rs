@@ -337,11 +337,13 @@ async fn show(api: ApiArgs, plan: String, format: Format) -> Outcome {
         }
         table::print(&t);
     }
+    // As the configuration file writes it under `plans.NAME`.
     println!("spec:");
-    println!(
-        "{}",
-        serde_json::to_string_pretty(&view.spec).expect("serialises")
-    );
+    let yaml = serde_saphyr::to_string(&view.spec)
+        .unwrap_or_else(|_| serde_json::to_string_pretty(&view.spec).expect("serialises"));
+    for line in yaml.lines() {
+        println!("  {line}");
+    }
     if let Some(staged) = &view.staged {
         println!(
             "staged by {} on generation {} ({} warning(s)); apply it with the console or the API",

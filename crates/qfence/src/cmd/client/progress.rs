@@ -69,11 +69,19 @@ pub async fn follow(
     let deadline = Instant::now() + op.timeout;
     let mut after = op.after_seq;
     let mut last_phase: Option<String> = None;
+    let mut last_step = String::new();
     let mut down = false;
     loop {
+        // The status first, then the steps: every step up to that status is then printed
+        // before its phase (a step is recorded with the phase it moves to).
         let polled = async {
-            after = print_steps(api, &op.plan, after, json_mode).await?;
-            plan_status(api, &op.plan).await
+            let p = plan_status(api, &op.plan).await?;
+            let (seq, step) = print_steps(api, &op.plan, after, json_mode).await?;
+            after = seq;
+            if let Some(step) = step {
+                last_step = step;
+            }
+            Ok(p)
         }
         .await;
         let p = match polled {
@@ -98,11 +106,16 @@ pub async fn follow(
         };
         down = false;
         if !json_mode && last_phase.as_deref() != Some(p.phase.as_str()) {
+            // The reason, unless the step just printed said it already.
+            let reason = if p.last_reason == last_step {
+                String::new()
+            } else {
+                format!(": {}", p.last_reason)
+            };
             println!(
-                "{} phase {}: {}",
+                "{} phase {}{reason}",
                 table::clock(table::now_ms()),
-                p.phase,
-                p.last_reason
+                p.phase
             );
         }
         last_phase = Some(p.phase.clone());
@@ -149,13 +162,15 @@ fn timed_out(op: &Operation) -> Failure {
     ))
 }
 
-/// Prints the plan's records after `after`, page by page; returns the last seq printed.
+/// Prints the plan's records after `after`, page by page; returns the last seq printed and
+/// the last message.
 pub async fn print_steps(
     api: &Api,
     plan: &str,
     mut after: u64,
     json_mode: bool,
-) -> Result<u64, Failure> {
+) -> Result<(u64, Option<String>), Failure> {
+    let mut last = None;
     loop {
         let page: EventPage = api
             .get(&format!(
@@ -166,10 +181,11 @@ pub async fn print_steps(
         for e in &page.events {
             print_step(e, json_mode);
             after = after.max(e.seq);
+            last = Some(e.message.clone());
         }
         match page.next_after {
             Some(n) if !page.events.is_empty() => after = after.max(n),
-            _ => return Ok(after),
+            _ => return Ok((after, last)),
         }
     }
 }
