@@ -902,6 +902,48 @@ async fn the_offline_forms_still_read_the_file_with_the_api_set() {
         Some(2),
         "the offline dry-run needs --to: {out:#?}"
     );
+    let out = s
+        .run(&[
+            "controller",
+            "test",
+            &lab,
+            "bmc-dc1",
+            "--orchestrator",
+            "dc1-a",
+            "--timeout-seconds",
+            "1",
+        ])
+        .await;
+    assert!(
+        out.stdout
+            .contains("controller bmc-dc1 (redfish) tested from orchestrator dc1-a"),
+        "{out:#?}"
+    );
     // Nothing reached the API.
     assert_eq!(s.backend.head().0, 0);
+
+    phase("events verify FILE checks an export offline; events alone asks the API");
+    s.run(&["plan", "pause", "erp-db"]).await.ok();
+    s.run(&["plan", "resume", "erp-db"]).await.ok();
+    let dir = tempfile::tempdir().unwrap();
+    let log = dir.path().join("events.jsonl");
+    let lines: Vec<String> = s
+        .backend
+        .all_events()
+        .iter()
+        .map(|e| serde_json::to_string(e).unwrap())
+        .collect();
+    assert_eq!(lines.len(), 2);
+    std::fs::write(&log, lines.join("\n") + "\n").unwrap();
+    let log = log.display().to_string();
+    s.run(&["events", "verify", &log]).await.ok();
+    std::fs::write(&log, lines[1].clone() + "\n").unwrap();
+    let out = s.run(&["events", "verify", &log]).await;
+    assert_eq!(
+        out.code,
+        Some(1),
+        "a log missing its first record is broken: {out:#?}"
+    );
+    let out = s.run(&["events", "--format", "json"]).await;
+    assert_eq!(out.ok().stdout.lines().count(), 2, "{}", out.stdout);
 }
