@@ -119,30 +119,28 @@ pub async fn follow(
             );
         }
         last_phase = Some(p.phase.clone());
-        let at_target = match &op.target {
-            Some(t) => &p.owner == t,
-            None => p.owner != op.from,
-        };
-        if p.phase == "steady" && at_target {
-            if json_mode {
-                println!("{}", json!({"outcome": "done", "plan": p}));
-            } else {
-                println!(
-                    "done: {} owns {} (generation {})",
-                    p.owner, p.plan, p.generation
-                );
+        match judge(&op, accepted.generation, &p) {
+            Stage::Done => {
+                if json_mode {
+                    println!("{}", json!({"outcome": "done", "plan": p}));
+                } else {
+                    println!(
+                        "done: {} owns {} (generation {})",
+                        p.owner, p.plan, p.generation
+                    );
+                }
+                return Ok(());
             }
-            return Ok(());
-        }
-        let moved_on = p.phase == "steady" && p.generation != accepted.generation;
-        if p.phase == "failed" || moved_on {
-            if json_mode {
-                println!("{}", json!({"outcome": "failed", "plan": p}));
+            Stage::Failed => {
+                if json_mode {
+                    println!("{}", json!({"outcome": "failed", "plan": p}));
+                }
+                return Err(Failure::Failed(format!(
+                    "{} of {} failed: {} (phase {}, owner {}, generation {})",
+                    accepted.operation, p.plan, p.last_reason, p.phase, p.owner, p.generation
+                )));
             }
-            return Err(Failure::Failed(format!(
-                "{} of {} failed: {} (phase {}, owner {}, generation {})",
-                accepted.operation, p.plan, p.last_reason, p.phase, p.owner, p.generation
-            )));
+            Stage::Running => {}
         }
         if Instant::now() >= deadline {
             if json_mode {
@@ -151,6 +149,34 @@ pub async fn follow(
             return Err(timed_out(&op));
         }
         tokio::time::sleep(op.poll).await;
+    }
+}
+
+/// Where an accepted operation stands, from the plan's status.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Stage {
+    /// Steady at the new owner.
+    Done,
+    /// Stopped: phase `failed`, or steady at another owner with a newer generation than the
+    /// accepted one (something else moved the plan).
+    Failed,
+    /// Not there yet, or not begun (a steady plan at the accepted generation or an older one,
+    /// as a lagging follower may still show, is waiting to be picked up).
+    Running,
+}
+
+/// Decides the stage; pure, so the rules are tested without an API.
+pub fn judge(op: &Operation, accepted_generation: u64, p: &PlanStatus) -> Stage {
+    let at_target = match &op.target {
+        Some(t) => &p.owner == t,
+        None => p.owner != op.from,
+    };
+    if p.phase == "steady" && at_target {
+        Stage::Done
+    } else if p.phase == "failed" || (p.phase == "steady" && p.generation > accepted_generation) {
+        Stage::Failed
+    } else {
+        Stage::Running
     }
 }
 
@@ -205,5 +231,66 @@ fn print_step(e: &Event, json_mode: bool) {
             e.kind.as_str(),
             e.message
         );
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn op(target: Option<&str>) -> Operation {
+        Operation {
+            plan: "erp-db".into(),
+            target: target.map(str::to_owned),
+            from: "dc1".into(),
+            after_seq: 0,
+            timeout: Duration::from_secs(1),
+            poll: Duration::from_millis(100),
+        }
+    }
+
+    fn plan(owner: &str, phase: &str, generation: u64) -> PlanStatus {
+        PlanStatus {
+            plan: "erp-db".into(),
+            owner: owner.into(),
+            generation,
+            paused: false,
+            phase: phase.into(),
+            last_reason: String::new(),
+            sites: Vec::new(),
+        }
+    }
+
+    #[test]
+    fn done_only_when_steady_at_the_target() {
+        let to_dc2 = op(Some("dc2"));
+        assert_eq!(judge(&to_dc2, 2, &plan("dc2", "steady", 2)), Stage::Done);
+        assert_eq!(judge(&to_dc2, 2, &plan("dc2", "steady", 3)), Stage::Done);
+        // Owner moved but the last step is still running.
+        assert_eq!(
+            judge(&to_dc2, 2, &plan("dc2", "moving_service", 2)),
+            Stage::Running
+        );
+        // A failover by priority: any site but the old owner.
+        assert_eq!(judge(&op(None), 2, &plan("dc3", "steady", 2)), Stage::Done);
+        assert_eq!(
+            judge(&op(None), 2, &plan("dc1", "fencing", 2)),
+            Stage::Running
+        );
+    }
+
+    #[test]
+    fn not_yet_picked_up_is_running_even_on_a_lagging_follower() {
+        let to_dc2 = op(Some("dc2"));
+        assert_eq!(judge(&to_dc2, 2, &plan("dc1", "steady", 2)), Stage::Running);
+        assert_eq!(judge(&to_dc2, 2, &plan("dc1", "steady", 1)), Stage::Running);
+    }
+
+    #[test]
+    fn failed_phase_or_moved_elsewhere_is_failure() {
+        let to_dc2 = op(Some("dc2"));
+        assert_eq!(judge(&to_dc2, 2, &plan("dc1", "failed", 2)), Stage::Failed);
+        assert_eq!(judge(&to_dc2, 2, &plan("dc1", "steady", 3)), Stage::Failed);
+        assert_eq!(judge(&to_dc2, 2, &plan("dc3", "steady", 3)), Stage::Failed);
     }
 }
