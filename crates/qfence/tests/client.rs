@@ -12,8 +12,8 @@ use std::time::Duration;
 use qfence_model::Verdict;
 use qfence_server::testing::MemoryBackend;
 use qfence_server::{Access, ApiConfig, Metrics, TokenStore};
-use tokio::io::AsyncReadExt;
-use tokio::process::{Child, Command};
+use tokio::io::{AsyncBufReadExt, AsyncReadExt, BufReader};
+use tokio::process::{Child, ChildStdout, Command};
 use tokio_util::sync::CancellationToken;
 
 const VIEWER: &str = "viewer-token-1";
@@ -108,17 +108,6 @@ impl Server {
     async fn run_as(&self, token: &str, args: &[&str]) -> Out {
         Out::of(self.command_as(token, args).output().await.unwrap())
     }
-
-    /// Waits until the double's plan is in `phase` (the CLI's request arrived).
-    async fn wait_phase(&self, plan: &str, phase: &str) {
-        for _ in 0..200 {
-            if self.backend.phase(plan) == phase {
-                return;
-            }
-            tokio::time::sleep(Duration::from_millis(50)).await;
-        }
-        panic!("{plan} never reached phase {phase}");
-    }
 }
 
 /// The binary with no QFENCE_* settings inherited from the environment.
@@ -161,32 +150,71 @@ impl Out {
     }
 }
 
-/// Waits for a spawned CLI and collects what it printed.
-async fn finish(mut child: Child) -> Out {
-    let status = tokio::time::timeout(Duration::from_secs(60), child.wait())
-        .await
-        .expect("the CLI ends")
-        .unwrap();
-    let mut stdout = String::new();
-    let mut stderr = String::new();
-    child
-        .stdout
-        .take()
-        .unwrap()
-        .read_to_string(&mut stdout)
-        .await
-        .unwrap();
-    child
-        .stderr
-        .take()
-        .unwrap()
-        .read_to_string(&mut stderr)
-        .await
-        .unwrap();
-    Out {
-        code: status.code(),
-        stdout,
-        stderr,
+/// A running CLI whose stdout is read line by line as it prints: the test moves the double on
+/// only after the CLI showed the previous step, so the story is the same however slow the
+/// machine, and the output is proven live, not printed at the end.
+struct Live {
+    child: Child,
+    lines: tokio::io::Lines<BufReader<ChildStdout>>,
+    seen: String,
+}
+
+impl Live {
+    fn spawn(mut c: Command) -> Self {
+        let mut child = c
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .unwrap();
+        let lines = BufReader::new(child.stdout.take().unwrap()).lines();
+        Self {
+            child,
+            lines,
+            seen: String::new(),
+        }
+    }
+
+    /// Reads lines until one holds `needle`.
+    async fn until(&mut self, needle: &str) {
+        loop {
+            let line = tokio::time::timeout(Duration::from_secs(30), self.lines.next_line())
+                .await
+                .unwrap_or_else(|_| panic!("no {needle:?} within 30 s; so far:\n{}", self.seen))
+                .unwrap();
+            let Some(line) = line else {
+                panic!("the CLI ended before {needle:?}:\n{}", self.seen);
+            };
+            self.seen.push_str(&line);
+            self.seen.push('\n');
+            if line.contains(needle) {
+                return;
+            }
+        }
+    }
+
+    /// Waits for the end and collects the rest.
+    async fn finish(mut self) -> Out {
+        let status = tokio::time::timeout(Duration::from_secs(60), self.child.wait())
+            .await
+            .expect("the CLI ends")
+            .unwrap();
+        while let Some(line) = self.lines.next_line().await.unwrap() {
+            self.seen.push_str(&line);
+            self.seen.push('\n');
+        }
+        let mut stderr = String::new();
+        self.child
+            .stderr
+            .take()
+            .unwrap()
+            .read_to_string(&mut stderr)
+            .await
+            .unwrap();
+        Out {
+            code: status.code(),
+            stdout: self.seen,
+            stderr,
+        }
     }
 }
 
@@ -496,27 +524,22 @@ async fn a_switchover_shows_each_step_until_the_new_owner_is_steady() {
     s.backend.hold_operations.store(true, Ordering::SeqCst);
 
     phase("the CLI asks for a switchover and follows it");
-    let child = s
-        .command(&[
-            "plan",
-            "switchover",
-            "erp-db",
-            "--to",
-            "dc2",
-            "--generation",
-            "1",
-            "--poll-seconds",
-            "0.1",
-            "--reason",
-            "planned maintenance",
-        ])
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .unwrap();
-    s.wait_phase("erp-db", "switchover").await;
+    let mut cli = Live::spawn(s.command(&[
+        "plan",
+        "switchover",
+        "erp-db",
+        "--to",
+        "dc2",
+        "--generation",
+        "1",
+        "--poll-seconds",
+        "0.1",
+        "--reason",
+        "planned maintenance",
+    ]));
+    cli.until("phase switchover").await;
 
-    phase("the runtime works through the steps while the CLI polls");
+    phase("the runtime works through the steps; the CLI shows each one as it happens");
     for (ph, sentence) in [
         ("stopping", "Stopping erp-db on dc1: vm.stop pve-dc1-01/101"),
         (
@@ -525,13 +548,12 @@ async fn a_switchover_shows_each_step_until_the_new_owner_is_steady() {
         ),
         ("moving_service", "Moving vip-erp-db to dc2"),
     ] {
-        tokio::time::sleep(Duration::from_millis(300)).await;
         s.backend.step("erp-db", ph, sentence);
+        cli.until(&format!("phase {ph}")).await;
     }
-    tokio::time::sleep(Duration::from_millis(300)).await;
     s.backend.complete("erp-db");
 
-    let out = finish(child).await;
+    let out = cli.finish().await;
     assert_eq!(out.code, Some(0), "{out:#?}");
     in_order(
         &out.stdout,
@@ -589,34 +611,29 @@ async fn a_failover_that_stops_exits_1_and_one_not_allowed_is_refused() {
     phase("fenced owner; the failover is accepted, then stops");
     s.backend.set_verdict("erp-db", "dc1", Verdict::Fenced);
     s.backend.hold_operations.store(true, Ordering::SeqCst);
-    let child = s
-        .command(&[
-            "plan",
-            "failover",
-            "erp-db",
-            "--generation",
-            "1",
-            "--poll-seconds",
-            "0.1",
-            "--format",
-            "json",
-        ])
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .unwrap();
-    s.wait_phase("erp-db", "failover").await;
+    let mut cli = Live::spawn(s.command(&[
+        "plan",
+        "failover",
+        "erp-db",
+        "--generation",
+        "1",
+        "--poll-seconds",
+        "0.1",
+        "--format",
+        "json",
+    ]));
+    cli.until("\"accepted\"").await;
     s.backend.step(
         "erp-db",
         "promoting",
         "Promoting dc2: vm.start pve-dc2-01/101",
     );
-    tokio::time::sleep(Duration::from_millis(300)).await;
+    cli.until("Promoting dc2").await;
     s.backend.fail(
         "erp-db",
         "vm.start on pve-dc2-01/101 failed: the VM is locked",
     );
-    let out = finish(child).await;
+    let out = cli.finish().await;
     assert_eq!(out.code, Some(1), "{out:#?}");
     let lines: Vec<serde_json::Value> = out
         .stdout
@@ -696,13 +713,8 @@ async fn status_watch_shows_a_failover_step_by_step() {
     let s = Server::start().await;
     s.backend.set_verdict("erp-db", "dc1", Verdict::Fenced);
     s.backend.hold_operations.store(true, Ordering::SeqCst);
-    let watch = s
-        .command(&["status", "--watch", "--interval-seconds", "0.1"])
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .unwrap();
-    tokio::time::sleep(Duration::from_millis(500)).await;
+    let mut watch = Live::spawn(s.command(&["status", "--watch", "--interval-seconds", "0.1"]));
+    watch.until("erp-db").await;
     s.run(&[
         "plan",
         "failover",
@@ -713,23 +725,23 @@ async fn status_watch_shows_a_failover_step_by_step() {
     ])
     .await
     .ok();
+    watch.until("erp-db: failover owner dc1").await;
     for (ph, sentence) in [
         ("fencing", "Fencing dc1: power.off pve-dc1-01"),
         ("promoting", "Promoting dc2: vm.start pve-dc2-01/101"),
     ] {
-        tokio::time::sleep(Duration::from_millis(400)).await;
         s.backend.step("erp-db", ph, sentence);
+        watch.until(&format!("erp-db: {ph} owner dc1")).await;
     }
-    tokio::time::sleep(Duration::from_millis(400)).await;
     s.backend.complete("erp-db");
-    tokio::time::sleep(Duration::from_millis(600)).await;
-    let pid = watch.id().unwrap();
+    watch.until("erp-db: steady owner dc2").await;
     // Ctrl-C, as an operator ends it.
+    let pid = watch.child.id().unwrap();
     std::process::Command::new("kill")
         .args(["-INT", &pid.to_string()])
         .status()
         .unwrap();
-    let out = finish(watch).await;
+    let out = watch.finish().await;
     assert_eq!(out.code, Some(0), "{out:#?}");
     in_order(
         &out.stdout,
