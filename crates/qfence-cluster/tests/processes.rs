@@ -34,12 +34,33 @@ fn main() -> anyhow::Result<()> {
             tracing_subscriber::EnvFilter::try_from_default_env().unwrap_or_else(|_| "warn".into()),
         )
         .try_init();
+    const STORIES: [&str; 2] = ["sigkill_the_leader_during_writes", "docker_partition"];
+    // Speak enough of libtest's command line for cargo test and nextest: `--list --format
+    // terse` lists the stories (none of them ignored), and a positional filter (with or
+    // without `--exact`) picks which to run.
+    let args: Vec<String> = std::env::args().skip(1).collect();
+    let ignored = args.iter().any(|a| a == "--ignored");
+    if args.iter().any(|a| a == "--list") {
+        if !ignored {
+            for name in STORIES {
+                println!("{name}: test");
+            }
+        }
+        return Ok(());
+    }
+    let exact = args.iter().any(|a| a == "--exact");
+    let filter = args.iter().find(|a| !a.starts_with('-'));
     let mut failed = 0;
-    let mut stories: Vec<(&str, bool)> = vec![("sigkill_the_leader_during_writes", true)];
-    stories.push((
-        "docker_partition",
-        std::env::var("QFENCE_DOCKER_TESTS").is_ok_and(|v| v == "1"),
-    ));
+    let docker = std::env::var("QFENCE_DOCKER_TESTS").is_ok_and(|v| v == "1");
+    let stories = STORIES
+        .into_iter()
+        .filter(|_| !ignored)
+        .filter(|name| match filter {
+            Some(f) if exact => name == f,
+            Some(f) => name.contains(f.as_str()),
+            None => true,
+        })
+        .map(|name| (name, name != "docker_partition" || docker));
     for (name, enabled) in stories {
         if !enabled {
             println!("test {name} ... skipped (set QFENCE_DOCKER_TESTS=1)");
