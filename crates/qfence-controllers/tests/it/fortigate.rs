@@ -27,7 +27,7 @@ async fn lab(state: FortiState) -> Lab {
 }
 
 fn pin(tls: &LabTls) -> String {
-    hex::encode(ring::digest::digest(&ring::digest::SHA256, &tls.cert_der))
+    qfence_controllers::tls::fingerprint(&tls.cert_der)
 }
 
 fn driver_with(lab: &Lab, key: &str, trust: TlsTrust) -> FortigateDriver {
