@@ -78,6 +78,15 @@ pub struct Reading {
 }
 
 impl Reading {
+    /// The same reading of the opposite condition: an undo's read-back (the VM runs) is a
+    /// reading of the fence's condition (the VM is stopped) that does not hold.
+    pub fn negated(self) -> Reading {
+        Reading {
+            holds: !self.holds,
+            ..self
+        }
+    }
+
     /// The fence verdict this reading gives: FENCED when the condition holds, FAILED when not.
     pub fn verdict(&self) -> Verdict {
         if self.holds {

@@ -1040,7 +1040,12 @@ impl Driver for ProxmoxDriver {
     async fn undo(&self, ctx: &CallContext, target: &Target) -> Result<Reading, DriverError> {
         ctx.run(&self.id, "undo", async {
             match target.capability.as_str() {
-                STOP => self.power(ctx, target, "running").await,
+                // The reading is of the fence's condition, which no longer holds once the
+                // start is proven (contract §3.7).
+                STOP => self
+                    .power(ctx, target, "running")
+                    .await
+                    .map(crate::driver::Reading::negated),
                 _ => Err(self.unsupported(target, "undo")),
             }
         })

@@ -875,7 +875,12 @@ impl Driver for FortigateDriver {
     async fn undo(&self, ctx: &CallContext, target: &Target) -> Result<Reading, DriverError> {
         ctx.run(&self.id, "undo", async {
             match target.capability.as_str() {
-                POLICY_DISABLE => self.set_policy(ctx, target, true).await,
+                // The reading is of the fence's condition, which no longer holds once the
+                // enable is proven (contract §3.7).
+                POLICY_DISABLE => self
+                    .set_policy(ctx, target, true)
+                    .await
+                    .map(crate::driver::Reading::negated),
                 // A VIP is moved by the next owner's vip.own, never "un-owned".
                 _ => Err(self.unsupported(target, "undo")),
             }

@@ -587,3 +587,26 @@ async fn a_promotion_that_outlasts_pg_promote_is_still_seen_through() {
         "pg_promote returned false first"
     );
 }
+
+/// `db.demote` has no undo: the suite leaves the primary demoted, which is checked here
+/// through a plain client connection.
+#[tokio::test]
+async fn postgres_passes_the_compliance_suite_on_a_real_primary() {
+    let Some(pair) = Pair::start() else { return };
+    let case = crate::compliance::Case {
+        driver: driver(pair.primary),
+        fence: crate::compliance::target("db.demote", "self"),
+        missing: None,
+        action_timeout: Duration::from_secs(30),
+        slow_fence: false,
+    };
+    crate::compliance::run(case).await;
+    let e = Pair::client(pair.primary)
+        .await
+        .expect_err("a demoted primary refuses clients");
+    let msg = e.as_db_error().map(|d| d.message().to_owned());
+    assert!(
+        msg.as_deref().is_some_and(|m| m.contains("pg_hba.conf")),
+        "{e}: {msg:?}"
+    );
+}

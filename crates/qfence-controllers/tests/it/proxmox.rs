@@ -286,7 +286,7 @@ async fn vm_stop_follows_the_task_reads_back_and_is_idempotent() {
     assert_eq!(pve.requests("POST", "/qemu/100/status/stop").await, 1);
 
     let u = d.undo(&ctx(), &t).await.unwrap();
-    assert!(u.holds && u.detail.contains("status=running"), "{u:?}");
+    assert!(!u.holds && u.detail.contains("status=running"), "{u:?}");
     assert_eq!(pve.vm_status(100).await, "running");
     assert!(
         d.check(&ctx(), &target("vm.status", "pve1/100"))
@@ -450,7 +450,7 @@ async fn ticket_auth_logs_in_and_again_after_revocation() {
     let t = target("vm.stop", "pve3/103");
     assert!(d.check(&ctx(), &t).await.unwrap().holds);
     // Writes carry the CSRF token.
-    assert!(d.undo(&ctx(), &t).await.unwrap().holds);
+    assert!(!d.undo(&ctx(), &t).await.unwrap().holds);
     pve.ctl("/tickets/revoke").await;
     assert!(d.perform(&ctx(), &t).await.unwrap().holds);
     assert_eq!(pve.requests("POST", "/access/ticket").await, 2);
@@ -511,4 +511,24 @@ async fn discovery_and_replication_against_fakepve() {
     pve.ctl("/node/pve1/offline").await;
     let r = d.check(&ctx(), &target("replication.lag", "100-0")).await;
     assert_eq!(r.unwrap_err().kind, ErrorKind::Unreachable);
+}
+
+#[tokio::test]
+async fn proxmox_passes_the_compliance_suite_against_fakepve() {
+    let Some(pve) = Pve::start("0.02") else {
+        return;
+    };
+    let case = crate::compliance::Case {
+        driver: pve.driver(),
+        fence: crate::compliance::target("vm.stop", "pve1/100"),
+        missing: Some(crate::compliance::target("vm.stop", "pve1/999")),
+        action_timeout: Duration::from_secs(20),
+        slow_fence: false,
+    };
+    crate::compliance::run(case).await;
+    assert_eq!(
+        pve.vm_status(100).await,
+        "running",
+        "the suite ends unfenced"
+    );
 }

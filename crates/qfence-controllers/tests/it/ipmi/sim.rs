@@ -231,3 +231,18 @@ async fn an_unknown_user_is_an_auth_error() {
     let e = d.probe(&ctx(10)).await.unwrap_err();
     assert_eq!(e.kind, ErrorKind::Auth, "{e}");
 }
+
+#[tokio::test]
+async fn ipmi_passes_the_compliance_suite_against_ipmi_sim() {
+    let Some(sim) = Sim::start(47) else { return };
+    let case = crate::compliance::Case {
+        driver: driver(&sim.endpoint(), "password"),
+        fence: crate::compliance::target("power.off", "node1"),
+        // One BMC, one host: there is no other resource to name.
+        missing: None,
+        action_timeout: Duration::from_secs(15),
+        slow_fence: false,
+    };
+    crate::compliance::run(case).await;
+    drop(sim);
+}
