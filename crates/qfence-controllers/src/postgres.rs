@@ -301,7 +301,7 @@ impl PostgresDriver {
         let replica: bool = row.get(1);
         let version: String = row.get(2);
         let role = if replica { "replica" } else { "primary" };
-        let expect = target.params.get("expect_role").map(String::as_str);
+        let expect = target.param(ControllerType::Postgres, "expect_role");
         let holds = one == 1 && expect.is_none_or(|e| e == role);
         let mut detail = format!(
             "{} answers SELECT 1; {role}; PostgreSQL {version}",
@@ -314,7 +314,7 @@ impl PostgresDriver {
     }
 
     fn limit<T: FromStr>(&self, target: &Target, key: &str, default: T) -> Result<T, DriverError> {
-        match target.params.get(key) {
+        match target.param(ControllerType::Postgres, key) {
             None => Ok(default),
             Some(v) => v.parse().map_err(|_| {
                 self.err(
@@ -814,14 +814,15 @@ impl Driver for PostgresDriver {
             }
             if target.capability == LAG {
                 for key in ["max_lag_bytes", "max_lag_seconds"] {
-                    if let Some(v) = target.params.get(key)
+                    if let Some(v) = target.param(ControllerType::Postgres, key)
                         && v.parse::<f64>().is_err()
                     {
                         problems.push(format!("params.{key}: {v:?} is not a number"));
                     }
                 }
             }
-            if let Some(r) = target.params.get("expect_role")
+            if target.capability == HEALTH
+                && let Some(r) = target.param(ControllerType::Postgres, "expect_role")
                 && r != "primary"
                 && r != "replica"
             {

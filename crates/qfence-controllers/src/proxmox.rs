@@ -622,7 +622,7 @@ impl ProxmoxDriver {
     ) -> Result<Reading, DriverError> {
         let job = target.resource.as_str();
         let limit = |k: &str, d: u64| -> Result<u64, DriverError> {
-            target.params.get(k).map_or(Ok(d), |v| {
+            target.param(ControllerType::Proxmox, k).map_or(Ok(d), |v| {
                 v.parse().map_err(|_| {
                     self.err(
                         ErrorKind::Rejected,
@@ -1001,7 +1001,7 @@ impl Driver for ProxmoxDriver {
                         problems.push(format!("replication job {} does not exist (or is not visible)", target.resource));
                     }
                     for k in ["max_age_seconds", "max_fail_count"] {
-                        if let Some(v) = target.params.get(k)
+                        if let Some(v) = target.param(ControllerType::Proxmox, k)
                             && v.parse::<u64>().is_err()
                         {
                             problems.push(format!("params.{k}: {v:?} is not a whole number"));

@@ -364,18 +364,20 @@ impl FortigateDriver {
 
     /// The address the VIP must map to for the target's site.
     fn vip_address<'a>(&self, target: &'a Target) -> Result<&'a str, DriverError> {
-        let addr = target.params.get(target.site.as_str()).ok_or_else(|| {
-            self.err(
-                ErrorKind::Rejected,
-                VIP_OWN,
-                format!(
-                    "binding gives no address for site {} (params: one address per site)",
-                    target.site
-                ),
-                false,
-            )
-        })?;
-        Ok(addr.as_str())
+        let addr = target
+            .param(ControllerType::Fortigate, target.site.as_str())
+            .ok_or_else(|| {
+                self.err(
+                    ErrorKind::Rejected,
+                    VIP_OWN,
+                    format!(
+                        "binding gives no address for site {} (params: one address per site)",
+                        target.site
+                    ),
+                    false,
+                )
+            })?;
+        Ok(addr)
     }
 
     async fn read_vip(&self, ctx: &CallContext, target: &Target) -> Result<Reading, DriverError> {

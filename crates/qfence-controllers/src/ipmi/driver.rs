@@ -98,7 +98,7 @@ fn parse_endpoint(endpoint: &str) -> Result<(String, u16), String> {
 
 /// The countdown a watchdog binding asks for, in seconds.
 fn watchdog_seconds(target: &Target) -> Result<u32, String> {
-    match target.params.get(TIMEOUT_PARAM) {
+    match target.param(ControllerType::Ipmi, TIMEOUT_PARAM) {
         None => Ok(DEFAULT_WATCHDOG_SECONDS),
         Some(v) => v
             .trim()
