@@ -53,6 +53,12 @@ struct Pve {
 
 impl Pve {
     fn start(time_scale: &str) -> Option<Pve> {
+        Self::start_with(time_scale, None)
+    }
+
+    /// Starts fakepve with a scenario of the test's own (`fakepve_harness.py`'s format)
+    /// instead of the start script's default.
+    fn start_with(time_scale: &str, scenario: Option<&Value>) -> Option<Pve> {
         let script = emulators().join("start-pve-fakepve.sh");
         if !script.exists() {
             assert!(
@@ -69,13 +75,22 @@ impl Pve {
                 .tempdir_in("/tmp")
                 .unwrap(),
         );
+        let scenario_file = scenario.map(|sc| {
+            let f = run.0.path().join("test-scenario.json");
+            std::fs::write(&f, sc.to_string()).unwrap();
+            f
+        });
         let mut last = String::new();
         for _ in 0..5 {
             let (port, ctl) = (free_port(), free_port());
             if port == ctl {
                 continue;
             }
-            let out = Command::new("bash")
+            let mut cmd = Command::new("bash");
+            if let Some(f) = &scenario_file {
+                cmd.env("PVE_SCENARIO", f);
+            }
+            let out = cmd
                 .arg(&script)
                 .env("QFENCE_EMU_RUN", run.0.path())
                 .env("PVE_PORT", port.to_string())
@@ -531,4 +546,91 @@ async fn proxmox_passes_the_compliance_suite_against_fakepve() {
         "running",
         "the suite ends unfenced"
     );
+}
+
+/// A scenario where `fence@pve` may power-manage and audit every VM, and its token
+/// `fence@pve!qfence` has privilege separation with `token_acl` as its own ACL.
+fn privsep_scenario(token_acl: Value) -> Value {
+    let mut acl = vec![serde_json::json!(
+        {"user": "fence@pve", "path": "/vms", "privs": ["VM.PowerMgmt", "VM.Audit"]}
+    )];
+    acl.extend(token_acl.as_array().cloned().unwrap_or_default());
+    serde_json::json!({
+        "cluster_name": "qfence",
+        "nodes": {"pve1": true, "pve2": true},
+        "users": {"fence@pve": "fencepass"},
+        "tokens": {"fence@pve!qfence": TOKEN_SECRET},
+        "guests": [
+            {"vmid": 100, "name": "db1", "node": "pve1", "status": "running", "config": {}},
+            {"vmid": 101, "name": "db2", "node": "pve2", "status": "running", "config": {}}
+        ],
+        "acl": acl,
+        "privsep": ["fence@pve!qfence"]
+    })
+}
+
+fn privsep_driver(pve: &Pve) -> ProxmoxDriver {
+    pve.driver_with(
+        ProxmoxAuth::Token {
+            token_id: "fence@pve!qfence".to_owned(),
+        },
+        TOKEN_SECRET,
+    )
+}
+
+fn grade_of(p: &qfence_controllers::Probe, cap: &str) -> (Grade, String) {
+    let g = p.grades.iter().find(|g| g.capability == cap).unwrap();
+    (g.grade, g.reason.clone())
+}
+
+#[tokio::test]
+async fn a_privsep_token_with_its_own_acl_is_proven_and_fences() {
+    let scenario = privsep_scenario(serde_json::json!([
+        {"user": "fence@pve!qfence", "path": "/vms", "privs": ["VM.PowerMgmt", "VM.Audit"]}
+    ]));
+    let Some(pve) = Pve::start_with("0.02", Some(&scenario)) else {
+        return;
+    };
+    let d = privsep_driver(&pve);
+    let p = d.probe(&ctx()).await.unwrap();
+    for cap in ["vm.stop", "vm.start", "vm.status", "replication.lag"] {
+        let (grade, reason) = grade_of(&p, cap);
+        assert_eq!(grade, Grade::Proven, "{cap}: {reason}");
+    }
+    let t = target("vm.stop", "pve2/101");
+    assert!(d.check_binding(&ctx(), &t).await.unwrap().is_empty());
+    assert!(d.perform(&ctx(), &t).await.unwrap().holds);
+    assert_eq!(pve.vm_status(101).await, "stopped");
+}
+
+#[tokio::test]
+async fn a_privsep_token_without_its_own_acl_fails_grading_and_cannot_fence() {
+    // The token's own ACL grants only VM.Audit on VM 100: with privilege separation it holds
+    // no VM.PowerMgmt anywhere, although its user does.
+    let scenario = privsep_scenario(serde_json::json!([
+        {"user": "fence@pve!qfence", "path": "/vms/100", "privs": ["VM.Audit"]}
+    ]));
+    let Some(pve) = Pve::start_with("0.02", Some(&scenario)) else {
+        return;
+    };
+    let d = privsep_driver(&pve);
+    let p = d.probe(&ctx()).await.unwrap();
+    let (grade, reason) = grade_of(&p, "vm.stop");
+    assert_eq!(grade, Grade::Failed, "{reason}");
+    assert!(reason.contains("privilege separation"), "{reason}");
+    let (grade, reason) = grade_of(&p, "vm.status");
+    assert_eq!(grade, Grade::Inferred, "{reason}");
+    assert!(reason.contains("only on VMs 100"), "{reason}");
+    assert_eq!(pve.requests("POST", "").await, 0, "a probe sends no POST");
+
+    let t = target("vm.stop", "pve1/100");
+    let problems = d.check_binding(&ctx(), &t).await.unwrap();
+    assert!(
+        problems.iter().any(|m| m.contains("VM.PowerMgmt")),
+        "{problems:?}"
+    );
+    let e = d.perform(&ctx(), &t).await.unwrap_err();
+    assert_eq!(e.kind, ErrorKind::Rejected, "{e}");
+    assert!(!e.state_unknown, "a refused stop changed nothing: {e}");
+    assert_eq!(pve.vm_status(100).await, "running");
 }
