@@ -180,3 +180,122 @@ impl Driver for AnyDriver {
         dispatch!(self, d => d.renew(ctx, target).await)
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use std::collections::BTreeMap;
+    use std::time::Duration;
+
+    use qfence_model::config::{ProxmoxAuth, RedfishAuth, TlsTrust};
+    use qfence_model::{FenceLevel, SiteId};
+
+    use super::*;
+
+    fn config(kind: ControllerKind) -> ControllerConfig {
+        ControllerConfig {
+            site: SiteId::new("dc1").unwrap(),
+            reach: vec![],
+            secret: None,
+            tls: TlsTrust::SystemRoots,
+            timeout: Duration::from_secs(5),
+            kind,
+        }
+    }
+
+    fn url(s: &str) -> url::Url {
+        s.parse().unwrap()
+    }
+
+    /// One configuration of every type, as validation would pass it.
+    fn every_kind() -> Vec<ControllerKind> {
+        vec![
+            ControllerKind::Redfish {
+                endpoint: url("https://192.0.2.1"),
+                username: "qfence".into(),
+                auth: RedfishAuth::Session,
+            },
+            ControllerKind::Ipmi {
+                endpoint: "192.0.2.2:623".into(),
+                username: "qfence".into(),
+                cipher_suite: 17,
+            },
+            ControllerKind::Proxmox {
+                endpoint: url("https://192.0.2.3:8006"),
+                auth: ProxmoxAuth::Token {
+                    token_id: "qfence@pve!fence".into(),
+                },
+            },
+            ControllerKind::Fortigate {
+                endpoint: url("https://192.0.2.4"),
+                vdom: None,
+            },
+            ControllerKind::Docker {
+                endpoint: url("unix:///var/run/docker.sock"),
+            },
+            ControllerKind::Postgres {
+                endpoint: url("postgresql://192.0.2.5:5432/app"),
+                username: "qfence".into(),
+            },
+            ControllerKind::FenceAgent {
+                agent: "fence_dummy".into(),
+                options: BTreeMap::new(),
+                level: FenceLevel::Compute,
+            },
+            ControllerKind::Nova {
+                endpoint: url("https://192.0.2.6:5000/v3"),
+                username: "qfence".into(),
+                project: "admin".into(),
+            },
+        ]
+    }
+
+    /// Every type but Nova builds (without I/O: the addresses are unroutable documentation
+    /// ones) into the driver of its own type; Nova is refused, saying why.
+    #[test]
+    fn every_type_builds_its_own_driver_and_nova_says_it_has_none() {
+        let id = ControllerId::new("c").unwrap();
+        let mut built = Vec::new();
+        for kind in every_kind() {
+            let ty = kind.controller_type();
+            let r = AnyDriver::build(&id, &config(kind), Some(Secret::new("s3cret".into())));
+            match ty {
+                ControllerType::Nova => {
+                    let e = r.unwrap_err().to_string();
+                    assert!(
+                        e.contains("Instance HA") && e.contains("no driver yet"),
+                        "{e}"
+                    );
+                }
+                _ => {
+                    let d = r.unwrap_or_else(|e| panic!("{ty}: {e}"));
+                    assert_eq!(d.controller_type(), ty);
+                    assert_eq!(d.id(), &id);
+                    assert!(
+                        !format!("{d:?}").contains("s3cret"),
+                        "{ty} prints its secret"
+                    );
+                    built.push(ty);
+                }
+            }
+        }
+        assert_eq!(built.len(), ControllerType::ALL.len() - 1);
+    }
+
+    #[test]
+    fn types_that_authenticate_with_a_secret_need_one() {
+        let id = ControllerId::new("c").unwrap();
+        for kind in every_kind() {
+            let ty = kind.controller_type();
+            let r = AnyDriver::build(&id, &config(kind), None);
+            let needs = matches!(
+                ty,
+                ControllerType::Redfish
+                    | ControllerType::Ipmi
+                    | ControllerType::Proxmox
+                    | ControllerType::Fortigate
+                    | ControllerType::Nova
+            );
+            assert_eq!(r.is_err(), needs, "{ty}: {r:?}");
+        }
+    }
+}
