@@ -33,6 +33,8 @@ fn free_port() -> u16 {
 
 /// A primary and a streaming replica; stopped when dropped.
 struct Pair {
+    /// The CA of the servers' certificate, with `PG_SSL=1`.
+    cacert: PathBuf,
     _run: RunDir,
     primary: u16,
     replica: u16,
@@ -40,6 +42,11 @@ struct Pair {
 
 impl Pair {
     fn start() -> Option<Pair> {
+        Self::start_with(&[])
+    }
+
+    /// Starts a pair with extra settings of the start script (`PG_SSL=1`).
+    fn start_with(env: &[(&str, &str)]) -> Option<Pair> {
         let script = emulators().join("start-pg-pair.sh");
         if !script.exists() {
             assert!(
@@ -68,11 +75,13 @@ impl Pair {
                 .env("QFENCE_EMU_RUN", run.0.path())
                 .env("PG_PRIMARY_PORT", p1.to_string())
                 .env("PG_REPLICA_PORT", p2.to_string())
+                .envs(env.iter().copied())
                 .output()
                 .unwrap();
             match out.status.code() {
                 Some(0) => {
                     return Some(Pair {
+                        cacert: run.0.path().join("pg/tls/ca.pem"),
                         _run: run,
                         primary: p1,
                         replica: p2,
@@ -153,6 +162,28 @@ fn driver_as(port: u16, user: &str, password: &str) -> PostgresDriver {
         ControllerId::new(format!("pg-{port}")).unwrap(),
         &config,
         Some(SecretString::from(password.to_owned())),
+    )
+    .unwrap()
+}
+
+fn tls_driver(port: u16, tls: TlsTrust) -> PostgresDriver {
+    let config = ControllerConfig {
+        site: SiteId::new("dc1").unwrap(),
+        reach: vec![],
+        secret: None,
+        tls,
+        timeout: Duration::from_secs(5),
+        kind: ControllerKind::Postgres {
+            endpoint: format!("postgresql://127.0.0.1:{port}/app?sslmode=require")
+                .parse()
+                .unwrap(),
+            username: "postgres".to_owned(),
+        },
+    };
+    postgres::build(
+        ControllerId::new(format!("pg-{port}")).unwrap(),
+        &config,
+        Some(SecretString::from("postgres".to_owned())),
     )
     .unwrap()
 }
@@ -608,5 +639,62 @@ async fn postgres_passes_the_compliance_suite_on_a_real_primary() {
     assert!(
         msg.as_deref().is_some_and(|m| m.contains("pg_hba.conf")),
         "{e}: {msg:?}"
+    );
+}
+
+/// PostgreSQL's TLS goes through the shared verifier (`tls.rs`): a CA file, a pin, the
+/// fingerprint shown for pinning, a changed certificate refused with both fingerprints.
+#[tokio::test]
+async fn tls_is_verified_by_the_shared_verifier_with_ca_file_and_pin() {
+    let Some(pair) = Pair::start_with(&[("PG_SSL", "1")]) else {
+        return;
+    };
+    let ca = pair.cacert.display().to_string();
+    let p = tls_driver(pair.primary, TlsTrust::CaFile(ca))
+        .probe(&ctx())
+        .await
+        .unwrap();
+    let fp = p
+        .identity
+        .tls_fingerprint
+        .clone()
+        .expect("a TLS probe shows the fingerprint");
+    assert!(fp.starts_with("sha256:") && fp.len() == 71, "{fp}");
+
+    let health = target("db.health", &[]);
+    let r = tls_driver(pair.primary, TlsTrust::Pin(fp.clone()))
+        .check(&ctx(), &health)
+        .await
+        .unwrap();
+    assert!(r.holds, "{r:?}");
+
+    let other = format!("sha256:{}", "ab".repeat(32));
+    let e = tls_driver(pair.primary, TlsTrust::Pin(other.clone()))
+        .check(&ctx(), &health)
+        .await
+        .unwrap_err();
+    assert_eq!(e.kind, ErrorKind::Unreachable, "{e}");
+    assert!(
+        e.message.contains(&fp) && e.message.contains(&other),
+        "the error names both fingerprints: {e}"
+    );
+
+    let e = tls_driver(pair.primary, TlsTrust::SystemRoots)
+        .check(&ctx(), &health)
+        .await
+        .unwrap_err();
+    assert!(
+        e.message.contains("not trusted") && e.message.contains(&fp),
+        "an untrusted certificate is refused and shown for pinning: {e}"
+    );
+
+    let p = tls_driver(pair.primary, TlsTrust::Insecure)
+        .probe(&ctx())
+        .await
+        .unwrap();
+    assert!(
+        p.warnings.iter().any(|w| w.contains("insecure: true")),
+        "{:?}",
+        p.warnings
     );
 }
