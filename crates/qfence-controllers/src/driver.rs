@@ -39,6 +39,27 @@ impl CallContext {
         call: &str,
         fut: impl Future<Output = Result<T, DriverError>>,
     ) -> Result<T, DriverError> {
+        // Checked before the call starts: a timer whose deadline has passed is only seen
+        // as elapsed on a later poll, and a call that finishes on its first poll would act
+        // past its deadline.
+        if self.cancel.is_cancelled() {
+            return Err(DriverError::new(
+                ErrorKind::Cancelled,
+                controller,
+                call,
+                "cancelled",
+                false,
+            ));
+        }
+        if Instant::now() >= self.deadline {
+            return Err(DriverError::new(
+                ErrorKind::Timeout,
+                controller,
+                call,
+                "deadline passed before the call started",
+                false,
+            ));
+        }
         tokio::select! {
             biased;
             () = self.cancel.cancelled() => Err(DriverError::new(

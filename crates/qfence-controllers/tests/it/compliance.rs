@@ -174,6 +174,10 @@ pub async fn run<D: Driver>(case: Case<D>) {
     let e = d.perform(&c, &case.fence).await.expect_err("cancelled");
     assert!(matches!(e.kind, ErrorKind::Cancelled), "{e}");
     assert!(
+        !e.state_unknown,
+        "nothing was sent, so nothing is unknown: {e}"
+    );
+    assert!(
         t.elapsed() < Duration::from_secs(1),
         "took {:?}",
         t.elapsed()
@@ -190,6 +194,14 @@ pub async fn run<D: Driver>(case: Case<D>) {
     };
     let e = d.perform(&c, &case.fence).await.expect_err("expired");
     assert_eq!(e.kind, ErrorKind::Timeout, "{e}");
+    assert!(
+        !e.state_unknown,
+        "nothing was sent, so nothing is unknown: {e}"
+    );
+    assert!(
+        !d.check(&ctx(short), &case.fence).await.unwrap().holds,
+        "an expired fence acted"
+    );
 
     phase("fence: done only when a read-back proves it");
     let t = Instant::now();
@@ -280,4 +292,146 @@ async fn no_task_outlives<D: Driver>(case: Case<D>, before: usize) {
         "{} task(s) started by the driver are still alive 3 s after it was dropped",
         now - before
     );
+}
+
+/// The suite checked on itself, with a driver of memory (no target): a correct one passes,
+/// one that leaves a task behind is caught.
+mod self_test {
+    use std::sync::Mutex;
+    use std::time::SystemTime;
+
+    use qfence_controllers::{
+        CallContext, CapabilityGrade, Discovered, Driver, DriverError, ErrorKind, Identity, Probe,
+        Reading,
+    };
+    use qfence_model::{ControllerId, ControllerType, Grade};
+
+    use super::{Case, Target, run, target};
+
+    #[derive(Debug)]
+    struct Toy {
+        id: ControllerId,
+        off: Mutex<bool>,
+        /// Leave a task running after each fence.
+        leak: bool,
+    }
+
+    impl Toy {
+        fn new(leak: bool) -> Self {
+            Self {
+                id: ControllerId::new("toy").unwrap(),
+                off: Mutex::new(false),
+                leak,
+            }
+        }
+
+        fn read(&self, ctx: &CallContext, t: &Target) -> Result<Reading, DriverError> {
+            if t.capability != "power.off" {
+                return Err(DriverError::new(
+                    ErrorKind::Unsupported,
+                    &self.id,
+                    &t.capability,
+                    "no such capability",
+                    false,
+                ));
+            }
+            let off = *self.off.lock().unwrap();
+            Ok(Reading {
+                holds: off,
+                detail: format!("off={off}"),
+                at: SystemTime::now(),
+                by: ctx.orchestrator.clone(),
+            })
+        }
+
+        async fn set(
+            &self,
+            ctx: &CallContext,
+            t: &Target,
+            off: bool,
+        ) -> Result<Reading, DriverError> {
+            ctx.run(&self.id, "set", async {
+                self.read(ctx, t)?;
+                *self.off.lock().unwrap() = off;
+                if self.leak {
+                    tokio::spawn(tokio::time::sleep(std::time::Duration::from_secs(60)));
+                }
+                self.read(ctx, t)
+            })
+            .await
+        }
+    }
+
+    impl Driver for Toy {
+        fn controller_type(&self) -> ControllerType {
+            ControllerType::FenceAgent
+        }
+        fn id(&self) -> &ControllerId {
+            &self.id
+        }
+        async fn probe(&self, _ctx: &CallContext) -> Result<Probe, DriverError> {
+            Ok(Probe {
+                identity: Identity {
+                    id: "toy".into(),
+                    facts: Default::default(),
+                    tls_fingerprint: None,
+                },
+                grades: vec![CapabilityGrade {
+                    capability: "power.off".into(),
+                    grade: Grade::Proven,
+                    reason: "memory".into(),
+                }],
+                warnings: vec![],
+            })
+        }
+        async fn discover(&self, _ctx: &CallContext) -> Result<Vec<Discovered>, DriverError> {
+            Ok(vec![])
+        }
+        async fn check_binding(
+            &self,
+            _ctx: &CallContext,
+            _t: &Target,
+        ) -> Result<Vec<String>, DriverError> {
+            Ok(vec![])
+        }
+        async fn check(&self, ctx: &CallContext, t: &Target) -> Result<Reading, DriverError> {
+            self.read(ctx, t)
+        }
+        async fn perform(&self, ctx: &CallContext, t: &Target) -> Result<Reading, DriverError> {
+            self.set(ctx, t, true).await
+        }
+        async fn undo(&self, ctx: &CallContext, t: &Target) -> Result<Reading, DriverError> {
+            self.set(ctx, t, false).await
+        }
+        async fn renew(&self, _ctx: &CallContext, t: &Target) -> Result<Reading, DriverError> {
+            Err(DriverError::new(
+                ErrorKind::Unsupported,
+                &self.id,
+                &t.capability,
+                "no dead-man",
+                false,
+            ))
+        }
+    }
+
+    fn case(leak: bool) -> Case<Toy> {
+        Case {
+            driver: Toy::new(leak),
+            fence: target("power.off", "node1"),
+            missing: None,
+            action_timeout: std::time::Duration::from_secs(5),
+            slow_fence: false,
+        }
+    }
+
+    #[tokio::test]
+    async fn a_correct_driver_passes() {
+        run(case(false)).await;
+    }
+
+    #[tokio::test]
+    #[should_panic(expected = "still alive 3 s after it was dropped")]
+    async fn a_driver_that_leaves_a_task_behind_is_caught() {
+        run(case(true)).await;
+    }
 }
