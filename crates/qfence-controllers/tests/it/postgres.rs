@@ -9,26 +9,16 @@ use std::path::PathBuf;
 use std::process::Command;
 use std::time::Duration;
 
+use crate::emulators::{free_port, tools_dir as emulators};
+
 use qfence_controllers::postgres::{self, PostgresDriver};
 use qfence_controllers::{CallContext, Driver, ErrorKind, Target};
 use qfence_model::config::{ControllerConfig, ControllerKind, TlsTrust};
 use qfence_model::{ControllerId, Grade, OrchestratorId, SiteId, Verdict};
 use secrecy::SecretString;
 
-fn emulators() -> PathBuf {
-    PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../tools/emulators")
-}
-
 fn skip() -> bool {
     std::env::var("QFENCE_SKIP_EMULATORS").is_ok_and(|v| v == "1")
-}
-
-fn free_port() -> u16 {
-    std::net::TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port()
 }
 
 /// A primary and a streaming replica; stopped when dropped.

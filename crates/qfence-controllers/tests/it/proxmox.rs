@@ -11,9 +11,10 @@
 //! `QFENCE_SKIP_EMULATORS=1`.
 
 use std::collections::BTreeMap;
-use std::path::PathBuf;
 use std::process::Command;
 use std::time::Duration;
+
+use crate::emulators::{free_port, tools_dir as emulators};
 
 use qfence_controllers::proxmox::{self, ProxmoxDriver};
 use qfence_controllers::{CallContext, Driver, ErrorKind, Target};
@@ -25,20 +26,8 @@ use serde_json::Value;
 const TOKEN_ID: &str = "root@pam!qfence";
 const TOKEN_SECRET: &str = "11111111-2222-3333-4444-555555555555";
 
-fn emulators() -> PathBuf {
-    PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../tools/emulators")
-}
-
 fn skip() -> bool {
     std::env::var("QFENCE_SKIP_EMULATORS").is_ok_and(|v| v == "1")
-}
-
-fn free_port() -> u16 {
-    std::net::TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port()
 }
 
 /// A fakepve instance of the test's own; stopped when dropped.
