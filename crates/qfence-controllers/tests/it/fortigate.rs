@@ -625,3 +625,26 @@ async fn fortigate_passes_the_compliance_suite_against_the_fortios_simulator() {
     drop(lab);
     rt.shutdown_background();
 }
+
+/// `insecure: true` goes through the shared TLS setup: it works, and the probe says it is
+/// insecure in the shared wording.
+#[tokio::test]
+async fn insecure_tls_works_and_is_warned_about() {
+    let lab = lab(FortiState::example()).await;
+    let p = driver_with(&lab, "admin-key", TlsTrust::Insecure)
+        .probe(&ctx())
+        .await
+        .unwrap();
+    assert!(
+        p.warnings
+            .iter()
+            .any(|w| w.contains("TLS certificate checking is OFF") && w.contains("insecure: true")),
+        "{:?}",
+        p.warnings
+    );
+    assert_eq!(
+        p.identity.tls_fingerprint.as_deref(),
+        Some(pin(&lab.tls).as_str()),
+        "the fingerprint is shown for pinning"
+    );
+}
