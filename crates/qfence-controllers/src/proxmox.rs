@@ -36,7 +36,7 @@ use crate::driver::{
     CallContext, CapabilityGrade, Discovered, Driver, DriverError, ErrorKind, Identity, Probe,
     Reading, Target,
 };
-use crate::fortigate::interim_tls;
+use crate::http::{self, HttpClient};
 
 const STOP: &str = "vm.stop";
 const START: &str = "vm.start";
@@ -57,8 +57,7 @@ pub struct ProxmoxDriver {
     auth: ProxmoxAuth,
     secret: SecretString,
     trust: TlsTrust,
-    connect_timeout: Duration,
-    client: OnceCell<reqwest::Client>,
+    client: OnceCell<HttpClient>,
     ticket: tokio::sync::Mutex<Option<Ticket>>,
     /// The last good sample of each replication job, for when its source node is gone.
     replication: Mutex<HashMap<String, ReplicationSample>>,
@@ -122,7 +121,6 @@ pub fn build(
         auth: auth.clone(),
         secret,
         trust: config.tls.clone(),
-        connect_timeout: config.timeout,
         client: OnceCell::new(),
         ticket: tokio::sync::Mutex::new(None),
         replication: Mutex::new(HashMap::new()),
@@ -275,11 +273,13 @@ impl ProxmoxDriver {
         DriverError::new(kind, &self.id, call, msg, unknown)
     }
 
-    async fn client(&self) -> Result<&reqwest::Client, DriverError> {
+    /// The shared HTTPS client (TLS trust, same-origin redirects, no proxy), built on first
+    /// use because it reads the CA file.
+    async fn client(&self) -> Result<&HttpClient, DriverError> {
         self.client
             .get_or_try_init(|| async {
-                interim_tls::https_client(&self.trust, self.connect_timeout)
-                    .map_err(|m| self.err(ErrorKind::Unreachable, "tls", m, false))
+                http::build_client(&self.id, &self.trust)
+                    .map_err(|e| self.err(ErrorKind::Unreachable, "tls", e.to_string(), false))
             })
             .await
     }
@@ -324,21 +324,16 @@ impl ProxmoxDriver {
         let resp = self
             .client()
             .await?
+            .client
             .post(url)
             .header("content-type", "application/x-www-form-urlencoded")
             .body(body)
             .send()
             .await
-            .map_err(|e| {
-                self.err(
-                    interim_tls::transport_kind(&e),
-                    call,
-                    interim_tls::transport_message(&e),
-                    false,
-                )
-            })?;
+            .map_err(|e| http::map_error(&self.id, call, &e, false))?;
         let status = resp.status();
-        let body: Value = resp.json().await.unwrap_or(Value::Null);
+        let bytes = http::read_body(&self.id, call, resp, false).await?;
+        let body: Value = serde_json::from_slice(&bytes).unwrap_or(Value::Null);
         if status == StatusCode::UNAUTHORIZED {
             return Err(self.err(ErrorKind::Auth, call, "login refused (401)", false));
         }
@@ -388,9 +383,9 @@ impl ProxmoxDriver {
         loop {
             let call = format!("{method} /{path}");
             let write = method != Method::GET;
-            let mut req = self
-                .client()
-                .await?
+            let client = self.client().await?;
+            let mut req = client
+                .client
                 .request(method.clone(), self.url(path, query)?);
             for (k, v) in self.auth_headers(write, renewed).await? {
                 req = req.header(k, v);
@@ -403,24 +398,13 @@ impl ProxmoxDriver {
                     .header("content-type", "application/x-www-form-urlencoded")
                     .body(body);
             }
-            let resp = req.send().await.map_err(|e| {
-                self.err(
-                    interim_tls::transport_kind(&e),
-                    &call,
-                    interim_tls::transport_message(&e),
-                    write,
-                )
-            })?;
+            let resp = req
+                .send()
+                .await
+                .map_err(|e| http::map_error(&self.id, &call, &e, write))?;
             let status = resp.status();
-            let fingerprint = interim_tls::fingerprint(&resp);
-            let bytes = resp.bytes().await.map_err(|e| {
-                self.err(
-                    interim_tls::transport_kind(&e),
-                    &call,
-                    interim_tls::transport_message(&e),
-                    write,
-                )
-            })?;
+            let fingerprint = client.seen.get();
+            let bytes = http::read_body(&self.id, &call, resp, write).await?;
             let body: Value = serde_json::from_slice(&bytes).unwrap_or(Value::Null);
             if status.is_success() {
                 return Ok(Answer {
@@ -638,7 +622,7 @@ impl ProxmoxDriver {
     ) -> Result<Reading, DriverError> {
         let job = target.resource.as_str();
         let limit = |k: &str, d: u64| -> Result<u64, DriverError> {
-            target.params.get(k).map_or(Ok(d), |v| {
+            target.param(ControllerType::Proxmox, k).map_or(Ok(d), |v| {
                 v.parse().map_err(|_| {
                     self.err(
                         ErrorKind::Rejected,
@@ -897,8 +881,8 @@ impl Driver for ProxmoxDriver {
                     format!("standalone:{local}")
                 }
             };
-            if matches!(self.trust, TlsTrust::Insecure) {
-                warnings.push("TLS certificate is not checked (insecure)".to_owned());
+            if let Some(w) = &self.client().await?.warning {
+                warnings.push(w.clone());
             }
             Ok(Probe {
                 identity: Identity {
@@ -1017,7 +1001,7 @@ impl Driver for ProxmoxDriver {
                         problems.push(format!("replication job {} does not exist (or is not visible)", target.resource));
                     }
                     for k in ["max_age_seconds", "max_fail_count"] {
-                        if let Some(v) = target.params.get(k)
+                        if let Some(v) = target.param(ControllerType::Proxmox, k)
                             && v.parse::<u64>().is_err()
                         {
                             problems.push(format!("params.{k}: {v:?} is not a whole number"));
@@ -1056,7 +1040,12 @@ impl Driver for ProxmoxDriver {
     async fn undo(&self, ctx: &CallContext, target: &Target) -> Result<Reading, DriverError> {
         ctx.run(&self.id, "undo", async {
             match target.capability.as_str() {
-                STOP => self.power(ctx, target, "running").await,
+                // The reading is of the fence's condition, which no longer holds once the
+                // start is proven (contract §3.7).
+                STOP => self
+                    .power(ctx, target, "running")
+                    .await
+                    .map(crate::driver::Reading::negated),
                 _ => Err(self.unsupported(target, "undo")),
             }
         })

@@ -3,9 +3,14 @@
 //! compliance suite (`compliance.rs`).
 
 mod compliance;
+mod docker;
 mod emulators;
 mod faults;
 mod fence_agent;
+mod fortigate;
+mod ipmi;
+mod postgres;
+mod proxmox;
 mod redfish;
 mod registration;
 mod secret_logs;
