@@ -959,3 +959,28 @@ async fn the_offline_forms_still_read_the_file_with_the_api_set() {
     let out = s.run(&["events", "--format", "json"]).await;
     assert_eq!(out.ok().stdout.lines().count(), 2, "{}", out.stdout);
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn events_follow_prints_new_records_as_they_come() {
+    let s = Server::start().await;
+    s.run(&["plan", "pause", "erp-db", "--reason", "patching"])
+        .await
+        .ok();
+    let mut follow = Live::spawn(s.command(&["events", "--plan", "erp-db", "--follow"]));
+    follow.until("Paused erp-db").await;
+    s.run(&["plan", "resume", "erp-db"]).await.ok();
+    follow.until("Resumed erp-db").await;
+    let pid = follow.child.id().unwrap();
+    std::process::Command::new("kill")
+        .args(["-INT", &pid.to_string()])
+        .status()
+        .unwrap();
+    let out = follow.finish().await;
+    assert_eq!(out.code, Some(0), "{out:#?}");
+    // One header, then the followed record as a row of its own.
+    assert_eq!(out.stdout.matches("SEQ").count(), 1, "{}", out.stdout);
+    in_order(
+        &out.stdout,
+        &["SEQ", "1", "Paused erp-db", "2", "Resumed erp-db"],
+    );
+}

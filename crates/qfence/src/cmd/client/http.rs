@@ -28,9 +28,19 @@ impl Api {
             .ok_or_else(|| Failure::Usage("no API given: pass --api URL or set QFENCE_API".into()))?
             .trim_end_matches('/')
             .to_owned();
-        if !(base.starts_with("https://") || base.starts_with("http://")) {
+        let url = reqwest::Url::parse(&base)
+            .ok()
+            .filter(|u| matches!(u.scheme(), "https" | "http") && u.host().is_some())
+            .ok_or_else(|| {
+                Failure::Usage(format!(
+                    "--api {base:?} is not an http(s) URL, e.g. https://dc1-a.example.net:7443"
+                ))
+            })?;
+        // The token is a bearer credential: it crosses the network only inside TLS.
+        if url.scheme() == "http" && !loopback(&url) {
             return Err(Failure::Usage(format!(
-                "--api {base:?} is not an http(s) URL, e.g. https://dc1-a.example.net:7443"
+                "--api {base:?}: plain http would send the token in clear; use https (plain \
+                 http is accepted on loopback only)"
             )));
         }
         let token = args
@@ -110,6 +120,15 @@ impl Api {
     }
 }
 
+fn loopback(url: &reqwest::Url) -> bool {
+    match url.host() {
+        Some(url::Host::Ipv4(ip)) => ip.is_loopback(),
+        Some(url::Host::Ipv6(ip)) => ip.is_loopback(),
+        Some(url::Host::Domain(d)) => d.eq_ignore_ascii_case("localhost"),
+        None => false,
+    }
+}
+
 /// The error body, or one made up from the status when the answer is not the API's own (a
 /// proxy's page, say).
 fn error_body(status: StatusCode, bytes: &[u8]) -> ErrorBody {
@@ -153,4 +172,50 @@ pub fn seg(s: &str) -> String {
         }
     }
     out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn path_segments_cannot_change_the_path() {
+        assert_eq!(seg("erp-db_1.x~"), "erp-db_1.x~");
+        assert_eq!(seg("../admin?x=1"), "..%2Fadmin%3Fx%3D1");
+        assert_eq!(seg("a b"), "a%20b");
+    }
+
+    fn args(api: &str) -> ApiArgs {
+        ApiArgs {
+            api: Some(api.to_owned()),
+            token: Some(super::super::Token("t".into())),
+            ca_file: None,
+            pin: None,
+            request_timeout_seconds: 1.0,
+        }
+    }
+
+    #[test]
+    fn the_token_never_goes_over_plain_http_off_loopback() {
+        let _ = rustls::crypto::ring::default_provider().install_default();
+        for ok in [
+            "https://dc1-a.example:7443",
+            "http://127.0.0.1:7443",
+            "http://localhost:1/",
+            "http://[::1]:7443",
+        ] {
+            assert!(Api::new(&args(ok)).is_ok(), "{ok}");
+        }
+        for bad in [
+            "http://dc1-a.example:7443",
+            "http://10.0.0.1",
+            "ftp://x",
+            "dc1-a:7443",
+        ] {
+            assert!(
+                matches!(Api::new(&args(bad)), Err(Failure::Usage(_))),
+                "{bad}"
+            );
+        }
+    }
 }
