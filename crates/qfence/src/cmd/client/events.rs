@@ -130,7 +130,7 @@ async fn list(a: EventsArgs, format: Format) -> Outcome {
         }
         let page: EventPage = match api.get(&query(&a, after)).await {
             Ok(p) => p,
-            Err(super::Failure::Unreachable(_)) => continue,
+            Err(e) if e.transient().is_some() => continue,
             Err(e) => return Err(e),
         };
         if let Some(last) = page.events.last() {

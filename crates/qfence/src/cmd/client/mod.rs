@@ -100,6 +100,19 @@ pub enum Failure {
 }
 
 impl Failure {
+    /// While following an operation or watching: a failure that may pass (the API cannot be
+    /// reached, or answers 503 while leadership moves), to say once and ask again.
+    pub fn transient(&self) -> Option<String> {
+        match self {
+            Failure::Unreachable(why) => Some(format!("cannot reach the API: {why}")),
+            Failure::Api { status: 503, body } => Some(format!(
+                "the API is unavailable: {} ({})",
+                body.message, body.code
+            )),
+            _ => None,
+        }
+    }
+
     fn code(&self) -> u8 {
         match self {
             Failure::Api { .. } | Failure::Failed(_) => EXIT_FAILED,
@@ -200,4 +213,45 @@ pub fn print_json<T: serde::Serialize>(value: &T) {
         "{}",
         serde_json::to_string_pretty(value).expect("API values serialise")
     );
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn api(status: u16, code: &str) -> Failure {
+        Failure::Api {
+            status,
+            body: Box::new(ErrorBody {
+                code: code.into(),
+                message: "m".into(),
+                current_generation: None,
+                issues: None,
+                leader: None,
+            }),
+        }
+    }
+
+    #[test]
+    fn only_an_outage_or_a_503_is_waited_out() {
+        assert!(Failure::Unreachable("refused".into()).transient().is_some());
+        assert!(api(503, "not_leader").transient().is_some());
+        assert!(api(409, "stale_generation").transient().is_none());
+        assert!(api(401, "unauthorized").transient().is_none());
+        assert!(Failure::Failed("x".into()).transient().is_none());
+    }
+
+    #[test]
+    fn exit_codes_follow_the_kind_of_failure() {
+        assert_eq!(api(409, "refused").code(), EXIT_FAILED);
+        assert_eq!(Failure::Failed("x".into()).code(), EXIT_FAILED);
+        assert_eq!(Failure::Unreachable("x".into()).code(), EXIT_UNREACHABLE);
+        assert_eq!(Failure::Usage("x".into()).code(), EXIT_USAGE);
+    }
+
+    #[test]
+    fn the_token_is_hidden_from_debug_output() {
+        let t: Token = "s3cret".parse().unwrap();
+        assert!(!format!("{t:?}").contains("s3cret"));
+    }
 }

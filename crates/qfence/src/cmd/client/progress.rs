@@ -81,19 +81,19 @@ pub async fn follow(
             if let Some(step) = step {
                 last_step = step;
             }
-            Ok(p)
+            Ok::<_, Failure>(p)
         }
         .await;
         let p = match polled {
             Ok(p) => p,
             // The API may move or restart during the operation: keep asking until the
             // deadline.
-            Err(Failure::Unreachable(why)) => {
+            Err(e) => {
+                let Some(why) = e.transient() else {
+                    return Err(e);
+                };
                 if !down {
-                    eprintln!(
-                        "{} cannot reach the API: {why}",
-                        table::clock(table::now_ms())
-                    );
+                    eprintln!("{} {why}", table::clock(table::now_ms()));
                     down = true;
                 }
                 if Instant::now() >= deadline {
@@ -102,7 +102,6 @@ pub async fn follow(
                 tokio::time::sleep(op.poll).await;
                 continue;
             }
-            Err(e) => return Err(e),
         };
         down = false;
         if !json_mode && last_phase.as_deref() != Some(p.phase.as_str()) {

@@ -7,7 +7,7 @@ use clap::Args;
 use qfence_server::dto::{PlanStatus, SiteRole, StatusResponse, VerdictDto};
 
 use super::http::Api;
-use super::{ApiArgs, Failure, Outcome, print_json, seconds, table};
+use super::{ApiArgs, Outcome, print_json, seconds, table};
 use crate::cmd::Format;
 
 #[derive(Debug, Args)]
@@ -127,17 +127,16 @@ async fn watch(api: &Api, every: Duration, format: Format) -> Outcome {
             Ok(s) => s,
             // Keep watching through an outage (a failover may be moving the API): say so
             // once, and again when it is back.
-            Err(Failure::Unreachable(why)) => {
+            Err(e) => {
+                let Some(why) = e.transient() else {
+                    return Err(e);
+                };
                 if !down {
-                    eprintln!(
-                        "{} cannot reach the API: {why}",
-                        table::clock(table::now_ms())
-                    );
+                    eprintln!("{} {why}", table::clock(table::now_ms()));
                     down = true;
                 }
                 continue;
             }
-            Err(e) => return Err(e),
         };
         if down {
             eprintln!("{} the API answers again", table::clock(table::now_ms()));
