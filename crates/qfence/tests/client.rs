@@ -984,3 +984,34 @@ async fn events_follow_prints_new_records_as_they_come() {
         &["SEQ", "1", "Paused erp-db", "2", "Resumed erp-db"],
     );
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_follow_that_sees_no_end_times_out_with_exit_1_and_says_the_operation_may_go_on() {
+    let s = Server::start().await;
+    s.backend.hold_operations.store(true, Ordering::SeqCst);
+    let out = s
+        .run(&[
+            "plan",
+            "switchover",
+            "erp-db",
+            "--to",
+            "dc2",
+            "--generation",
+            "1",
+            "--timeout",
+            "0.5",
+            "--poll-seconds",
+            "0.1",
+        ])
+        .await;
+    assert_eq!(out.code, Some(1), "{out:#?}");
+    assert!(out.stderr.contains("no end after"), "{}", out.stderr);
+    assert!(
+        out.stderr.contains("may still be running"),
+        "{}",
+        out.stderr
+    );
+    assert!(!out.stdout.contains("done:"), "{}", out.stdout);
+    // The operation itself was accepted and goes on.
+    assert_eq!(s.backend.phase("erp-db"), "switchover");
+}
