@@ -73,7 +73,10 @@ pub struct OfflineArgs {
 
 pub fn run(cmd: ControllerCmd, format: Format) -> ExitCode {
     match cmd {
-        ControllerCmd::Discover(a) => crate::cmd::controller::run(Offline::Discover(a)),
+        ControllerCmd::Discover(mut a) => {
+            a.json |= format == Format::Json;
+            crate::cmd::controller::run(Offline::Discover(a))
+        }
         ControllerCmd::Test {
             mut names,
             offline,

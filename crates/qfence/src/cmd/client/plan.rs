@@ -58,7 +58,7 @@ pub enum PlanCmd {
         /// e.g. `dc1[0]=unknown`. Repeatable.
         #[arg(long = "assume", value_name = "BINDING=READING")]
         assume: Vec<String>,
-        /// Online: a switchover to --to instead of a failover.
+        /// A switchover to --to instead of a failover.
         #[arg(long, conflicts_with_all = ["staged", "failover"])]
         switchover: bool,
         /// Online: a failover (to --to, or by priority).
@@ -164,10 +164,11 @@ pub fn run(cmd: PlanCmd, format: Format) -> anyhow::Result<ExitCode> {
             api,
         } => {
             if names.len() == 2 {
-                if switchover || failover || staged {
+                if failover || staged {
                     eprintln!(
-                        "error: --switchover, --failover and --staged are for the online form \
-                         (plan dry-run PLAN); offline dry-runs work out a failover"
+                        "error: --failover and --staged are for the online form (plan dry-run \
+                         PLAN); offline dry-runs work out a failover, or a switchover with \
+                         --switchover"
                     );
                     return Ok(ExitCode::from(crate::cmd::EXIT_USAGE));
                 }
@@ -183,6 +184,7 @@ pub fn run(cmd: PlanCmd, format: Format) -> anyhow::Result<ExitCode> {
                         plan,
                         to,
                         assume,
+                        switchover,
                     },
                     format,
                 );
