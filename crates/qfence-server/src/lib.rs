@@ -25,6 +25,7 @@ pub mod dto;
 pub mod error;
 pub mod events;
 pub mod metrics;
+pub mod runtime;
 #[cfg(feature = "testing")]
 pub mod testing;
 pub mod tls;

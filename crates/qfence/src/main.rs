@@ -45,6 +45,8 @@ enum Command {
     Status(cmd::client::status::StatusArgs),
     /// Create, join and run the orchestrator cluster.
     Cluster(cmd::cluster::ClusterArgs),
+    /// Run this orchestrator: cluster node, drivers, decision loop and HTTPS API.
+    Serve(cmd::serve::ServeArgs),
     /// Measure qfence: figures, not pass/fail.
     #[command(subcommand)]
     Bench(BenchCommand),
@@ -82,6 +84,11 @@ fn main() -> ExitCode {
         )),
         Command::Cluster(a) => block_on(cmd::cluster::run(a)),
         Command::Bench(BenchCommand::Cluster(a)) => block_on(cmd::cluster::bench(a)),
+        Command::Serve(a) => tokio::runtime::Builder::new_multi_thread()
+            .enable_all()
+            .build()
+            .map_err(anyhow::Error::from)
+            .and_then(|rt| rt.block_on(cmd::serve::run(a))),
     };
     match result {
         Ok(code) => code,

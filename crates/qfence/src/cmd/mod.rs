@@ -7,6 +7,7 @@ pub mod controller;
 pub mod dry_run;
 pub mod events;
 pub mod plan;
+pub mod serve;
 
 use std::path::Path;
 use std::process::ExitCode;

@@ -1,0 +1,632 @@
+//! The API's [`Backend`] over the running orchestrator: the engine's view, the cluster and the
+//! event log. Operators' requests become intents in the replicated plan state; the core acts
+//! on them at the next tick (which the write wakes).
+
+use std::collections::BTreeMap;
+use std::sync::Arc;
+use std::time::Duration;
+
+use async_trait::async_trait;
+use qfence_controllers::SecretStore;
+use qfence_controllers::registration::{self, Registration};
+use qfence_core::dry_run::{MoveKind, dry_run};
+use qfence_core::{Intent, IntentKind, Phase, PlanState, Rules};
+use qfence_model::{ControllerId, Generation, PlanId, SiteId};
+use serde_json::json;
+
+use super::RuntimeError;
+use super::engine::{Engine, Inner};
+use crate::auth::Caller;
+use crate::backend::{Backend, BackendError, CheckedController, CheckedPlan};
+use crate::dto::{
+    CapabilityGrade, ConfirmFencedRequest, ControllerTest, ControllerView, DryRun, DryRunResult,
+    FailoverRequest, LeaderInfo, MaintenanceRequest, OperationAccepted, OrchestratorView,
+    PauseRequest, PlanStatus, PlanView, SecretRefView, SiteRole, SiteStatus, StatusResponse,
+    SwitchoverRequest,
+};
+use crate::events::{EventKind, EventPage, EventQuery, NewEvent};
+
+/// The real backend.
+#[derive(Debug, Clone)]
+pub struct RuntimeBackend {
+    inner: Arc<Inner>,
+    /// The configuration file's text: what new plans and controllers are validated against.
+    config_text: String,
+    secrets: SecretStore,
+}
+
+const FILE_ONLY: &str = "plans and controllers come from the configuration file in this \
+    version: edit the file, validate it (qfence config validate) and restart the orchestrators";
+
+impl RuntimeBackend {
+    /// A backend over `engine`.
+    pub fn new(engine: &Engine, config_text: String, secrets: SecretStore) -> Self {
+        Self {
+            inner: engine.inner.clone(),
+            config_text,
+            secrets,
+        }
+    }
+
+    fn plan_config(
+        &self,
+        plan: &PlanId,
+    ) -> Result<&qfence_model::config::PlanConfig, BackendError> {
+        self.inner
+            .config
+            .plan(plan.as_str())
+            .ok_or_else(|| not_found("plan", plan.as_str()))
+    }
+
+    fn state(&self, plan: &PlanId) -> Result<PlanState, BackendError> {
+        let cfg = self.plan_config(plan)?;
+        Ok(self
+            .inner
+            .plan_state(plan)
+            .map_err(unavailable)?
+            .unwrap_or_else(|| PlanState::initial(cfg)))
+    }
+
+    fn site(&self, plan: &PlanId, site: &str) -> Result<SiteId, BackendError> {
+        let cfg = self.plan_config(plan)?;
+        cfg.sites()
+            .find(|s| s.as_str() == site)
+            .cloned()
+            .ok_or_else(|| BackendError::Invalid {
+                message: format!(
+                    "site {site:?} is not one of plan {:?}'s sites: {}",
+                    plan.as_str(),
+                    cfg.sites()
+                        .map(SiteId::as_str)
+                        .collect::<Vec<_>>()
+                        .join(", ")
+                ),
+                issues: Vec::new(),
+            })
+    }
+
+    async fn leader_info(&self) -> LeaderInfo {
+        let node = &self.inner.node;
+        let leader = node.leader();
+        let address = leader.as_ref().and_then(|l| {
+            node.status()
+                .members
+                .into_iter()
+                .find(|m| &m.name == l)
+                .map(|m| m.address)
+        });
+        LeaderInfo {
+            term: node.term().0,
+            is_self: leader.as_ref() == Some(&self.inner.me),
+            leader: leader.map(|l| l.to_string()),
+            address,
+            orchestrator: self.inner.me.to_string(),
+        }
+    }
+
+    async fn write_guard(&self) -> Result<(), BackendError> {
+        if self.inner.node.leadership().await.is_ok() {
+            Ok(())
+        } else {
+            Err(BackendError::NotLeader {
+                leader: Some(self.leader_info().await),
+            })
+        }
+    }
+
+    /// Records an operator's intent in the replicated state, if the plan is still at
+    /// `expected`, and wakes the engine.
+    async fn intend(
+        &self,
+        caller: &Caller,
+        plan: &PlanId,
+        expected: Option<u64>,
+        kind: IntentKind,
+        why: String,
+        operation: &str,
+    ) -> Result<OperationAccepted, BackendError> {
+        self.write_guard().await?;
+        let at = self.inner.clock.now();
+        let current = self.state(plan)?.generation;
+        let generation = expected.map_or(current, Generation);
+        let intent = Intent {
+            kind: kind.clone(),
+            generation,
+            by: caller.name.clone(),
+            why: why.clone(),
+            at,
+        };
+        let next = self
+            .inner
+            .update(plan, Some(generation), |s| s.intents.push(intent))
+            .await
+            .map_err(|e| map_err(plan, e))?;
+        self.inner.record(
+            NewEvent::new(
+                EventKind::Operator,
+                caller.actor(),
+                format!("{operation} of {plan} requested: {why}"),
+            )
+            .plan(plan.as_str())
+            .generation(next.generation.0)
+            .data(json!({"intent": kind})),
+        );
+        self.inner.wake.notify_one();
+        Ok(OperationAccepted {
+            plan: plan.to_string(),
+            operation: operation.to_owned(),
+            generation: next.generation.0,
+            reason: format!("{operation} recorded; the next cycle acts on it"),
+        })
+    }
+
+    fn refuse_owner(&self, plan: &PlanId, target: &SiteId) -> Result<(), BackendError> {
+        let state = self.state(plan)?;
+        if state.owner == *target {
+            return Err(BackendError::Refused(format!(
+                "{target} already owns plan {plan}"
+            )));
+        }
+        Ok(())
+    }
+}
+
+fn not_found(what: &'static str, name: &str) -> BackendError {
+    BackendError::NotFound {
+        what,
+        name: name.to_owned(),
+    }
+}
+
+fn unavailable(e: RuntimeError) -> BackendError {
+    BackendError::Unavailable(e.to_string())
+}
+
+fn map_err(plan: &PlanId, e: RuntimeError) -> BackendError {
+    match e {
+        RuntimeError::Generation {
+            expected, current, ..
+        } => BackendError::StaleGeneration {
+            plan: plan.to_string(),
+            expected,
+            current,
+        },
+        RuntimeError::Stale { .. } => BackendError::Conflict(e.to_string()),
+        RuntimeError::Cluster(qfence_cluster::ClusterError::NotLeader { .. }) => {
+            BackendError::NotLeader { leader: None }
+        }
+        other => BackendError::Unavailable(other.to_string()),
+    }
+}
+
+fn phase_name(state: &PlanState) -> String {
+    match &state.phase {
+        Phase::Steady => "steady".into(),
+        Phase::Transition(t) => match &t.halted {
+            Some(why) => format!("{} to {} halted: {why}", t.stage.as_str(), t.target),
+            None => format!("{} to {}", t.stage.as_str(), t.target),
+        },
+    }
+}
+
+#[async_trait]
+impl Backend for RuntimeBackend {
+    async fn leader(&self) -> LeaderInfo {
+        self.leader_info().await
+    }
+
+    async fn status(&self) -> Result<StatusResponse, BackendError> {
+        let leader = self.leader_info().await;
+        let now = self.inner.clock.now();
+        let rules = Rules::default();
+        let mut plans = Vec::new();
+        for (id, cfg) in self.inner.config.plans() {
+            let state = self.state(id)?;
+            let view = self.inner.runtime().get(id).cloned().unwrap_or_default();
+            let sites = cfg
+                .sites()
+                .map(|site| {
+                    let v = rules.site_verdict(
+                        &self.inner.config,
+                        cfg,
+                        &state,
+                        &view.observations,
+                        site,
+                        now,
+                        None,
+                        state.transition().map(|t| t.started),
+                    );
+                    let checked = qfence_core::rules::proving_fences(&self.inner.config, cfg, site)
+                        .iter()
+                        .filter_map(|k| view.observations.get(k).map(|o| o.at.0))
+                        .max();
+                    SiteStatus {
+                        site: site.to_string(),
+                        role: if *site == state.owner {
+                            SiteRole::Owner
+                        } else {
+                            SiteRole::Standby
+                        },
+                        verdict: v.verdict.into(),
+                        checked_at_ms: checked,
+                        maintenance: false,
+                    }
+                })
+                .collect();
+            plans.push(PlanStatus {
+                plan: id.to_string(),
+                owner: state.owner.to_string(),
+                generation: state.generation.0,
+                paused: state.paused,
+                phase: phase_name(&state),
+                last_reason: view.last_reason.unwrap_or_default(),
+                sites,
+            });
+        }
+        Ok(StatusResponse { leader, plans })
+    }
+
+    async fn config_source(&self) -> Result<String, BackendError> {
+        Ok(self.config_text.clone())
+    }
+
+    async fn plans(&self) -> Result<Vec<PlanView>, BackendError> {
+        let ids: Vec<PlanId> = self
+            .inner
+            .config
+            .plans()
+            .map(|(id, _)| id.clone())
+            .collect();
+        let mut out = Vec::new();
+        for id in ids {
+            out.push(self.plan(&id).await?);
+        }
+        Ok(out)
+    }
+
+    async fn plan(&self, name: &PlanId) -> Result<PlanView, BackendError> {
+        let cfg = self.plan_config(name)?;
+        let state = self.state(name)?;
+        Ok(PlanView {
+            name: name.to_string(),
+            generation: state.generation.0,
+            spec: json!({
+                "owner": cfg.owner,
+                "interval_seconds": cfg.interval.as_secs(),
+                "sites": cfg.sites().collect::<Vec<_>>(),
+                "current_owner": state.owner,
+            }),
+            paused: state.paused,
+            staged: None,
+        })
+    }
+
+    async fn create_plan(&self, _: &Caller, _: CheckedPlan) -> Result<PlanView, BackendError> {
+        Err(BackendError::Conflict(FILE_ONLY.into()))
+    }
+
+    async fn stage_plan(&self, _: &Caller, _: CheckedPlan) -> Result<PlanView, BackendError> {
+        Err(BackendError::Conflict(FILE_ONLY.into()))
+    }
+
+    async fn discard_staged(&self, _: &Caller, name: &PlanId) -> Result<PlanView, BackendError> {
+        self.plan_config(name)?;
+        Err(BackendError::Conflict(format!(
+            "plan {name:?} has no staged change"
+        )))
+    }
+
+    async fn apply_staged(
+        &self,
+        _: &Caller,
+        name: &PlanId,
+        _: u64,
+    ) -> Result<PlanView, BackendError> {
+        self.plan_config(name)?;
+        Err(BackendError::Conflict(format!(
+            "plan {name:?} has no staged change"
+        )))
+    }
+
+    async fn delete_plan(&self, _: &Caller, name: &PlanId, _: u64) -> Result<(), BackendError> {
+        self.plan_config(name)?;
+        Err(BackendError::Conflict(FILE_ONLY.into()))
+    }
+
+    async fn dry_run(&self, name: &PlanId, what: &DryRun) -> Result<DryRunResult, BackendError> {
+        let cfg = self.plan_config(name)?;
+        let state = self.state(name)?;
+        let (kind, target) = match what {
+            DryRun::Cycle => {
+                let view = self.inner.runtime().get(name).cloned().unwrap_or_default();
+                return Ok(DryRunResult {
+                    plan: name.to_string(),
+                    generation: state.generation.0,
+                    reason: view.last_reason.unwrap_or_else(|| "no decision yet".into()),
+                    commands: Vec::new(),
+                    refused: false,
+                });
+            }
+            DryRun::ApplyStaged => {
+                return Err(BackendError::Conflict(format!(
+                    "plan {name:?} has no staged change"
+                )));
+            }
+            DryRun::Switchover { target } => (MoveKind::Switchover, self.site(name, target)?),
+            DryRun::Failover { target: Some(t) } => (MoveKind::Failover, self.site(name, t)?),
+            DryRun::Failover { target: None } => (
+                MoveKind::Failover,
+                pick_target(cfg, &state.owner)
+                    .ok_or_else(|| BackendError::Refused("no other site to fail over to".into()))?,
+            ),
+        };
+        if target == state.owner {
+            return Ok(DryRunResult {
+                plan: name.to_string(),
+                generation: state.generation.0,
+                reason: format!("refused: {target} already owns {name}"),
+                commands: Vec::new(),
+                refused: true,
+            });
+        }
+        let r = dry_run(
+            &self.inner.config,
+            name.as_str(),
+            &BTreeMap::new(),
+            target.as_str(),
+            kind,
+        )
+        .map_err(|e| BackendError::Refused(e.to_string()))?;
+        Ok(DryRunResult {
+            plan: name.to_string(),
+            generation: state.generation.0,
+            reason: r.outcome.clone(),
+            commands: r.lines(),
+            refused: !r.completes,
+        })
+    }
+
+    async fn controllers(&self) -> Result<Vec<ControllerView>, BackendError> {
+        Ok(self
+            .inner
+            .config
+            .config()
+            .controllers
+            .iter()
+            .map(|(id, c)| ControllerView {
+                name: id.to_string(),
+                controller_type: c.controller_type().as_str().to_owned(),
+                site: c.site.to_string(),
+                reach: c.reach.iter().map(ToString::to_string).collect(),
+                secret: c.secret.as_ref().map(|s| s.as_str().to_owned()),
+                grades: Vec::new(),
+                tested_at_ms: None,
+            })
+            .collect())
+    }
+
+    async fn register_controller(
+        &self,
+        _: &Caller,
+        _: CheckedController,
+    ) -> Result<ControllerView, BackendError> {
+        Err(BackendError::Conflict(FILE_ONLY.into()))
+    }
+
+    async fn test_controller(
+        &self,
+        caller: &Caller,
+        name: &ControllerId,
+    ) -> Result<ControllerTest, BackendError> {
+        if self.inner.config.controller(name.as_str()).is_none() {
+            return Err(not_found("controller", name.as_str()));
+        }
+        let known = BTreeMap::new();
+        let report = registration::register(Registration {
+            config: &self.inner.config,
+            controller: name,
+            orchestrator: &self.inner.me,
+            secrets: &self.secrets,
+            known: &known,
+            timeout: Duration::from_secs(10),
+        })
+        .await;
+        self.inner.record(
+            NewEvent::new(
+                EventKind::Operator,
+                caller.actor(),
+                format!("Tested controller {name}"),
+            )
+            .data(json!({"passed": report.passed()})),
+        );
+        let message = report
+            .steps
+            .iter()
+            .map(|s| {
+                format!(
+                    "{}. {}: {:?} {}",
+                    s.number,
+                    s.name,
+                    s.status,
+                    s.notes.join(" ")
+                )
+            })
+            .collect::<Vec<_>>()
+            .join("; ");
+        Ok(ControllerTest {
+            controller: name.to_string(),
+            reachable: report.identity.is_some(),
+            identity: report.identity.as_ref().map(|i| i.id.clone()),
+            grades: report
+                .grades
+                .iter()
+                .map(|g| CapabilityGrade {
+                    capability: g.capability.clone(),
+                    grade: g.grade.into(),
+                    detail: g.reason.clone(),
+                })
+                .collect(),
+            message,
+        })
+    }
+
+    async fn switchover(
+        &self,
+        caller: &Caller,
+        plan: &PlanId,
+        req: &SwitchoverRequest,
+    ) -> Result<OperationAccepted, BackendError> {
+        let to = self.site(plan, &req.target)?;
+        self.refuse_owner(plan, &to)?;
+        let why = req
+            .reason
+            .clone()
+            .unwrap_or_else(|| "planned switchover".into());
+        self.intend(
+            caller,
+            plan,
+            Some(req.expected_generation),
+            IntentKind::Switchover { to },
+            why,
+            "switchover",
+        )
+        .await
+    }
+
+    async fn failover(
+        &self,
+        caller: &Caller,
+        plan: &PlanId,
+        req: &FailoverRequest,
+    ) -> Result<OperationAccepted, BackendError> {
+        let cfg = self.plan_config(plan)?;
+        let owner = self.state(plan)?.owner;
+        let to = match &req.target {
+            Some(t) => self.site(plan, t)?,
+            None => pick_target(cfg, &owner)
+                .ok_or_else(|| BackendError::Refused("no other site to fail over to".into()))?,
+        };
+        self.refuse_owner(plan, &to)?;
+        let why = req
+            .reason
+            .clone()
+            .unwrap_or_else(|| "operator failover".into());
+        self.intend(
+            caller,
+            plan,
+            Some(req.expected_generation),
+            IntentKind::Failover { to },
+            why,
+            "failover",
+        )
+        .await
+    }
+
+    async fn confirm_fenced(
+        &self,
+        caller: &Caller,
+        plan: &PlanId,
+        site: &SiteId,
+        req: &ConfirmFencedRequest,
+    ) -> Result<OperationAccepted, BackendError> {
+        if self.plan_config(plan)?.instance(site).is_none() {
+            return Err(not_found("site", site.as_str()));
+        }
+        self.intend(
+            caller,
+            plan,
+            Some(req.expected_generation),
+            IntentKind::ConfirmFenced { site: site.clone() },
+            req.reason.clone(),
+            "confirm_fenced",
+        )
+        .await
+    }
+
+    async fn pause(
+        &self,
+        caller: &Caller,
+        plan: &PlanId,
+        req: &PauseRequest,
+    ) -> Result<OperationAccepted, BackendError> {
+        let why = req.reason.clone().unwrap_or_else(|| "paused".into());
+        self.intend(caller, plan, None, IntentKind::Pause, why, "pause")
+            .await
+    }
+
+    async fn resume(
+        &self,
+        caller: &Caller,
+        plan: &PlanId,
+        req: &PauseRequest,
+    ) -> Result<OperationAccepted, BackendError> {
+        let why = req.reason.clone().unwrap_or_else(|| "resumed".into());
+        self.intend(caller, plan, None, IntentKind::Resume, why, "resume")
+            .await
+    }
+
+    async fn set_maintenance(
+        &self,
+        _: &Caller,
+        plan: &PlanId,
+        site: &SiteId,
+        _: &MaintenanceRequest,
+    ) -> Result<OperationAccepted, BackendError> {
+        if self.plan_config(plan)?.instance(site).is_none() {
+            return Err(not_found("site", site.as_str()));
+        }
+        Err(BackendError::Conflict(
+            "site maintenance is not in the decision core's plan state yet; pause the plan instead"
+                .into(),
+        ))
+    }
+
+    async fn secrets(&self) -> Result<Vec<SecretRefView>, BackendError> {
+        let mut by: BTreeMap<String, Vec<String>> = BTreeMap::new();
+        for (id, c) in &self.inner.config.config().controllers {
+            if let Some(s) = &c.secret {
+                by.entry(s.as_str().to_owned())
+                    .or_default()
+                    .push(id.to_string());
+            }
+        }
+        Ok(by
+            .into_iter()
+            .map(|(name, used_by)| SecretRefView { name, used_by })
+            .collect())
+    }
+
+    async fn events(&self, query: &EventQuery) -> Result<EventPage, BackendError> {
+        Ok(self
+            .inner
+            .events
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .query(query))
+    }
+
+    async fn orchestrators(&self) -> Result<Vec<OrchestratorView>, BackendError> {
+        let status = self.inner.node.status();
+        Ok(status
+            .members
+            .into_iter()
+            .map(|m| OrchestratorView {
+                leader: status.leader.as_ref() == Some(&m.name),
+                name: m.name.to_string(),
+                site: m.site.to_string(),
+                address: m.address,
+                reachable: m.live.unwrap_or(m.name == status.name),
+                last_seen_ms: None,
+            })
+            .collect())
+    }
+}
+
+/// The failover target when none is named: the plan's priority list first, then by name.
+fn pick_target(plan: &qfence_model::config::PlanConfig, owner: &SiteId) -> Option<SiteId> {
+    plan.priority
+        .iter()
+        .chain(plan.sites())
+        .find(|s| *s != owner)
+        .cloned()
+}

@@ -1,0 +1,265 @@
+//! The drivers this orchestrator calls itself, behind the cluster's [`CallExecutor`].
+//!
+//! A controller call travels as JSON (it may be forwarded to another orchestrator, which runs
+//! it through its own `LocalDrivers`): [`WireCall`] says which driver method, capability,
+//! resource and site, and how long it may take; the answer is a [`WireResult`], a reading or a
+//! driver error with its kind, so the leader can tell "refused" (FAILED) from "state unknown".
+
+use std::collections::BTreeMap;
+use std::sync::Arc;
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
+
+use qfence_cluster::forward::{BoxFuture, CallExecutor};
+use qfence_cluster::state::ControllerRecord;
+use qfence_controllers::driver::{CallContext, Driver, DriverError, Reading, Target};
+use qfence_controllers::fortigate::{self, FortigateDriver};
+use qfence_controllers::proxmox::{self, ProxmoxDriver};
+use qfence_controllers::{AnyDriver, SecretStore};
+use qfence_model::config::ValidatedConfig;
+use qfence_model::{ControllerId, OrchestratorId, SiteId};
+use secrecy::SecretString;
+use serde::{Deserialize, Serialize};
+use tokio_util::sync::CancellationToken;
+
+use super::RuntimeError;
+
+/// Which driver method a call runs.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Verb {
+    Check,
+    Perform,
+    Undo,
+    Renew,
+}
+
+/// One controller call as it travels between orchestrators.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct WireCall {
+    pub verb: Verb,
+    pub capability: String,
+    pub resource: String,
+    #[serde(default)]
+    pub params: BTreeMap<String, String>,
+    pub site: SiteId,
+    /// The call's deadline, relative to when the executing orchestrator starts it.
+    pub timeout_ms: u64,
+}
+
+/// A reading as it travels.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct WireReading {
+    pub holds: bool,
+    pub detail: String,
+    pub at_unix_ms: u64,
+    pub by: String,
+}
+
+/// A driver error as it travels.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct WireError {
+    /// The driver error's kind (`timeout`, `unreachable`, `rejected`...).
+    pub kind: String,
+    pub message: String,
+    pub state_unknown: bool,
+}
+
+/// The answer to a [`WireCall`].
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum WireResult {
+    Reading(WireReading),
+    Error(WireError),
+}
+
+impl From<Result<Reading, DriverError>> for WireResult {
+    fn from(r: Result<Reading, DriverError>) -> Self {
+        match r {
+            Ok(r) => WireResult::Reading(WireReading {
+                holds: r.holds,
+                detail: r.detail,
+                at_unix_ms: r
+                    .at
+                    .duration_since(UNIX_EPOCH)
+                    .map_or(0, |d| u64::try_from(d.as_millis()).unwrap_or(u64::MAX)),
+                by: r.by.to_string(),
+            }),
+            Err(e) => WireResult::Error(WireError {
+                kind: serde_json::to_value(e.kind)
+                    .ok()
+                    .and_then(|v| v.as_str().map(str::to_owned))
+                    .unwrap_or_default(),
+                message: e.to_string(),
+                state_unknown: e.state_unknown,
+            }),
+        }
+    }
+}
+
+/// A driver of any type this runtime can run.
+#[derive(Debug)]
+enum RuntimeDriver {
+    Any(AnyDriver),
+    Proxmox(ProxmoxDriver),
+    Fortigate(FortigateDriver),
+}
+
+macro_rules! on_driver {
+    ($self:expr, $d:ident => $e:expr) => {
+        match $self {
+            RuntimeDriver::Any($d) => $e,
+            RuntimeDriver::Proxmox($d) => $e,
+            RuntimeDriver::Fortigate($d) => $e,
+        }
+    };
+}
+
+impl RuntimeDriver {
+    async fn run(
+        &self,
+        verb: Verb,
+        ctx: &CallContext,
+        target: &Target,
+    ) -> Result<Reading, DriverError> {
+        on_driver!(self, d => match verb {
+            Verb::Check => d.check(ctx, target).await,
+            Verb::Perform => d.perform(ctx, target).await,
+            Verb::Undo => d.undo(ctx, target).await,
+            Verb::Renew => d.renew(ctx, target).await,
+        })
+    }
+
+    async fn probe(&self, ctx: &CallContext) -> Result<qfence_controllers::Probe, DriverError> {
+        on_driver!(self, d => d.probe(ctx).await)
+    }
+}
+
+/// The drivers of every controller this orchestrator may call, built from the validated
+/// configuration and this orchestrator's own secret stores. A controller whose driver cannot
+/// be built (missing secret, type not in this build) is kept with its reason: calls to it
+/// fail, so they read UNKNOWN, and the rest keep working.
+#[derive(Debug)]
+pub struct LocalDrivers {
+    me: OrchestratorId,
+    drivers: BTreeMap<ControllerId, Result<RuntimeDriver, String>>,
+}
+
+fn build_one(
+    id: &ControllerId,
+    config: &qfence_model::config::ControllerConfig,
+    secrets: &SecretStore,
+) -> Result<RuntimeDriver, String> {
+    let secret = match &config.secret {
+        Some(r) => Some(secrets.resolve(r).map_err(|e| e.to_string())?),
+        None => None,
+    };
+    let raw = || {
+        secret
+            .as_ref()
+            .map(|s| SecretString::from(s.expose().to_owned()))
+    };
+    match config.controller_type() {
+        qfence_model::ControllerType::Proxmox => proxmox::build(id.clone(), config, raw())
+            .map(RuntimeDriver::Proxmox)
+            .map_err(|e| e.to_string()),
+        qfence_model::ControllerType::Fortigate => fortigate::build(id.clone(), config, raw())
+            .map(RuntimeDriver::Fortigate)
+            .map_err(|e| e.to_string()),
+        _ => AnyDriver::build(id, config, secret)
+            .map(RuntimeDriver::Any)
+            .map_err(|e| e.to_string()),
+    }
+}
+
+impl LocalDrivers {
+    /// Builds every controller's driver (no I/O but reading secrets and CA files).
+    pub fn build(me: OrchestratorId, config: &ValidatedConfig, secrets: &SecretStore) -> Self {
+        let drivers = config
+            .config()
+            .controllers
+            .iter()
+            .map(|(id, c)| (id.clone(), build_one(id, c, secrets)))
+            .collect();
+        Self { me, drivers }
+    }
+
+    /// The controllers whose driver could not be built, and why (for the startup log).
+    pub fn unavailable(&self) -> Vec<(ControllerId, String)> {
+        self.drivers
+            .iter()
+            .filter_map(|(id, d)| d.as_ref().err().map(|e| (id.clone(), e.clone())))
+            .collect()
+    }
+
+    fn driver(&self, id: &ControllerId) -> Result<&RuntimeDriver, String> {
+        match self.drivers.get(id) {
+            Some(Ok(d)) => Ok(d),
+            Some(Err(e)) => Err(format!("controller {id} has no driver here: {e}")),
+            None => Err(format!("controller {id} is not configured here")),
+        }
+    }
+
+    /// Runs one call here.
+    pub async fn run(
+        &self,
+        controller: &ControllerId,
+        call: &WireCall,
+        cancel: CancellationToken,
+    ) -> Result<WireResult, String> {
+        let d = self.driver(controller)?;
+        let ctx = CallContext {
+            deadline: tokio::time::Instant::now() + Duration::from_millis(call.timeout_ms),
+            cancel,
+            orchestrator: self.me.clone(),
+        };
+        let target = Target {
+            capability: call.capability.clone(),
+            resource: call.resource.clone(),
+            params: call.params.clone(),
+            site: call.site.clone(),
+        };
+        Ok(d.run(call.verb, &ctx, &target).await.into())
+    }
+
+    /// Probes a controller here (no side effects on its targets).
+    pub async fn probe(
+        &self,
+        controller: &ControllerId,
+        timeout: Duration,
+    ) -> Result<qfence_controllers::Probe, RuntimeError> {
+        let d = self
+            .driver(controller)
+            .map_err(|e| RuntimeError::Driver(e.clone()))?;
+        let ctx = CallContext::with_timeout(self.me.clone(), timeout);
+        d.probe(&ctx)
+            .await
+            .map_err(|e| RuntimeError::Driver(e.to_string()))
+    }
+}
+
+/// The cluster's executor over [`LocalDrivers`]: what this orchestrator runs for a call routed
+/// here, its own or forwarded by the leader.
+#[derive(Debug, Clone)]
+pub struct DriverExecutor(pub Arc<LocalDrivers>);
+
+impl CallExecutor for DriverExecutor {
+    fn execute<'a>(
+        &'a self,
+        controller: &'a ControllerRecord,
+        call: &'a serde_json::Value,
+        cancel: CancellationToken,
+    ) -> BoxFuture<'a, Result<serde_json::Value, String>> {
+        Box::pin(async move {
+            let call: WireCall = serde_json::from_value(call.clone())
+                .map_err(|e| format!("not a qfence controller call: {e}"))?;
+            let result = self.0.run(&controller.id, &call, cancel).await?;
+            serde_json::to_value(result).map_err(|e| e.to_string())
+        })
+    }
+}
+
+/// Wall-clock milliseconds of a `SystemTime`.
+pub(crate) fn unix_ms(t: SystemTime) -> u64 {
+    t.duration_since(UNIX_EPOCH)
+        .map_or(0, |d| u64::try_from(d.as_millis()).unwrap_or(u64::MAX))
+}

@@ -1,0 +1,518 @@
+//! The engine: one decision per plan per tick, on the leader only.
+
+use std::collections::BTreeMap;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex, MutexGuard};
+use std::time::Duration;
+
+use qfence_cluster::node::ClusterNode;
+use qfence_cluster::state::{Command as ClusterCommand, ControllerRecord, PlanStateDoc, Response};
+use qfence_core::{
+    BindingKey, Leadership, Observation, OpId, OpResult, PlanState, Snapshot, StoredPlanState,
+    decide,
+};
+use qfence_model::config::ValidatedConfig;
+use qfence_model::{Generation, OrchestratorId, PlanId};
+use tokio::sync::Notify;
+use tokio_util::sync::CancellationToken;
+
+use super::executor::Executor;
+use super::{Clock, RuntimeError};
+use crate::events::{EventKind, EventLog, JsonlStore, NewEvent};
+use crate::metrics::Metrics;
+
+/// The schema number of the plan state the core defines, as stored in the cluster.
+pub const PLAN_STATE_SCHEMA: u32 = 1;
+
+/// Timers of the engine.
+#[derive(Debug, Clone)]
+pub struct EngineOptions {
+    /// The longest wait between two ticks (a result or an intent wakes it sooner). Defaults to
+    /// the shortest plan interval.
+    pub tick: Duration,
+    /// How long a leadership confirmed by the cluster counts as a lease for the core.
+    pub lease: Duration,
+}
+
+impl EngineOptions {
+    /// The defaults for a configuration.
+    pub fn for_config(config: &ValidatedConfig) -> Self {
+        let tick = config
+            .plans()
+            .map(|(_, p)| p.interval)
+            .min()
+            .unwrap_or(Duration::from_secs(10));
+        Self {
+            tick,
+            lease: Duration::from_secs(1),
+        }
+    }
+}
+
+/// What the runtime keeps about one plan between ticks. Not replicated: a new leader starts
+/// with nothing read, and the core re-checks before it relies on anything.
+#[derive(Debug, Clone, Default)]
+pub struct PlanRuntime {
+    pub observations: BTreeMap<BindingKey, Observation>,
+    pub results: BTreeMap<OpId, OpResult>,
+    pub in_flight: BTreeMap<OpId, BindingKey>,
+    /// The last decision's sentence.
+    pub last_reason: Option<String>,
+    /// The last sentence recorded in the event log, times of day masked.
+    pub last_recorded: Option<String>,
+}
+
+/// The sentence with every `HH:MM:SS` replaced by `--:--:--`, to tell a new sentence from the
+/// same one at a later time.
+pub fn without_times(s: &str) -> String {
+    let b = s.as_bytes();
+    let mut out = String::with_capacity(s.len());
+    let mut i = 0;
+    while i < b.len() {
+        let is_time = i + 8 <= b.len()
+            && b[i..i + 8].iter().enumerate().all(|(j, c)| {
+                if j == 2 || j == 5 {
+                    *c == b':'
+                } else {
+                    c.is_ascii_digit()
+                }
+            });
+        if is_time {
+            out.push_str("--:--:--");
+            i += 8;
+        } else {
+            let ch = s[i..].chars().next().expect("in bounds");
+            out.push(ch);
+            i += ch.len_utf8();
+        }
+    }
+    out
+}
+
+/// The parts the engine, the executor and the API backend share.
+#[derive(Debug)]
+pub(crate) struct Inner {
+    pub config: ValidatedConfig,
+    pub node: ClusterNode,
+    pub me: OrchestratorId,
+    pub events: Mutex<EventLog<JsonlStore>>,
+    pub metrics: Metrics,
+    pub clock: Clock,
+    pub plans: Mutex<BTreeMap<PlanId, PlanRuntime>>,
+    /// Plan state writes one at a time: the cluster compares the generation, this lock makes
+    /// the revision half of the compare-and-set hold too.
+    pub write_lock: tokio::sync::Mutex<()>,
+    pub wake: Notify,
+    /// Draining: no new operations start.
+    pub draining: AtomicBool,
+    pub options: EngineOptions,
+}
+
+fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(|p| p.into_inner())
+}
+
+impl Inner {
+    pub fn runtime(&self) -> MutexGuard<'_, BTreeMap<PlanId, PlanRuntime>> {
+        lock(&self.plans)
+    }
+
+    /// Appends one record to the event log. A log that cannot be written is an operator's
+    /// problem, said at ERROR; the runtime goes on (refusing to fence because a disk is full
+    /// would be worse).
+    pub fn record(&self, event: NewEvent) {
+        let at = self.clock.now().0;
+        if let Err(e) = lock(&self.events).append(event, at) {
+            tracing::error!(error = %e, "Could not append to the event log");
+        }
+    }
+
+    /// The plan's replicated state, or `None` when the cluster does not know the plan yet.
+    pub fn plan_state(&self, plan: &PlanId) -> Result<Option<PlanState>, RuntimeError> {
+        let state = self.node.state();
+        let Some(record) = state.plans.get(plan) else {
+            return Ok(None);
+        };
+        let stored: StoredPlanState =
+            record
+                .state
+                .decode(PLAN_STATE_SCHEMA)
+                .map_err(|e| RuntimeError::Plan {
+                    plan: plan.to_string(),
+                    reason: e.to_string(),
+                })?;
+        Ok(Some(stored.into_current()))
+    }
+
+    /// Registers every configured controller and plan the cluster does not know yet (plans
+    /// at their initial state), so routing and the compare-and-set have them.
+    pub async fn register_plans(&self) -> Result<(), RuntimeError> {
+        let cluster = self.node.state();
+        for (id, c) in &self.config.config().controllers {
+            let record = ControllerRecord {
+                id: id.clone(),
+                site: c.site.clone(),
+                reach: c.reach.clone(),
+                // Secrets appear here by reference only.
+                config: serde_json::to_value(c).unwrap_or_default(),
+            };
+            if cluster.controllers.get(id) != Some(&record) {
+                self.node
+                    .write(ClusterCommand::RegisterController { controller: record })
+                    .await?;
+            }
+        }
+        let known = cluster.plans;
+        for (id, plan) in self.config.plans() {
+            if known.contains_key(id) {
+                continue;
+            }
+            let initial = StoredPlanState::from(PlanState::initial(plan));
+            let doc =
+                PlanStateDoc::encode(PLAN_STATE_SCHEMA, Generation(1), &initial).map_err(|e| {
+                    RuntimeError::Plan {
+                        plan: id.to_string(),
+                        reason: e.to_string(),
+                    }
+                })?;
+            self.node
+                .write(ClusterCommand::RegisterPlan {
+                    plan: id.clone(),
+                    config: serde_json::json!({"owner": plan.owner}),
+                    initial_state: doc,
+                })
+                .await?;
+            tracing::info!(plan = %id, owner = %plan.owner, "Registered the plan at generation 1");
+        }
+        Ok(())
+    }
+
+    /// Writes `change` if the plan is still exactly as it was decided on: generation and
+    /// revision. Returns the state written.
+    pub async fn commit(
+        &self,
+        plan: &PlanId,
+        change: &qfence_core::PlanStateChange,
+    ) -> Result<PlanState, RuntimeError> {
+        let _one_writer = self.write_lock.lock().await;
+        let current = self.plan_state(plan)?.ok_or_else(|| RuntimeError::Plan {
+            plan: plan.to_string(),
+            reason: "not registered".into(),
+        })?;
+        let next = current
+            .apply(change)
+            .map_err(|source| RuntimeError::Stale {
+                plan: plan.to_string(),
+                source,
+            })?;
+        self.cas(plan, current.generation, &next).await?;
+        Ok(next)
+    }
+
+    /// Changes the plan's state through `f`, if it is at `expected` (operators' intents).
+    pub async fn update(
+        &self,
+        plan: &PlanId,
+        expected: Option<Generation>,
+        f: impl FnOnce(&mut PlanState),
+    ) -> Result<PlanState, RuntimeError> {
+        let _one_writer = self.write_lock.lock().await;
+        let current = self.plan_state(plan)?.ok_or_else(|| RuntimeError::Plan {
+            plan: plan.to_string(),
+            reason: "not registered".into(),
+        })?;
+        if let Some(expected) = expected
+            && expected != current.generation
+        {
+            return Err(RuntimeError::Generation {
+                plan: plan.to_string(),
+                expected: expected.0,
+                current: current.generation.0,
+            });
+        }
+        let mut next = current.clone();
+        f(&mut next);
+        next.revision = current.revision + 1;
+        self.cas(plan, current.generation, &next).await?;
+        Ok(next)
+    }
+
+    async fn cas(
+        &self,
+        plan: &PlanId,
+        expected: Generation,
+        next: &PlanState,
+    ) -> Result<(), RuntimeError> {
+        let doc = PlanStateDoc::encode(
+            PLAN_STATE_SCHEMA,
+            next.generation,
+            &StoredPlanState::from(next.clone()),
+        )
+        .map_err(|e| RuntimeError::Plan {
+            plan: plan.to_string(),
+            reason: e.to_string(),
+        })?;
+        let response = self
+            .node
+            .write(ClusterCommand::PlanStateCas {
+                plan: plan.clone(),
+                expected_generation: expected,
+                new_state: doc,
+            })
+            .await?;
+        match response {
+            Response::Applied => Ok(()),
+            Response::Conflict { current, .. } => Err(RuntimeError::Generation {
+                plan: plan.to_string(),
+                expected: expected.0,
+                current: current.0,
+            }),
+            other => Err(RuntimeError::Plan {
+                plan: plan.to_string(),
+                reason: format!("the cluster refused the write: {other:?}"),
+            }),
+        }
+    }
+}
+
+/// The runtime loop of one orchestrator.
+#[derive(Debug, Clone)]
+pub struct Engine {
+    pub(crate) inner: Arc<Inner>,
+    executor: Executor,
+}
+
+impl Engine {
+    /// An engine over a started cluster node, the validated configuration and an event log.
+    pub fn new(
+        config: ValidatedConfig,
+        node: ClusterNode,
+        events: EventLog<JsonlStore>,
+        metrics: Metrics,
+        options: EngineOptions,
+    ) -> Self {
+        let inner = Arc::new(Inner {
+            me: node.name().clone(),
+            config,
+            node,
+            events: Mutex::new(events),
+            metrics,
+            clock: Clock::system(),
+            plans: Mutex::new(BTreeMap::new()),
+            write_lock: tokio::sync::Mutex::new(()),
+            wake: Notify::new(),
+            draining: AtomicBool::new(false),
+            options,
+        });
+        Self {
+            executor: Executor::new(inner.clone()),
+            inner,
+        }
+    }
+
+    /// The executor (tests start commands through it directly).
+    pub fn executor(&self) -> &Executor {
+        &self.executor
+    }
+
+    /// Each plan's runtime view: observations, results, in flight, last sentence.
+    pub fn runtime(&self, plan: &PlanId) -> PlanRuntime {
+        self.inner.runtime().get(plan).cloned().unwrap_or_default()
+    }
+
+    /// The plan's replicated state.
+    pub fn plan_state(&self, plan: &PlanId) -> Result<Option<PlanState>, RuntimeError> {
+        self.inner.plan_state(plan)
+    }
+
+    /// Every record of the event log so far.
+    pub fn events(&self) -> Vec<crate::events::Event> {
+        lock(&self.inner.events).all().to_vec()
+    }
+
+    /// The clock decisions read.
+    pub fn clock(&self) -> Clock {
+        self.inner.clock
+    }
+
+    /// Registers the configured controllers and plans in the cluster (the leader does it on
+    /// every tick; this is for start-up and tests).
+    pub async fn register(&self) -> Result<(), RuntimeError> {
+        self.inner.register_plans().await
+    }
+
+    /// Wakes the loop for an immediate tick.
+    pub fn wake(&self) {
+        self.inner.wake.notify_one();
+    }
+
+    /// Runs ticks until `stop` is cancelled.
+    pub async fn run(self, stop: CancellationToken) {
+        loop {
+            self.tick().await;
+            tokio::select! {
+                () = stop.cancelled() => break,
+                () = tokio::time::sleep(self.inner.options.tick) => {}
+                () = self.inner.wake.notified() => {}
+            }
+        }
+        tracing::info!(orchestrator = %self.inner.me, "The engine stopped");
+    }
+
+    /// Stops starting operations and waits up to `timeout` for those in flight. Returns how
+    /// many were still running when it gave up.
+    pub async fn drain(&self, timeout: Duration) -> usize {
+        self.inner.draining.store(true, Ordering::SeqCst);
+        let deadline = tokio::time::Instant::now() + timeout;
+        loop {
+            let n = self.executor.in_flight();
+            if n == 0 || tokio::time::Instant::now() >= deadline {
+                return n;
+            }
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+    }
+
+    /// One tick: decide every plan (when leading), commit, execute.
+    pub async fn tick(&self) {
+        let inner = &self.inner;
+        let lead = inner.node.leadership().await;
+        let now = inner.clock.now();
+        let (leadership, token) = match &lead {
+            Ok(l) if !l.token.is_cancelled() => (
+                Leadership {
+                    leader: true,
+                    term: l.term,
+                    lease_until: now.plus(inner.options.lease),
+                },
+                Some(l.token.clone()),
+            ),
+            _ => (
+                Leadership {
+                    leader: false,
+                    term: inner.node.term(),
+                    lease_until: now,
+                },
+                None,
+            ),
+        };
+        if token.is_some()
+            && let Err(e) = inner.register_plans().await
+        {
+            tracing::warn!(error = %e, "Could not register the configured plans");
+            return;
+        }
+        let plans: Vec<PlanId> = inner.config.plans().map(|(id, _)| id.clone()).collect();
+        for plan in plans {
+            if let Err(e) = self.decide_plan(&plan, leadership, token.as_ref()).await {
+                tracing::warn!(plan = %plan, error = %e, "The plan's cycle ended without acting");
+            }
+        }
+    }
+
+    async fn decide_plan(
+        &self,
+        plan: &PlanId,
+        leadership: Leadership,
+        token: Option<&CancellationToken>,
+    ) -> Result<(), RuntimeError> {
+        let inner = &self.inner;
+        let Some(state) = inner.plan_state(plan)? else {
+            return Ok(());
+        };
+        let now = inner.clock.now();
+        let view = self.runtime(plan);
+        let decision = decide(&Snapshot {
+            config: &inner.config,
+            plan: plan.clone(),
+            state: &state,
+            observations: &view.observations,
+            results: &view.results,
+            in_flight: &view.in_flight,
+            leadership,
+            now,
+        });
+        inner.metrics.decision(plan.as_str());
+        // Routine checks are not news: a decision is recorded when it changes the state, acts
+        // beyond checking, or says something new (times of day aside).
+        let acted = decision.state_change.is_some()
+            || decision
+                .commands
+                .iter()
+                .any(|c| !matches!(c.action, qfence_core::Action::Check { .. }));
+        let gist = without_times(&decision.reason);
+        let changed = view.last_recorded.as_deref() != Some(gist.as_str());
+        if acted || changed {
+            tracing::info!(plan = %plan, term = %leadership.term, generation = %state.generation,
+                "{}", decision.reason);
+            inner.record(
+                NewEvent::new(EventKind::Decision, inner.me.as_str(), decision.reason.clone())
+                    .plan(plan.as_str())
+                    .term(leadership.term.0)
+                    .generation(state.generation.0)
+                    .data(serde_json::json!({
+                        "commands": decision.commands.iter().map(ToString::to_string).collect::<Vec<_>>(),
+                        "state_change": decision.state_change.is_some(),
+                    })),
+            );
+        }
+        {
+            let mut all = inner.runtime();
+            let entry = all.entry(plan.clone()).or_default();
+            entry.last_reason = Some(decision.reason.clone());
+            if acted || changed {
+                entry.last_recorded = Some(gist);
+            }
+            prune(entry, &state, now, inner.config.plan(plan.as_str()));
+        }
+        let Some(token) = token else {
+            return Ok(());
+        };
+        if let Some(change) = &decision.state_change {
+            let next = inner.commit(plan, change).await?;
+            if next.generation != state.generation {
+                inner.metrics.failover(plan.as_str(), "committed");
+                inner.record(
+                    NewEvent::new(
+                        EventKind::Decision,
+                        inner.me.as_str(),
+                        format!(
+                            "{plan} committed: owner {} at generation {} (was {} at {})",
+                            next.owner, next.generation, state.owner, state.generation
+                        ),
+                    )
+                    .plan(plan.as_str())
+                    .site(next.owner.as_str())
+                    .term(leadership.term.0)
+                    .generation(next.generation.0),
+                );
+            }
+        }
+        if inner.draining.load(Ordering::SeqCst) {
+            return Ok(());
+        }
+        for command in decision.commands {
+            self.executor.start(command, token);
+        }
+        Ok(())
+    }
+}
+
+/// Forgets results nobody can ask about any more: older than the plan's freshness window plus
+/// two fence timeouts, and not named by the transition under way.
+fn prune(
+    entry: &mut PlanRuntime,
+    state: &PlanState,
+    now: qfence_core::Millis,
+    plan: Option<&qfence_model::config::PlanConfig>,
+) {
+    let Some(plan) = plan else { return };
+    let keep = plan.freshness + plan.fence_timeout * 2 + plan.interval;
+    let pending: Vec<&OpId> = state
+        .transition()
+        .map(|t| t.pending.values().collect())
+        .unwrap_or_default();
+    entry
+        .results
+        .retain(|op, r| now.since(r.at) <= keep || pending.contains(&op));
+}

@@ -1,0 +1,349 @@
+//! The executor: runs the commands of a decision, one operation per binding at a time.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use qfence_cluster::forward::CallOutcome;
+use qfence_core::rules;
+use qfence_core::{Action, BindingKey, Command, Observation, Observed, OpResult, Outcome};
+use qfence_model::{Role, Verdict};
+use tokio_util::sync::CancellationToken;
+
+use super::drivers::{Verb, WireCall, WireResult};
+use super::engine::Inner;
+use crate::events::{EventKind, NewEvent};
+use crate::metrics::Direction;
+
+/// Runs commands. Each runs in its own task under a deadline and a child of the leadership
+/// token; the loop never waits for one.
+#[derive(Debug, Clone)]
+pub struct Executor {
+    inner: Arc<Inner>,
+}
+
+/// What one call came to.
+struct Finished {
+    outcome: Outcome,
+    observed: Observed,
+    detail: String,
+}
+
+impl Executor {
+    pub(crate) fn new(inner: Arc<Inner>) -> Self {
+        Self { inner }
+    }
+
+    /// How many operations are running.
+    pub fn in_flight(&self) -> usize {
+        self.inner
+            .runtime()
+            .values()
+            .map(|p| p.in_flight.len())
+            .sum()
+    }
+
+    /// Starts `command` under `leadership` (a child token of it cancels the operation when
+    /// leadership is lost). A binding that already has an operation running is left alone:
+    /// one operation per target at a time.
+    pub fn start(&self, command: Command, leadership: &CancellationToken) {
+        let inner = &self.inner;
+        if let Action::Alarm { site, detail } = &command.action {
+            tracing::error!(plan = %command.plan, site = ?site, "Alarm: {detail}");
+            let mut e = NewEvent::new(EventKind::Alarm, inner.me.as_str(), detail.clone())
+                .plan(command.plan.as_str())
+                .term(command.term.0)
+                .generation(command.generation.0);
+            if let Some(s) = site {
+                e = e.site(s.as_str());
+            }
+            inner.record(e);
+            return;
+        }
+        let Some(key) = command.action.binding().cloned() else {
+            return;
+        };
+        {
+            let mut all = inner.runtime();
+            let plan = all.entry(command.plan.clone()).or_default();
+            if plan.in_flight.values().any(|k| *k == key) {
+                tracing::debug!(plan = %command.plan, binding = %key, "Busy: one operation per binding");
+                return;
+            }
+            plan.in_flight.insert(command.op.clone(), key.clone());
+        }
+        let is_check = matches!(command.action, Action::Check { .. });
+        let mut event = NewEvent::new(EventKind::Command, inner.me.as_str(), command.to_string())
+            .plan(command.plan.as_str())
+            .term(command.term.0)
+            .generation(command.generation.0)
+            .data(serde_json::json!({"op": command.op, "binding": key.to_string()}));
+        if let Some(s) = &key.site {
+            event = event.site(s.as_str());
+        }
+        // Routine checks go to the log only when their reading changes (see `finish`).
+        if !is_check {
+            inner.record(event);
+        }
+        let token = leadership.child_token();
+        let this = self.clone();
+        tokio::spawn(async move {
+            let started = tokio::time::Instant::now();
+            let controller = this.controller_of(&command, &key);
+            let finished = this.run(&command, &key, token).await;
+            this.finish(&command, key, controller, finished, started.elapsed());
+        });
+    }
+
+    fn controller_of(&self, command: &Command, key: &BindingKey) -> Option<String> {
+        let plan = self.inner.config.plan(command.plan.as_str())?;
+        rules::binding(plan, key).map(|b| b.controller.to_string())
+    }
+
+    async fn run(&self, command: &Command, key: &BindingKey, token: CancellationToken) -> Finished {
+        let unknown = |detail: String| Finished {
+            outcome: Outcome::Unknown,
+            observed: Observed::Unknown,
+            detail,
+        };
+        let inner = &self.inner;
+        let Some(plan) = inner.config.plan(command.plan.as_str()) else {
+            return unknown(format!("plan {} is not configured", command.plan));
+        };
+        let Some(binding) = rules::binding(plan, key) else {
+            return unknown(format!("plan {} has no binding {key}", command.plan));
+        };
+        let Some(controller) = inner.config.controller(binding.controller.as_str()) else {
+            return unknown(format!(
+                "controller {} is not configured",
+                binding.controller
+            ));
+        };
+        let mut timeout = controller.timeout.min(plan.fence_timeout);
+        let capability = binding.capability.clone();
+        let site = match &command.action {
+            Action::Service { site, .. } => site.clone(),
+            _ => key.site.clone().unwrap_or_else(|| plan.owner.clone()),
+        };
+        let verb = match &command.action {
+            Action::Check { .. } => Verb::Check,
+            // The driver contract undoes a fence through `undo` of the fence's own capability
+            // (the catalog's `unfence` names what that does, such as power.on).
+            Action::Unfence { .. } | Action::LowerShield { .. } => Verb::Undo,
+            Action::RenewDeadMan { not_after, .. } => {
+                // Never act after `not_after`: a later leader's proof that the switch fired
+                // rests on it.
+                let left = not_after.since(inner.clock.now());
+                if left.is_zero() {
+                    return unknown(format!("renewal not started: past {not_after}"));
+                }
+                timeout = timeout.min(left);
+                Verb::Renew
+            }
+            _ => Verb::Perform,
+        };
+        let call = WireCall {
+            verb,
+            capability,
+            resource: binding.resource.clone(),
+            params: binding.params.clone(),
+            site,
+            timeout_ms: u64::try_from(timeout.as_millis()).unwrap_or(u64::MAX),
+        };
+        let result = match self.call(command, &binding.controller, &call, &token).await {
+            Ok(r) => r,
+            Err(why) => return unknown(why),
+        };
+        // An undo is believed only through an independent read-back: the condition must no
+        // longer hold (drivers differ in what their undo's own reading says).
+        if verb == Verb::Undo {
+            if let WireResult::Error(e) = &result {
+                let outcome = if e.state_unknown {
+                    Outcome::Unknown
+                } else {
+                    Outcome::Failed
+                };
+                return Finished {
+                    outcome,
+                    observed: Observed::Unknown,
+                    detail: e.message.clone(),
+                };
+            }
+            let check = WireCall {
+                verb: Verb::Check,
+                ..call
+            };
+            return match self
+                .call(command, &binding.controller, &check, &token)
+                .await
+            {
+                Ok(WireResult::Reading(r)) => Finished {
+                    outcome: if r.holds {
+                        Outcome::Failed
+                    } else {
+                        Outcome::Done
+                    },
+                    observed: if r.holds {
+                        Observed::Holds
+                    } else {
+                        Observed::NotHeld
+                    },
+                    detail: format!("read back: {} (read by {})", r.detail, r.by),
+                },
+                Ok(WireResult::Error(e)) => unknown(format!("read back failed: {}", e.message)),
+                Err(why) => unknown(why),
+            };
+        }
+        let is_check = verb == Verb::Check;
+        match result {
+            WireResult::Reading(r) => Finished {
+                outcome: if is_check || r.holds {
+                    Outcome::Done
+                } else {
+                    Outcome::Failed
+                },
+                observed: if r.holds {
+                    Observed::Holds
+                } else {
+                    Observed::NotHeld
+                },
+                detail: format!("{} (read by {})", r.detail, r.by),
+            },
+            WireResult::Error(e) => Finished {
+                outcome: if is_check || e.state_unknown {
+                    Outcome::Unknown
+                } else {
+                    Outcome::Failed
+                },
+                observed: Observed::Unknown,
+                detail: e.message,
+            },
+        }
+    }
+
+    /// One controller call through the cluster's routing, under `token` and a deadline a
+    /// little over the driver's own (a forwarded hop needs its round trip). `Err` is UNKNOWN.
+    async fn call(
+        &self,
+        command: &Command,
+        controller: &qfence_model::ControllerId,
+        call: &WireCall,
+        token: &CancellationToken,
+    ) -> Result<WireResult, String> {
+        let inner = &self.inner;
+        let call_json = serde_json::to_value(call)
+            .map_err(|e| format!("the call could not be encoded: {e}"))?;
+        let fut = inner.node.call(
+            controller,
+            Some((command.plan.clone(), command.generation)),
+            call_json,
+        );
+        let outer = Duration::from_millis(call.timeout_ms) + Duration::from_secs(2);
+        let outcome = tokio::select! {
+            () = token.cancelled() => {
+                return Err("cancelled: leadership was lost or the runtime stopped".into())
+            }
+            r = tokio::time::timeout(outer, fut) => {
+                r.map_err(|_| format!("no answer within {outer:?}"))?
+            }
+        };
+        match outcome {
+            CallOutcome::Done { by, result } => {
+                if by != inner.me {
+                    inner.metrics.forwarded(Direction::Sent);
+                }
+                serde_json::from_value::<WireResult>(result)
+                    .map_err(|e| format!("{by} answered something unreadable: {e}"))
+            }
+            CallOutcome::Refused { by, refusal } => {
+                inner.metrics.forward_refusal(&format!("{refusal:?}"));
+                Err(format!("{by} refused the call: {refusal:?}"))
+            }
+            CallOutcome::Unknown { reason, .. } => Err(reason),
+        }
+    }
+
+    fn finish(
+        &self,
+        command: &Command,
+        key: BindingKey,
+        controller: Option<String>,
+        f: Finished,
+        took: Duration,
+    ) {
+        let inner = &self.inner;
+        let at = inner.clock.now();
+        let is_check = matches!(command.action, Action::Check { .. });
+        let news = {
+            let mut all = inner.runtime();
+            let plan = all.entry(command.plan.clone()).or_default();
+            plan.in_flight.remove(&command.op);
+            let news =
+                !is_check || plan.observations.get(&key).map(|o| o.value) != Some(f.observed);
+            if is_check {
+                plan.observations.insert(
+                    key.clone(),
+                    Observation {
+                        value: f.observed,
+                        at,
+                        detail: f.detail.clone(),
+                    },
+                );
+            }
+            plan.results.insert(
+                command.op.clone(),
+                OpResult {
+                    binding: Some(key.clone()),
+                    outcome: f.outcome,
+                    at,
+                },
+            );
+            news
+        };
+        let role = inner
+            .config
+            .plan(command.plan.as_str())
+            .and_then(|p| rules::binding(p, &key))
+            .map(|b| b.role);
+        if let Some(c) = &controller {
+            if is_check {
+                inner.metrics.check_duration(c, took.as_secs_f64());
+            }
+            if is_check && role == Some(Role::Fence) {
+                let verdict = match f.observed {
+                    Observed::Holds => Verdict::Fenced,
+                    Observed::NotHeld => Verdict::Failed,
+                    Observed::Unknown => Verdict::Unknown,
+                };
+                inner.metrics.fence_result(c, verdict);
+            }
+        }
+        let word = match (is_check, f.observed, f.outcome) {
+            (true, Observed::Holds, _) => "holds",
+            (true, Observed::NotHeld, _) => "does not hold",
+            (true, Observed::Unknown, _) | (false, _, Outcome::Unknown) => "UNKNOWN",
+            (false, _, Outcome::Done) => "done",
+            (false, _, Outcome::Failed) => "failed",
+        };
+        let message = format!("{} {word}: {}", command.action.name(), f.detail);
+        tracing::info!(plan = %command.plan, binding = %key, op = %command.op, "{message}");
+        let mut event = NewEvent::new(EventKind::Result, inner.me.as_str(), message)
+            .plan(command.plan.as_str())
+            .term(command.term.0)
+            .generation(command.generation.0)
+            .data(serde_json::json!({
+                "op": command.op,
+                "binding": key.to_string(),
+                "controller": controller,
+                "outcome": f.outcome,
+                "observed": f.observed,
+                "took_ms": u64::try_from(took.as_millis()).unwrap_or(u64::MAX),
+            }));
+        if let Some(s) = &key.site {
+            event = event.site(s.as_str());
+        }
+        if news {
+            inner.record(event);
+        }
+        inner.wake.notify_one();
+    }
+}

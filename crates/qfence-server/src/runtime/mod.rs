@@ -1,0 +1,103 @@
+//! The daemon runtime: what turns decisions into actions and actions into the next snapshot.
+//!
+//! # The model
+//!
+//! Each orchestrator runs one [`Engine`]. On every tick (the plans' interval, and at once when
+//! a result arrives or an operator's intent is written) it asks the cluster whether it leads
+//! with a valid lease. If it does, for each plan it builds a [`qfence_core::Snapshot`] from the
+//! replicated plan state, the latest observation of every binding (with when it was read),
+//! the results of finished commands, what is still in flight and `now`, and calls
+//! [`qfence_core::decide`]. The decision's sentence goes to the hash-chained event log (once
+//! per change: an unchanged sentence is not written again); its state change is written first,
+//! as a compare-and-set on the generation (and, serialised here, on the revision); only then
+//! are its commands handed to the [`Executor`].
+//!
+//! The executor runs each command under a deadline and a child of the leadership's
+//! cancellation token (losing leadership cancels what it started), one operation per binding
+//! at a time, and routes each controller call through the cluster: here, through this
+//! orchestrator's own drivers ([`drivers::LocalDrivers`]), or signed and forwarded to an
+//! orchestrator at a site allowed to call the controller. Whatever cannot be read is UNKNOWN.
+//! A result comes back as an observation (for checks) and an [`qfence_core::OpResult`], and
+//! wakes the engine. Long operations are tracked, never awaited inside the loop.
+//!
+//! [`RuntimeBackend`] is the API's [`crate::Backend`] over the same parts: status, plans, dry
+//! runs, controllers, and the operators' intents, which go into the replicated plan state for
+//! the core to act on.
+
+pub mod backend;
+pub mod daemon;
+pub mod drivers;
+pub mod engine;
+pub mod executor;
+
+use std::time::{Duration, SystemTime};
+
+pub use backend::RuntimeBackend;
+pub use daemon::{Daemon, DaemonOptions};
+pub use drivers::{DriverExecutor, LocalDrivers};
+pub use engine::{Engine, EngineOptions, PlanRuntime};
+pub use executor::Executor;
+
+use qfence_core::Millis;
+
+/// What can go wrong in the runtime.
+#[derive(Debug, thiserror::Error)]
+pub enum RuntimeError {
+    #[error("cluster: {0}")]
+    Cluster(#[from] qfence_cluster::ClusterError),
+    #[error("plan {plan}: {reason}")]
+    Plan { plan: String, reason: String },
+    #[error("plan {plan}: {source}")]
+    Stale {
+        plan: String,
+        #[source]
+        source: qfence_core::CoreError,
+    },
+    #[error("plan {plan} is at generation {current}, not {expected}")]
+    Generation {
+        plan: String,
+        expected: u64,
+        current: u64,
+    },
+    #[error("event log: {0}")]
+    Events(#[from] crate::events::EventLogError),
+    #[error("driver: {0}")]
+    Driver(String),
+    #[error("this orchestrator is not the leader")]
+    NotLeader,
+    #[error("{0}")]
+    Setup(String),
+}
+
+/// The runtime's clock: wall-clock time at start plus `tokio::time` elapsed since, so tests
+/// with paused time move it, and `now` never goes backwards.
+#[derive(Debug, Clone, Copy)]
+pub struct Clock {
+    base: Millis,
+    start: tokio::time::Instant,
+}
+
+impl Clock {
+    /// A clock reading the system time now.
+    pub fn system() -> Self {
+        Self::starting_at(Millis(drivers::unix_ms(SystemTime::now())))
+    }
+
+    /// A clock reading `base` now.
+    pub fn starting_at(base: Millis) -> Self {
+        Self {
+            base,
+            start: tokio::time::Instant::now(),
+        }
+    }
+
+    /// Now.
+    pub fn now(&self) -> Millis {
+        self.base.plus(self.start.elapsed())
+    }
+
+    /// Now plus `d`.
+    pub fn after(&self, d: Duration) -> Millis {
+        self.now().plus(d)
+    }
+}

@@ -1,0 +1,332 @@
+//! The demo lab in one process: the Redfish, Proxmox VE and FortiOS simulators on loopback
+//! with pinned certificates, examples/lab.yaml rewritten to point at them, and a single
+//! orchestrator (`dc1-a`, a one-voter cluster) running the engine.
+
+use std::collections::BTreeMap;
+use std::sync::Arc;
+use std::time::Duration;
+
+use anyhow::{Context, Result, bail};
+use qfence_cluster::node::{ClusterNode, NodeOptions, Timing};
+use qfence_cluster::tls::CertificateAuthority;
+use qfence_controllers::SecretStore;
+use qfence_controllers::secrets::{ENV_PREFIX, SecretSource, env_name};
+use qfence_lab::fortios::{self, FortiSim, FortiState, Vip};
+use qfence_lab::proxmox::{
+    self, Acl, ApiToken, PveHandle, PveState, ReplicationJob, User, Vm, VmStatus,
+};
+use qfence_lab::redfish::{self, Account, BmcHandle, BmcState, PowerState, Role, System};
+use qfence_lab::{LabTls, TlsIdentity};
+use qfence_model::{OrchestratorId, PlanId, SiteId};
+use qfence_server::Metrics;
+use qfence_server::events::{EventLog, JsonlStore};
+use qfence_server::runtime::{DriverExecutor, Engine, EngineOptions, LocalDrivers};
+use tokio_util::sync::CancellationToken;
+
+pub const PVE_TOKEN: &str = "0b6a7c3e-4d1f-4e2a-9c8b-7f6e5d4c3b2a";
+pub const BMC_PASSWORD: &str = "lab-bmc-pw";
+pub const FGT_KEY: &str = "admin-key";
+pub const VIP: &str = "vip-erp-db";
+
+pub fn phase(what: &str) {
+    eprintln!("--- {what}");
+}
+
+fn loopback() -> std::net::SocketAddr {
+    "127.0.0.1:0".parse().expect("an address")
+}
+
+/// The simulators of both sites and the edge firewall.
+pub struct Sims {
+    pub bmc1: BmcHandle,
+    pub bmc2: BmcHandle,
+    pub pve1: PveHandle,
+    pub pve2: PveHandle,
+    pub fgt: FortiSim,
+    pub fgt_pin: String,
+}
+
+fn pve_state(cluster: &str, node: &str, vm: VmStatus, replica_to: &str) -> PveState {
+    let mut s = PveState::single_node(cluster, node, "root-pw");
+    s.users.push(User {
+        userid: "qfence@pve".into(),
+        password: None,
+        acl: vec![Acl::new(
+            "/",
+            &["VM.Audit", "VM.PowerMgmt", "Sys.Audit", "Datastore.Audit"],
+            true,
+        )],
+    });
+    s.tokens.push(ApiToken {
+        userid: "qfence@pve".into(),
+        name: "fence".into(),
+        secret: PVE_TOKEN.into(),
+        privsep: false,
+        acl: vec![],
+    });
+    s.vms.push(Vm::new(101, "erp-db", node, vm));
+    s.remote_nodes.insert(replica_to.into(), true);
+    s.replication.push(ReplicationJob::new(
+        "101-1",
+        101,
+        replica_to,
+        Duration::from_millis(200),
+    ));
+    s
+}
+
+fn bmc_state(host: &str, power: PowerState) -> BmcState {
+    let mut system = System::new(host, "5b7e4f10-0001-4c2a-9d5e-000000000001");
+    system.power = power;
+    BmcState::new(
+        vec![system],
+        vec![Account::new("qfence", BMC_PASSWORD, Role::Operator)],
+    )
+}
+
+impl Sims {
+    /// dc1 runs VM 101 on a powered host; dc2 is the fenced standby (its host powered off at
+    /// the BMC, its copy of VM 101 stopped). dc2's Proxmox API stays up while its host is off
+    /// (the API is served by the cluster, not by the fenced host); dc1's host power is wired
+    /// to dc1's Proxmox node, so powering it off darkens dc1's API as in the lab.
+    pub async fn start() -> Result<Self> {
+        let bmc1 = redfish::start(
+            loopback(),
+            TlsIdentity::loopback()?,
+            bmc_state("pve-dc1-01", PowerState::On),
+        )
+        .await?;
+        let bmc2 = redfish::start(
+            loopback(),
+            TlsIdentity::loopback()?,
+            bmc_state("pve-dc2-01", PowerState::Off),
+        )
+        .await?;
+        let pve1 = proxmox::start(
+            loopback(),
+            TlsIdentity::loopback()?,
+            pve_state("pve-dc1", "pve-dc1-01", VmStatus::Running, "pve-dc2-01"),
+        )
+        .await?;
+        pve1.attach_power(
+            "pve-dc1-01",
+            bmc1.power_line("pve-dc1-01").context("power line")?,
+        );
+        let pve2 = proxmox::start(
+            loopback(),
+            TlsIdentity::loopback()?,
+            pve_state("pve-dc2", "pve-dc2-01", VmStatus::Stopped, "pve-dc1-01"),
+        )
+        .await?;
+        let mut forti = FortiState::example();
+        forti
+            .vdoms
+            .get_mut("root")
+            .context("vdom root")?
+            .vips
+            .insert(
+                VIP.into(),
+                Vip {
+                    extip: "192.0.2.20".into(),
+                    mappedip: vec!["10.1.1.5".into()],
+                    extintf: "port1".into(),
+                    enabled: true,
+                },
+            );
+        let tls = LabTls::self_signed(&["127.0.0.1", "localhost"])?;
+        let fgt_pin = hex_sha256(&tls.cert_der);
+        let fgt = fortios::start(loopback(), Some(tls), forti).await?;
+        Ok(Self {
+            bmc1,
+            bmc2,
+            pve1,
+            pve2,
+            fgt,
+            fgt_pin,
+        })
+    }
+
+    /// Where the VIP points now.
+    pub fn vip(&self) -> Vec<String> {
+        self.fgt.state().vdoms["root"].vips[VIP].mappedip.clone()
+    }
+
+    /// examples/lab.yaml, pointed at these simulators with pinned certificates, on a fast
+    /// clock, and with pve-dc2 reachable from dc1 (one orchestrator runs everything).
+    pub fn config_text(&self) -> String {
+        let mut text = include_str!("../../../../examples/lab.yaml").to_owned();
+        let targets = [
+            (
+                "8443",
+                self.bmc1.base_url(),
+                self.bmc1.fingerprint().to_owned(),
+            ),
+            (
+                "8444",
+                self.bmc2.base_url(),
+                self.bmc2.fingerprint().to_owned(),
+            ),
+            (
+                "8006",
+                self.pve1.base_url(),
+                self.pve1.fingerprint().to_owned(),
+            ),
+            (
+                "8007",
+                self.pve2.base_url(),
+                self.pve2.fingerprint().to_owned(),
+            ),
+            ("8445", self.fgt.url(), self.fgt_pin.clone()),
+        ];
+        for (port, url, pin) in targets {
+            let old = format!("endpoint: https://127.0.0.1:{port}");
+            let at = text.find(&old).expect("lab.yaml names the endpoint");
+            let tls_at = at + text[at..].find("tls: {insecure: true}").expect("its tls");
+            text.replace_range(
+                tls_at..tls_at + "tls: {insecure: true}".len(),
+                &format!("timeout_seconds: 2\n    tls: {{pin: \"sha256:{pin}\"}}"),
+            );
+            text = text.replacen(&old, &format!("endpoint: {url}"), 1);
+        }
+        text = text.replacen(
+            "    site: dc2\n    secret: lab-proxmox",
+            "    site: dc2\n    reach: [dc1]\n    secret: lab-proxmox",
+            1,
+        );
+        text.replacen(
+            "    interval_seconds: 10\n",
+            "    interval_seconds: 1\n    recovery_after_seconds: 2\n    \
+             failover_after_seconds: 4\n    fence_timeout_seconds: 3\n",
+            1,
+        )
+    }
+
+    pub async fn stop(mut self) {
+        self.fgt.shutdown().await;
+        self.pve1.shutdown().await;
+        self.pve2.shutdown().await;
+        self.bmc1.shutdown().await;
+        self.bmc2.shutdown().await;
+    }
+}
+
+fn hex_sha256(der: &[u8]) -> String {
+    ring::digest::digest(&ring::digest::SHA256, der)
+        .as_ref()
+        .iter()
+        .map(|b| format!("{b:02x}"))
+        .collect()
+}
+
+/// The orchestrator's own secret store: environment-style names, looked up in a map (the test
+/// does not touch the process environment).
+pub fn secrets() -> SecretStore {
+    let values: BTreeMap<String, String> = [
+        ("lab-redfish", BMC_PASSWORD),
+        ("lab-proxmox", PVE_TOKEN),
+        ("lab-fortigate", FGT_KEY),
+    ]
+    .into_iter()
+    .map(|(k, v)| (env_name(ENV_PREFIX, k), v.to_owned()))
+    .collect();
+    SecretStore::new(vec![SecretSource::Env {
+        prefix: ENV_PREFIX.into(),
+        lookup: Arc::new(move |k| values.get(k).cloned()),
+    }])
+}
+
+/// One orchestrator, its cluster node, its engine, running.
+pub struct Orchestrator {
+    pub engine: Engine,
+    pub node: ClusterNode,
+    pub events_path: std::path::PathBuf,
+    pub stop: CancellationToken,
+    pub task: tokio::task::JoinHandle<()>,
+    _dir: tempfile::TempDir,
+}
+
+pub fn plan() -> PlanId {
+    PlanId::new("erp-db").expect("a plan name")
+}
+
+pub fn site(s: &str) -> SiteId {
+    SiteId::new(s).expect("a site name")
+}
+
+impl Orchestrator {
+    pub async fn start(config_text: &str, run_loop: bool) -> Result<Self> {
+        let loaded = match qfence_model::config::load_str(config_text, "lab.yaml") {
+            Ok(l) => l,
+            Err(issues) => bail!("the lab configuration does not validate: {issues:#?}"),
+        };
+        let config = loaded.config;
+        let dir = tempfile::tempdir()?;
+        let me = OrchestratorId::new("dc1-a")?;
+        let ca = CertificateAuthority::generate("lab")?;
+        let tls = ca.issue("dc1-a", &["127.0.0.1".into()])?;
+        let drivers = LocalDrivers::build(me.clone(), &config, &secrets());
+        assert!(
+            drivers.unavailable().is_empty(),
+            "every driver builds: {:?}",
+            drivers.unavailable()
+        );
+        let node = ClusterNode::start(
+            NodeOptions {
+                name: me,
+                site: site("dc1"),
+                witness: false,
+                listen: loopback(),
+                advertise: None,
+                data_dir: dir.path().join("data"),
+                tls,
+                timing: Timing::fast(),
+                admin_api: false,
+            },
+            Arc::new(DriverExecutor(Arc::new(drivers))),
+        )
+        .await?;
+        node.initialize().await?;
+        let events_path = dir.path().join("events.jsonl");
+        let log = EventLog::open(JsonlStore::open(&events_path)?)?;
+        let options = EngineOptions::for_config(&config);
+        let engine = Engine::new(config, node.clone(), log, Metrics::new(), options);
+        let stop = CancellationToken::new();
+        let task = if run_loop {
+            tokio::spawn(engine.clone().run(stop.clone()))
+        } else {
+            tokio::spawn(async {})
+        };
+        Ok(Self {
+            engine,
+            node,
+            events_path,
+            stop,
+            task,
+            _dir: dir,
+        })
+    }
+
+    pub async fn shutdown(self) {
+        self.stop.cancel();
+        let _ = self.task.await;
+        self.node.shutdown().await;
+    }
+}
+
+/// Polls `f` every 100 ms until it gives a value or `limit` passes.
+pub async fn eventually<T, F, Fut>(limit: Duration, what: &str, mut f: F) -> Result<T>
+where
+    F: FnMut() -> Fut,
+    Fut: std::future::Future<Output = Option<T>>,
+{
+    let deadline = tokio::time::Instant::now() + limit;
+    loop {
+        if let Some(v) = f().await {
+            return Ok(v);
+        }
+        if tokio::time::Instant::now() > deadline {
+            bail!("timed out after {limit:?} waiting for {what}");
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+}

@@ -1,0 +1,395 @@
+//! The daemon runtime against the lab simulators, in process: steady state, a lost site failed
+//! over step by step, a planned switchover, leadership loss cancelling an operation, and a
+//! graceful drain.
+
+mod lab;
+
+use std::time::Duration;
+
+use anyhow::Result;
+use qfence_core::{Action, BindingKey, Command, Observed, OpId, Outcome, Phase};
+use qfence_lab::proxmox::VmStatus;
+use qfence_lab::redfish::PowerState;
+use qfence_server::dto::SwitchoverRequest;
+use qfence_server::dto::VerdictDto;
+use qfence_server::events::{EventKind, VerifyOptions, read_jsonl, verify};
+use qfence_server::runtime::RuntimeBackend;
+use qfence_server::runtime::engine::without_times;
+use qfence_server::{Backend, BackendError};
+
+use lab::{Orchestrator, Sims, eventually, phase, plan};
+
+/// Prints the event log, so a failed story shows where it stopped.
+fn dump(o: &Orchestrator) {
+    for e in o.engine.events() {
+        eprintln!("{:>4} {:<9} {}", e.seq, e.kind.as_str(), e.message);
+    }
+}
+
+fn verdict(status: &qfence_server::dto::StatusResponse, site: &str) -> Option<VerdictDto> {
+    status
+        .plans
+        .first()?
+        .sites
+        .iter()
+        .find(|s| s.site == site)
+        .map(|s| s.verdict)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_lost_site_fails_over_step_by_step_and_the_vip_follows() -> Result<()> {
+    let sims = Sims::start().await?;
+    let o = Orchestrator::start(&sims.config_text(), true).await?;
+    let backend = RuntimeBackend::new(&o.engine, sims.config_text(), lab::secrets());
+
+    phase("steady state: dc1 owns erp-db and is healthy, dc2 reads FENCED");
+    eventually(
+        Duration::from_secs(20),
+        "dc2 FENCED and dc1 healthy",
+        || async {
+            let status = backend.status().await.ok()?;
+            let health = o
+                .engine
+                .runtime(&plan())
+                .observations
+                .get(&BindingKey::site(&lab::site("dc1"), 3))
+                .map(|o| o.value);
+            (verdict(&status, "dc2") == Some(VerdictDto::Fenced) && health == Some(Observed::Holds))
+                .then_some(())
+        },
+    )
+    .await
+    .inspect_err(|_| dump(&o))?;
+    let before = o.engine.plan_state(&plan())?.expect("registered");
+    assert_eq!(before.owner.as_str(), "dc1");
+    assert_eq!(before.generation.0, 1);
+    assert_eq!(sims.vip(), ["10.1.1.5"]);
+
+    phase("cut dc1: its host loses power, so its Proxmox API goes dark");
+    assert!(sims.bmc1.set_power("pve-dc1-01", PowerState::Off));
+
+    phase("the engine fails over to dc2 and the VIP follows");
+    let after = eventually(
+        Duration::from_secs(60),
+        "dc2 owning erp-db with the VIP",
+        || async {
+            let s = o.engine.plan_state(&plan()).ok()??;
+            (s.owner.as_str() == "dc2"
+                && matches!(s.phase, Phase::Steady)
+                && sims.vip() == ["10.2.1.5"])
+            .then_some(s)
+        },
+    )
+    .await
+    .inspect_err(|_| dump(&o))?;
+    assert_eq!(after.generation.0, before.generation.0 + 1);
+    assert_eq!(
+        sims.bmc1.snapshot().systems[0].power,
+        PowerState::Off,
+        "dc1 stays fenced"
+    );
+    assert_eq!(
+        sims.bmc2.snapshot().systems[0].power,
+        PowerState::On,
+        "dc2 was unfenced"
+    );
+    assert_eq!(
+        sims.pve2.snapshot().vm(101).map(|v| v.status),
+        Some(VmStatus::Running)
+    );
+
+    phase("the event log tells the story and verifies");
+    let events = o.engine.events();
+    let pos = |pred: &dyn Fn(&qfence_server::events::Event) -> bool| events.iter().position(pred);
+    let fence_dc1 = pos(&|e| e.kind == EventKind::Command && e.message.starts_with("fence dc1[0]"))
+        .expect("dc1's BMC fence was commanded");
+    let verified = pos(&|e| {
+        e.kind == EventKind::Result
+            && e.data["binding"] == "dc1[0]"
+            && e.message.starts_with("check holds: PowerState=Off")
+    })
+    .expect("dc1's fence read back");
+    let promoted =
+        pos(&|e| e.kind == EventKind::Command && e.message.starts_with("switchover dc2"))
+            .expect("dc2 promoted");
+    let committed = pos(&|e| e.message.contains("committed: owner dc2 at generation 2"))
+        .expect("the new owner committed");
+    let vip = pos(&|e| {
+        e.kind == EventKind::Command && e.message.starts_with("service service[0] -> dc2")
+    })
+    .expect("the VIP moved");
+    assert!(
+        fence_dc1 < verified && verified < promoted && promoted < committed && committed < vip,
+        "fence {fence_dc1} < read-back {verified} < promote {promoted} < commit {committed} < VIP {vip}"
+    );
+    for e in &events {
+        assert!(!e.message.contains(lab::PVE_TOKEN) && !e.message.contains(lab::BMC_PASSWORD));
+    }
+    let decisions: Vec<&qfence_server::events::Event> = events
+        .iter()
+        .filter(|e| e.kind == EventKind::Decision)
+        .collect();
+    for pair in decisions.windows(2) {
+        let acted = pair[1].data["state_change"] == true
+            || pair[1].data["commands"].as_array().is_some_and(|c| {
+                c.iter()
+                    .any(|c| !c.as_str().unwrap_or("").starts_with("check "))
+            });
+        assert!(
+            acted || without_times(&pair[0].message) != without_times(&pair[1].message),
+            "an unchanged sentence is not written twice in a row: {:?}",
+            pair[1].message
+        );
+    }
+    let records = read_jsonl(&o.events_path)?;
+    let v = verify(&records, &VerifyOptions::default()).map_err(|b| anyhow::anyhow!("{b:?}"))?;
+    assert_eq!(v.count as usize, events.len());
+
+    o.shutdown().await;
+    sims.stop().await;
+    Ok(())
+}
+
+fn operator() -> qfence_server::Caller {
+    qfence_server::Caller {
+        name: "alice".into(),
+        access: qfence_server::Access::Operator,
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_planned_switchover_moves_erp_db_to_dc2_and_refuses_a_stale_generation() -> Result<()> {
+    let sims = Sims::start().await?;
+    let o = Orchestrator::start(&sims.config_text(), true).await?;
+    let backend = RuntimeBackend::new(&o.engine, sims.config_text(), lab::secrets());
+
+    phase("steady state first");
+    eventually(Duration::from_secs(20), "dc2 FENCED", || async {
+        let status = backend.status().await.ok()?;
+        (verdict(&status, "dc2") == Some(VerdictDto::Fenced)).then_some(())
+    })
+    .await
+    .inspect_err(|_| dump(&o))?;
+
+    phase("a request made against an old generation is refused and changes nothing");
+    let stale = backend
+        .switchover(
+            &operator(),
+            &plan(),
+            &SwitchoverRequest {
+                target: "dc2".into(),
+                expected_generation: 7,
+                reason: None,
+            },
+        )
+        .await;
+    assert!(
+        matches!(
+            stale,
+            Err(BackendError::StaleGeneration {
+                expected: 7,
+                current: 1,
+                ..
+            })
+        ),
+        "{stale:?}"
+    );
+    let refused = backend
+        .switchover(
+            &operator(),
+            &plan(),
+            &SwitchoverRequest {
+                target: "dc1".into(),
+                expected_generation: 1,
+                reason: None,
+            },
+        )
+        .await;
+    assert!(
+        matches!(refused, Err(BackendError::Refused(_))),
+        "{refused:?}"
+    );
+    assert!(
+        o.engine
+            .plan_state(&plan())?
+            .expect("registered")
+            .intents
+            .is_empty()
+    );
+
+    phase("alice asks for a switchover to dc2");
+    let accepted = backend
+        .switchover(
+            &operator(),
+            &plan(),
+            &SwitchoverRequest {
+                target: "dc2".into(),
+                expected_generation: 1,
+                reason: Some("patching dc1".into()),
+            },
+        )
+        .await?;
+    assert_eq!(accepted.generation, 1);
+
+    let after = eventually(
+        Duration::from_secs(60),
+        "dc2 owning erp-db with the VIP",
+        || async {
+            let s = o.engine.plan_state(&plan()).ok()??;
+            (s.owner.as_str() == "dc2"
+                && matches!(s.phase, Phase::Steady)
+                && sims.vip() == ["10.2.1.5"])
+            .then_some(s)
+        },
+    )
+    .await
+    .inspect_err(|_| dump(&o))?;
+    assert_eq!(after.generation.0, 2);
+    assert_eq!(
+        sims.bmc1.snapshot().systems[0].power,
+        PowerState::Off,
+        "dc1 was fenced"
+    );
+    assert_eq!(
+        sims.pve2.snapshot().vm(101).map(|v| v.status),
+        Some(VmStatus::Running)
+    );
+
+    let events = o.engine.events();
+    let asked = events
+        .iter()
+        .position(|e| e.kind == EventKind::Operator && e.actor == "token:alice")
+        .expect("the request is in the log with its actor");
+    let fenced = events
+        .iter()
+        .position(|e| e.kind == EventKind::Command && e.message.starts_with("fence dc1[0]"))
+        .expect("dc1 fenced");
+    assert!(asked < fenced);
+    let status = backend.status().await?;
+    assert_eq!(status.plans[0].owner, "dc2");
+    assert_eq!(verdict(&status, "dc1"), Some(VerdictDto::Fenced));
+
+    o.shutdown().await;
+    sims.stop().await;
+    Ok(())
+}
+
+/// A fence of dc1 through a BMC that answers slowly, as the leader of the current term would
+/// issue it.
+async fn slow_fence(
+    o: &Orchestrator,
+    sims: &Sims,
+) -> Result<(Command, tokio_util::sync::CancellationToken)> {
+    sims.bmc1
+        .faults()
+        .update(|f| f.latency = Duration::from_secs(5));
+    o.engine.register().await?;
+    let leadership = o.node.leadership().await?;
+    let state = o.engine.plan_state(&plan())?.expect("registered");
+    let command = Command {
+        op: OpId("erp-db/test/fence".into()),
+        plan: plan(),
+        generation: state.generation,
+        term: leadership.term,
+        action: Action::Fence {
+            binding: BindingKey::site(&lab::site("dc1"), 0),
+        },
+    };
+    Ok((command, leadership.token))
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn losing_leadership_cancels_an_operation_in_flight() -> Result<()> {
+    let sims = Sims::start().await?;
+    let o = Orchestrator::start(&sims.config_text(), false).await?;
+
+    phase("a fence of dc1 starts through a slow BMC");
+    let (command, token) = slow_fence(&o, &sims).await?;
+    let started = tokio::time::Instant::now();
+    o.engine.executor().start(command.clone(), &token);
+    assert_eq!(o.engine.executor().in_flight(), 1);
+
+    phase("one operation per target: a second command on the same binding is not started");
+    let mut again = command.clone();
+    again.op = OpId("erp-db/test/fence-again".into());
+    o.engine.executor().start(again.clone(), &token);
+    assert_eq!(o.engine.executor().in_flight(), 1);
+
+    phase("leadership is lost: the node stops, and its leadership token with it");
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    o.node.shutdown().await;
+    assert!(token.is_cancelled());
+    let result = eventually(Duration::from_secs(3), "the cancelled result", || async {
+        o.engine.runtime(&plan()).results.get(&command.op).cloned()
+    })
+    .await?;
+    assert_eq!(
+        result.outcome,
+        Outcome::Unknown,
+        "a cancelled fence proves nothing"
+    );
+    assert!(
+        started.elapsed() < Duration::from_secs(4),
+        "it did not wait for the BMC"
+    );
+    assert_eq!(o.engine.executor().in_flight(), 0);
+    assert!(!o.engine.runtime(&plan()).results.contains_key(&again.op));
+    assert_eq!(
+        sims.bmc1.snapshot().systems[0].power,
+        PowerState::On,
+        "the slow request never reached the BMC's reset"
+    );
+    let events = o.engine.events();
+    assert!(
+        events.iter().any(|e| e.kind == EventKind::Result
+            && e.message.contains("fence UNKNOWN")
+            && e.message.contains("cancelled")),
+        "the log says the fence was cancelled"
+    );
+
+    o.shutdown().await;
+    sims.stop().await;
+    Ok(())
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_drain_starts_nothing_new_and_waits_for_what_runs() -> Result<()> {
+    let sims = Sims::start().await?;
+    let o = Orchestrator::start(&sims.config_text(), false).await?;
+
+    phase("a slow fence is in flight when the drain starts");
+    let (command, token) = slow_fence(&o, &sims).await?;
+    sims.bmc1
+        .faults()
+        .update(|f| f.latency = Duration::from_millis(200));
+    o.engine.executor().start(command.clone(), &token);
+    assert_eq!(
+        o.engine.drain(Duration::from_millis(100)).await,
+        1,
+        "a short drain gives up"
+    );
+
+    phase("while draining, a cycle decides but starts no operation");
+    o.engine.tick().await;
+    assert_eq!(o.engine.executor().in_flight(), 1);
+    assert!(
+        o.engine.runtime(&plan()).last_reason.is_some(),
+        "it still decided"
+    );
+
+    phase("a longer drain waits for the fence to finish");
+    assert_eq!(o.engine.drain(Duration::from_secs(10)).await, 0);
+    let result = o
+        .engine
+        .runtime(&plan())
+        .results
+        .get(&command.op)
+        .cloned()
+        .expect("finished");
+    assert_eq!(result.outcome, Outcome::Done);
+    assert_eq!(sims.bmc1.snapshot().systems[0].power, PowerState::Off);
+
+    o.shutdown().await;
+    sims.stop().await;
+    Ok(())
+}
