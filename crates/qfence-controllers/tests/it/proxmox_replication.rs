@@ -306,6 +306,7 @@ async fn flapping_replication_does_not_hold_while_fail_count_exceeds_the_limit()
     let end = tokio::time::Instant::now() + Duration::from_secs(4);
     while tokio::time::Instant::now() < end {
         let r = check(&d, &t).await.unwrap();
+        tokio::time::sleep(Duration::from_millis(40)).await;
         if r.detail.contains("never synced") {
             assert!(!r.holds, "{r:?}");
             continue;
@@ -319,7 +320,6 @@ async fn flapping_replication_does_not_hold_while_fail_count_exceeds_the_limit()
             assert!(r.detail.contains("last error: command 'zfs recv"), "{r:?}");
         }
         highest = highest.max(fails);
-        tokio::time::sleep(Duration::from_millis(40)).await;
     }
     assert!(highest >= 2, "fail_count rose past the limit");
     assert!(held > 0 && refused > 0, "held {held}, refused {refused}");
@@ -480,6 +480,9 @@ async fn the_lab_story_in_one_stretched_cluster_dc2_reads_101_1_after_dc1_is_pow
 /// asks cluster pve-dc2, which has no such job: UNKNOWN before and after dc1's loss (safe,
 /// but dc2's readiness is never known). Only `pve-dc1` knows the job; read from dc2, it
 /// answers from its cache once dc1's host (and with it pve-dc1's API) is off.
+/// Regression: the first read after the power-off went out on the pooled keep-alive
+/// connection, which the dead server had dropped; that error (a Protocol one) skipped the
+/// cache. A read is now sent once more on a new connection, which is refused.
 #[tokio::test]
 async fn the_lab_as_configured_reads_101_1_only_through_pve_dc1() {
     let bmc1 = bmc("pve-dc1-01").await;
