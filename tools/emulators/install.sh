@@ -3,6 +3,7 @@
 # Idempotent: when all is in place it only checks (well under a second).
 #
 #   Debian: fence-agents openipmi ipmitool postgresql-15 openssl python3-venv curl
+#           busybox-static (the Docker tests build their image FROM scratch with it)
 #           (apt-get update once, only if something is missing)
 #   PyPI:   venvs $QFENCE_EMU_HOME/sushy-<hash> and fakepve-<hash>, pinned in requirements/*.txt
 #
@@ -14,7 +15,7 @@ T0=$(now_ms)
 step() { echo "install: $*"; }
 
 DEBS=(fence-agents openipmi ipmitool postgresql-15 postgresql-client-15 openssl
-      python3 python3-venv curl util-linux)
+      python3 python3-venv curl util-linux busybox-static)
 missing=$(apt_missing "${DEBS[@]}")
 if [ -n "$missing" ]; then
     step "apt: installing $(echo $missing)"

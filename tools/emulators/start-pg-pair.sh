@@ -7,6 +7,8 @@
 #   PG_FRESH (1 = stop any old pair and rebuild; 0 = keep data dirs, start if stopped)
 #   PG_FSYNC (0 = initdb/pg_basebackup --no-sync and fsync=off: throw-away test
 #             clusters, several times faster on a busy disk; 1 = durable)
+#   PG_SSL (0; 1 = both servers also accept TLS, with a leaf for 127.0.0.1 signed by a
+#           throw-away CA: $QFENCE_EMU_RUN/pg/tls/ca.pem, printed as PG_CACERT)
 #
 # Layout: $QFENCE_EMU_RUN/pg/{primary,replica} (data), *.log, sockets in $QFENCE_EMU_RUN/pg.
 # Replica made with pg_basebackup -R -C -S replica1 (physical slot "replica1").
@@ -86,6 +88,14 @@ wal_log_hints = on          # lets pg_rewind re-attach an old primary
 fsync = $FSYNC                # PG_FSYNC
 logging_collector = off
 EOF
+    if [ "${PG_SSL:-0}" = 1 ]; then
+        tls_cert "$D/tls"
+        # PostgreSQL refuses a key file that is not its own (or root's with mode 0640).
+        chown postgres "$D/tls/key.pem" && chmod 600 "$D/tls/key.pem"
+        # The replica is a copy of the primary's data dir: it inherits these lines.
+        printf '%s\n' "ssl = on" "ssl_cert_file = '$D/tls/cert.pem'" \
+            "ssl_key_file = '$D/tls/key.pem'" >> "$D/primary/postgresql.conf"
+    fi
     echo "host replication replicator 127.0.0.1/32 scram-sha-256" >> "$D/primary/pg_hba.conf"
     PG "$BIN/pg_ctl" -D "$D/primary" -l "$D/primary.log" -w start >/dev/null
     PG "$BIN/psql" -h "$D" -p "$P1" -U postgres -qAt -c \
@@ -133,4 +143,5 @@ emit $NAME "PG_PRIMARY=postgresql://postgres:$SUPERPASS@127.0.0.1:$P1/app" \
     "PG_PRIMARY_PORT=$P1" "PG_REPLICA_PORT=$P2" "PG_SOCKETS=$D" \
     "PG_REPLUSER=replicator" "PG_REPLPASS=$REPLPASS" "PG_SLOT=replica1" \
     "PG_PRIMARY_DATA=$D/primary" "PG_REPLICA_DATA=$D/replica" "PG_BIN=$BIN" \
-    "PIDFILE=$QFENCE_EMU_RUN/$NAME.pid" "LOG=$D/primary.log"
+    "PIDFILE=$QFENCE_EMU_RUN/$NAME.pid" "LOG=$D/primary.log" \
+    $([ "${PG_SSL:-0}" = 1 ] && echo "PG_CACERT=$D/tls/ca.pem")

@@ -722,3 +722,37 @@ async fn a_forwarded_call_running_when_its_leader_is_deposed_is_cancelled() {
         n.shutdown().await;
     }
 }
+
+#[tokio::test]
+async fn a_restarted_follower_does_not_disturb_the_leader() {
+    init_logs();
+    let dir = tempfile::tempdir().unwrap();
+    let (_ca, sites) = three(&dir).await;
+    let nodes: Vec<&ClusterNode> = sites.iter().map(|s| &s.node).collect();
+    let leader = leader_of(&nodes).await;
+    let term = leader.term();
+    let follower = sites
+        .iter()
+        .find(|s| s.node.name() != leader.name())
+        .unwrap();
+
+    step("A follower stops for longer than an election timeout, then comes back");
+    follower.node.shutdown().await;
+    tokio::time::sleep(Duration::from_millis(1_500)).await;
+    let back = ClusterNode::start(follower.opts.clone(), Arc::new(NoopExecutor))
+        .await
+        .unwrap();
+    wait_until("the follower to know the leader", || {
+        back.leader() == Some(leader.name().clone())
+    })
+    .await;
+    tokio::time::sleep(Duration::from_millis(1_500)).await;
+    assert_eq!(leader.term(), term, "pre-vote keeps the term");
+    assert!(leader.leadership().await.is_ok());
+    back.shutdown().await;
+    for s in &sites {
+        if s.node.name() != follower.node.name() {
+            s.node.shutdown().await;
+        }
+    }
+}

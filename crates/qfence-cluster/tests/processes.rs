@@ -34,12 +34,33 @@ fn main() -> anyhow::Result<()> {
             tracing_subscriber::EnvFilter::try_from_default_env().unwrap_or_else(|_| "warn".into()),
         )
         .try_init();
+    const STORIES: [&str; 2] = ["sigkill_the_leader_during_writes", "docker_partition"];
+    // Speak enough of libtest's command line for cargo test and nextest: `--list --format
+    // terse` lists the stories (none of them ignored), and a positional filter (with or
+    // without `--exact`) picks which to run.
+    let args: Vec<String> = std::env::args().skip(1).collect();
+    let ignored = args.iter().any(|a| a == "--ignored");
+    if args.iter().any(|a| a == "--list") {
+        if !ignored {
+            for name in STORIES {
+                println!("{name}: test");
+            }
+        }
+        return Ok(());
+    }
+    let exact = args.iter().any(|a| a == "--exact");
+    let filter = args.iter().find(|a| !a.starts_with('-'));
     let mut failed = 0;
-    let mut stories: Vec<(&str, bool)> = vec![("sigkill_the_leader_during_writes", true)];
-    stories.push((
-        "docker_partition",
-        std::env::var("QFENCE_DOCKER_TESTS").is_ok_and(|v| v == "1"),
-    ));
+    let docker = std::env::var("QFENCE_DOCKER_TESTS").is_ok_and(|v| v == "1");
+    let stories = STORIES
+        .into_iter()
+        .filter(|_| !ignored)
+        .filter(|name| match filter {
+            Some(f) if exact => name == f,
+            Some(f) => name.contains(f.as_str()),
+            None => true,
+        })
+        .map(|name| (name, name != "docker_partition" || docker));
     for (name, enabled) in stories {
         if !enabled {
             println!("test {name} ... skipped (set QFENCE_DOCKER_TESTS=1)");
@@ -82,13 +103,16 @@ async fn child() -> anyhow::Result<()> {
         name,
         site,
         listen,
-        advertise: Some(env("QFENCE_ADVERTISE")?),
+        advertise: std::env::var("QFENCE_ADVERTISE").ok(),
         tls: NodeTls::load(&dir.join("tls"))?,
-        data_dir: dir,
+        data_dir: dir.clone(),
         timing: Timing::fast(),
         admin_api: true,
     };
     let node = ClusterNode::start(opts, Arc::new(NoopExecutor)).await?;
+    // Tell the harness where we listen (the port was chosen by the kernel).
+    std::fs::write(dir.join("address.tmp"), &node.member().address)?;
+    std::fs::rename(dir.join("address.tmp"), dir.join("address"))?;
     match std::env::var("QFENCE_MODE").as_deref() {
         Ok("init") => node.initialize().await?,
         Ok(m) if m.starts_with("join:") => {
@@ -117,6 +141,7 @@ struct Proc1 {
 impl Proc1 {
     fn spawn(&mut self, mode: &str) -> anyhow::Result<()> {
         let exe = std::env::current_exe()?;
+        let _ = std::fs::remove_file(self.dir.join("address"));
         let log = std::fs::File::create(self.dir.join("node.log"))?;
         let child = Proc::new(exe)
             .env("QFENCE_CHILD", "1")
@@ -124,14 +149,23 @@ impl Proc1 {
             .env("QFENCE_NAME", &self.name)
             .env("QFENCE_SITE", &self.site)
             .env("QFENCE_LISTEN", &self.address)
-            .env("QFENCE_ADVERTISE", &self.address)
             .env("QFENCE_MODE", mode)
             .env("RUST_LOG", "warn")
             .stdout(Stdio::null())
             .stderr(log)
             .spawn()?;
         self.child = Some(child);
-        Ok(())
+        // The first start binds port 0; a restart binds the same address again.
+        let file = self.dir.join("address");
+        let deadline = Instant::now() + Duration::from_secs(15);
+        loop {
+            if let Ok(a) = std::fs::read_to_string(&file) {
+                self.address = a;
+                return Ok(());
+            }
+            ensure!(Instant::now() < deadline, "{} did not start", self.name);
+            std::thread::sleep(Duration::from_millis(20));
+        }
     }
 
     fn kill(&mut self) {
@@ -152,18 +186,11 @@ impl Drop for Proc1 {
 fn dump_logs(procs: &[Proc1]) {
     for p in procs {
         let log = std::fs::read_to_string(p.dir.join("node.log")).unwrap_or_default();
-        let tail: Vec<&str> = log.lines().rev().take(15).collect();
         println!("== {} ({})", p.name, p.address);
-        for l in tail.iter().rev() {
+        for l in log.lines().filter(|l| !l.starts_with(' ')).take(20) {
             println!("   {l}");
         }
     }
-}
-
-fn free_port() -> anyhow::Result<u16> {
-    Ok(std::net::TcpListener::bind("127.0.0.1:0")?
-        .local_addr()?
-        .port())
 }
 
 async fn wait_for<T>(
@@ -222,16 +249,15 @@ async fn sigkill_the_leader_during_writes() -> anyhow::Result<()> {
             name: name.into(),
             site: site.into(),
             dir: d,
-            address: format!("127.0.0.1:{}", free_port()?),
+            address: "127.0.0.1:0".into(),
             child: None,
         });
     }
-    let addresses: Vec<String> = procs.iter().map(|p| p.address.clone()).collect();
     let admin = AdminClient::new(&ca.issue("test-harness", &[])?, Duration::from_secs(2))?;
 
     step("Three processes form a cluster");
     procs[0].spawn("init")?;
-    let seed = addresses[0].clone();
+    let seed = procs[0].address.clone();
     // One join at a time, as an operator would.
     for (i, voters) in [(1, 2), (2, 3)] {
         procs[i].spawn(&format!("join:{seed}"))?;
@@ -246,20 +272,23 @@ async fn sigkill_the_leader_during_writes() -> anyhow::Result<()> {
         .await
         .inspect_err(|_| dump_logs(&procs))?;
     }
-    let leader = wait_for("a leader", Duration::from_secs(10), async || {
-        find_leader(&admin, &addresses).await
-    })
+    let addresses: Vec<String> = procs.iter().map(|p| p.address.clone()).collect();
+    // Leadership may still move right after the joins: retry at whoever leads.
+    let register = Command::RegisterPlan {
+        plan: plan(),
+        config: json!({}),
+        initial_state: doc(0),
+    };
+    let (leader, r) = wait_for(
+        "the plan to be registered",
+        Duration::from_secs(10),
+        async || {
+            let leader = find_leader(&admin, &addresses).await?;
+            let r = admin.write(&leader, &register).await.ok()?;
+            Some((leader, r))
+        },
+    )
     .await?;
-    let r = admin
-        .write(
-            &leader,
-            &Command::RegisterPlan {
-                plan: plan(),
-                config: json!({}),
-                initial_state: doc(0),
-            },
-        )
-        .await?;
     ensure!(r == Response::Applied, "{r:?}");
 
     step("A stream of plan-state writes; the leader is killed with SIGKILL in the middle");
@@ -329,28 +358,20 @@ async fn sigkill_the_leader_during_writes() -> anyhow::Result<()> {
     step("No acknowledged write is lost, and the killed node, restarted, converges");
     let killed = killed.unwrap_or(0);
     procs[killed].spawn("run")?;
-    let final_generation = wait_for("the cluster's state", Duration::from_secs(10), async || {
+    // Read the plan's generation through a compare-and-set that cannot match, at whoever leads.
+    let probe = Command::PlanStateCas {
+        plan: plan(),
+        expected_generation: Generation(u64::MAX),
+        new_state: doc(0),
+    };
+    let (leader, current) = wait_for("the leader's view", Duration::from_secs(10), async || {
         let leader = find_leader(&admin, &addresses).await?;
-        let s = admin.status(&leader).await.ok()?;
-        Some((leader, s))
+        match admin.write(&leader, &probe).await.ok()? {
+            Response::Conflict { current, .. } => Some((leader, current.0)),
+            _ => None,
+        }
     })
     .await?;
-    // Read the plan's generation through a no-op compare-and-set at the leader.
-    let (leader, _) = final_generation;
-    let current = match admin
-        .write(
-            &leader,
-            &Command::PlanStateCas {
-                plan: plan(),
-                expected_generation: Generation(u64::MAX),
-                new_state: doc(0),
-            },
-        )
-        .await?
-    {
-        Response::Conflict { current, .. } => current.0,
-        other => bail!("expected a conflict, got {other:?}"),
-    };
     ensure!(
         current >= acknowledged,
         "acknowledged generation {acknowledged} but the cluster holds {current}"
@@ -634,6 +655,15 @@ async fn docker_partition() -> anyhow::Result<()> {
         },
     )
     .await?;
+    // Pre-vote: the isolated node could not raise the term, so healing disturbed nobody.
+    let after = admin.status(&leader).await?;
+    ensure!(
+        after.term == leader_status.term && after.role == "leader",
+        "healing changed leadership: term {} -> {}, role {}",
+        leader_status.term,
+        after.term,
+        after.role
+    );
     drop(guard);
     Ok(())
 }

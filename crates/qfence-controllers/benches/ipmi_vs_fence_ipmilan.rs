@@ -11,7 +11,7 @@
 //! children's user + system time (python3 and every ipmitool it runs). The BMC's CPU is in
 //! neither.
 
-#[path = "../tests/ipmi_support/mod.rs"]
+#[path = "../tests/it/ipmi/support.rs"]
 mod ipmi_support;
 
 use std::io::Write;

@@ -2,15 +2,22 @@
 //!
 //! The decision core and the runtime hold controllers of every type side by side; this enum
 //! builds the right driver from a [`ControllerConfig`] and a resolved secret (no I/O but
-//! reading a CA file) and dispatches the [`Driver`] trait to it. A type whose driver is not in
-//! this build is refused at build time with [`Error::NoDriver`].
+//! reading a CA file) and dispatches the [`Driver`] trait to it. Every type but Nova has a
+//! driver; Nova (used by Instance HA) is refused at build time with a clear error.
 
 use qfence_model::config::{ControllerConfig, ControllerKind};
 use qfence_model::{ControllerId, ControllerType};
 
+use secrecy::SecretString;
+
+use crate::docker::DockerDriver;
 use crate::driver::{CallContext, Discovered, Driver, DriverError, Probe, Reading, Target};
 use crate::error::Error;
 use crate::fence_agent::FenceAgentDriver;
+use crate::fortigate::FortigateDriver;
+use crate::ipmi::IpmiDriver;
+use crate::postgres::PostgresDriver;
+use crate::proxmox::ProxmoxDriver;
 use crate::redfish::RedfishDriver;
 use crate::secrets::Secret;
 
@@ -19,6 +26,21 @@ use crate::secrets::Secret;
 pub enum AnyDriver {
     Redfish(RedfishDriver),
     FenceAgent(FenceAgentDriver),
+    Ipmi(IpmiDriver),
+    Proxmox(ProxmoxDriver),
+    /// Boxed: the tokio-postgres configuration makes it several times larger than the rest.
+    Postgres(Box<PostgresDriver>),
+    Docker(DockerDriver),
+    Fortigate(FortigateDriver),
+}
+
+/// A driver's own build error (a `DriverError` from a `build` function), as a build error of
+/// this crate: the message already names what is wrong with the configuration.
+fn build_error(id: &ControllerId) -> impl Fn(DriverError) -> Error + '_ {
+    move |e| Error::Build {
+        controller: id.to_string(),
+        reason: e.message,
+    }
 }
 
 impl AnyDriver {
@@ -59,12 +81,48 @@ impl AnyDriver {
                 *level,
                 secret,
             )?)),
-            other => Err(Error::NoDriver {
+            ControllerKind::Ipmi { .. } => {
+                let secret = secret.ok_or_else(|| needs_secret("ipmi"))?;
+                IpmiDriver::build(id.clone(), config, secret_string(secret))
+                    .map(AnyDriver::Ipmi)
+                    .map_err(build_error(id))
+            }
+            ControllerKind::Proxmox { .. } => {
+                let secret = secret.ok_or_else(|| needs_secret("proxmox"))?;
+                crate::proxmox::build(id.clone(), config, Some(secret_string(secret)))
+                    .map(AnyDriver::Proxmox)
+                    .map_err(build_error(id))
+            }
+            ControllerKind::Postgres { .. } => {
+                // Without a secret the role logs in by what pg_hba.conf allows (peer, trust).
+                crate::postgres::build(id.clone(), config, secret.map(secret_string))
+                    .map(|d| AnyDriver::Postgres(Box::new(d)))
+                    .map_err(build_error(id))
+            }
+            ControllerKind::Docker { .. } => {
+                // Docker authenticates by socket access or client certificate: no secret.
+                crate::docker::build(id.clone(), config, None)
+                    .map(AnyDriver::Docker)
+                    .map_err(build_error(id))
+            }
+            ControllerKind::Fortigate { .. } => {
+                let secret = secret.ok_or_else(|| needs_secret("fortigate"))?;
+                crate::fortigate::build(id.clone(), config, Some(secret_string(secret)))
+                    .map(AnyDriver::Fortigate)
+                    .map_err(build_error(id))
+            }
+            ControllerKind::Nova { .. } => Err(Error::Build {
                 controller: id.to_string(),
-                kind: other.controller_type().to_string(),
+                reason: "no driver yet for type nova: Nova is used by Instance HA (host \
+                         evacuation), not through plan bindings"
+                    .to_owned(),
             }),
         }
     }
+}
+
+fn secret_string(secret: Secret) -> SecretString {
+    SecretString::from(secret.expose().to_owned())
 }
 
 macro_rules! dispatch {
@@ -72,6 +130,11 @@ macro_rules! dispatch {
         match $self {
             AnyDriver::Redfish($d) => $e,
             AnyDriver::FenceAgent($d) => $e,
+            AnyDriver::Ipmi($d) => $e,
+            AnyDriver::Proxmox($d) => $e,
+            AnyDriver::Postgres($d) => $e,
+            AnyDriver::Docker($d) => $e,
+            AnyDriver::Fortigate($d) => $e,
         }
     };
 }
@@ -115,5 +178,124 @@ impl Driver for AnyDriver {
 
     async fn renew(&self, ctx: &CallContext, target: &Target) -> Result<Reading, DriverError> {
         dispatch!(self, d => d.renew(ctx, target).await)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::collections::BTreeMap;
+    use std::time::Duration;
+
+    use qfence_model::config::{ProxmoxAuth, RedfishAuth, TlsTrust};
+    use qfence_model::{FenceLevel, SiteId};
+
+    use super::*;
+
+    fn config(kind: ControllerKind) -> ControllerConfig {
+        ControllerConfig {
+            site: SiteId::new("dc1").unwrap(),
+            reach: vec![],
+            secret: None,
+            tls: TlsTrust::SystemRoots,
+            timeout: Duration::from_secs(5),
+            kind,
+        }
+    }
+
+    fn url(s: &str) -> url::Url {
+        s.parse().unwrap()
+    }
+
+    /// One configuration of every type, as validation would pass it.
+    fn every_kind() -> Vec<ControllerKind> {
+        vec![
+            ControllerKind::Redfish {
+                endpoint: url("https://192.0.2.1"),
+                username: "qfence".into(),
+                auth: RedfishAuth::Session,
+            },
+            ControllerKind::Ipmi {
+                endpoint: "192.0.2.2:623".into(),
+                username: "qfence".into(),
+                cipher_suite: 17,
+            },
+            ControllerKind::Proxmox {
+                endpoint: url("https://192.0.2.3:8006"),
+                auth: ProxmoxAuth::Token {
+                    token_id: "qfence@pve!fence".into(),
+                },
+            },
+            ControllerKind::Fortigate {
+                endpoint: url("https://192.0.2.4"),
+                vdom: None,
+            },
+            ControllerKind::Docker {
+                endpoint: url("unix:///var/run/docker.sock"),
+            },
+            ControllerKind::Postgres {
+                endpoint: url("postgresql://192.0.2.5:5432/app"),
+                username: "qfence".into(),
+            },
+            ControllerKind::FenceAgent {
+                agent: "fence_dummy".into(),
+                options: BTreeMap::new(),
+                level: FenceLevel::Compute,
+            },
+            ControllerKind::Nova {
+                endpoint: url("https://192.0.2.6:5000/v3"),
+                username: "qfence".into(),
+                project: "admin".into(),
+            },
+        ]
+    }
+
+    /// Every type but Nova builds (without I/O: the addresses are unroutable documentation
+    /// ones) into the driver of its own type; Nova is refused, saying why.
+    #[test]
+    fn every_type_builds_its_own_driver_and_nova_says_it_has_none() {
+        let id = ControllerId::new("c").unwrap();
+        let mut built = Vec::new();
+        for kind in every_kind() {
+            let ty = kind.controller_type();
+            let r = AnyDriver::build(&id, &config(kind), Some(Secret::new("s3cret".into())));
+            match ty {
+                ControllerType::Nova => {
+                    let e = r.unwrap_err().to_string();
+                    assert!(
+                        e.contains("Instance HA") && e.contains("no driver yet"),
+                        "{e}"
+                    );
+                }
+                _ => {
+                    let d = r.unwrap_or_else(|e| panic!("{ty}: {e}"));
+                    assert_eq!(d.controller_type(), ty);
+                    assert_eq!(d.id(), &id);
+                    assert!(
+                        !format!("{d:?}").contains("s3cret"),
+                        "{ty} prints its secret"
+                    );
+                    built.push(ty);
+                }
+            }
+        }
+        assert_eq!(built.len(), ControllerType::ALL.len() - 1);
+    }
+
+    #[test]
+    fn types_that_authenticate_with_a_secret_need_one() {
+        let id = ControllerId::new("c").unwrap();
+        for kind in every_kind() {
+            let ty = kind.controller_type();
+            let r = AnyDriver::build(&id, &config(kind), None);
+            let needs = matches!(
+                ty,
+                ControllerType::Redfish
+                    | ControllerType::Ipmi
+                    | ControllerType::Proxmox
+                    | ControllerType::Fortigate
+                    | ControllerType::Nova
+            );
+            assert_eq!(r.is_err(), needs, "{ty}: {r:?}");
+        }
     }
 }

@@ -505,7 +505,12 @@ impl Driver for DockerDriver {
     async fn undo(&self, ctx: &CallContext, target: &Target) -> Result<Reading, DriverError> {
         ctx.run(&self.id, "undo", async {
             match target.capability.as_str() {
-                STOP => self.start(ctx, target).await,
+                // The reading is of the fence's condition, which no longer holds once the
+                // start is proven (contract §3.7).
+                STOP => self
+                    .start(ctx, target)
+                    .await
+                    .map(crate::driver::Reading::negated),
                 _ => Err(self.unsupported(target, "undo")),
             }
         })

@@ -39,6 +39,27 @@ impl CallContext {
         call: &str,
         fut: impl Future<Output = Result<T, DriverError>>,
     ) -> Result<T, DriverError> {
+        // Checked before the call starts: a timer whose deadline has passed is only seen
+        // as elapsed on a later poll, and a call that finishes on its first poll would act
+        // past its deadline.
+        if self.cancel.is_cancelled() {
+            return Err(DriverError::new(
+                ErrorKind::Cancelled,
+                controller,
+                call,
+                "cancelled",
+                false,
+            ));
+        }
+        if Instant::now() >= self.deadline {
+            return Err(DriverError::new(
+                ErrorKind::Timeout,
+                controller,
+                call,
+                "deadline passed before the call started",
+                false,
+            ));
+        }
         tokio::select! {
             biased;
             () = self.cancel.cancelled() => Err(DriverError::new(
@@ -64,6 +85,29 @@ pub struct Target {
     pub site: SiteId,
 }
 
+impl Target {
+    /// A binding parameter of this target's capability, read through the catalog's
+    /// declaration of it (`qfence_model::catalog::Params`). Drivers read parameters only
+    /// through this, so every parameter a driver reads is one configuration validation
+    /// checked. Reading an undeclared one is a bug: it panics in debug builds (tests), and
+    /// in release reads nothing, as validation lets no undeclared parameter through.
+    pub fn param(&self, ty: ControllerType, name: &str) -> Option<&str> {
+        let declared = ty
+            .capability(&self.capability)
+            .and_then(|c| c.params.get(name))
+            .is_some();
+        debug_assert!(
+            declared,
+            "a {ty} driver reads param {name:?} of {}, which the catalog does not declare",
+            self.capability
+        );
+        if !declared {
+            return None;
+        }
+        self.params.get(name).map(String::as_str)
+    }
+}
+
 /// A read of a capability's condition.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
 pub struct Reading {
@@ -78,6 +122,15 @@ pub struct Reading {
 }
 
 impl Reading {
+    /// The same reading of the opposite condition: an undo's read-back (the VM runs) is a
+    /// reading of the fence's condition (the VM is stopped) that does not hold.
+    pub fn negated(self) -> Reading {
+        Reading {
+            holds: !self.holds,
+            ..self
+        }
+    }
+
     /// The fence verdict this reading gives: FENCED when the condition holds, FAILED when not.
     pub fn verdict(&self) -> Verdict {
         if self.holds {
@@ -249,4 +302,99 @@ pub trait Driver: Send + Sync + fmt::Debug {
         ctx: &CallContext,
         target: &Target,
     ) -> impl Future<Output = Result<Reading, DriverError>> + Send;
+}
+
+#[cfg(test)]
+mod tests {
+    use std::collections::BTreeMap;
+
+    use qfence_model::{ControllerType, SiteId};
+
+    use super::Target;
+
+    /// Every driver's source, to find its parameter reads.
+    const SOURCES: &[(&str, &str)] = &[
+        ("redfish.rs", include_str!("redfish.rs")),
+        ("fence_agent.rs", include_str!("fence_agent.rs")),
+        ("ipmi/driver.rs", include_str!("ipmi/driver.rs")),
+        ("proxmox.rs", include_str!("proxmox.rs")),
+        ("postgres.rs", include_str!("postgres.rs")),
+        ("docker.rs", include_str!("docker.rs")),
+        ("fortigate/mod.rs", include_str!("fortigate/mod.rs")),
+    ];
+
+    fn target(capability: &str, params: &[(&str, &str)]) -> Target {
+        Target {
+            capability: capability.to_owned(),
+            resource: "r".to_owned(),
+            params: params
+                .iter()
+                .map(|(k, v)| ((*k).to_owned(), (*v).to_owned()))
+                .collect::<BTreeMap<_, _>>(),
+            site: SiteId::new("dc1").unwrap(),
+        }
+    }
+
+    /// A driver that read a parameter straight from the map, or named one the catalog does not
+    /// declare for its type, would read something validation never checked (or refuses).
+    /// Names given as a variable are checked when the read runs (see
+    /// `an_undeclared_param_read_is_caught`), by the driver's own tests.
+    #[test]
+    fn drivers_read_only_params_the_catalog_declares() {
+        let mut reads = 0;
+        for (file, src) in SOURCES {
+            assert!(
+                !src.contains(".params.get("),
+                "{file} reads a binding parameter without Target::param"
+            );
+            for call in src.split(".param(ControllerType::").skip(1) {
+                let (ty, rest) = call
+                    .split_once(',')
+                    .expect("a param call has two arguments");
+                let ty = ControllerType::ALL
+                    .into_iter()
+                    .find(|t| format!("{t:?}") == ty.trim())
+                    .unwrap_or_else(|| panic!("{file}: no controller type {ty}"));
+                let arg = rest.trim_start().split(')').next().unwrap_or("").trim();
+                let name = if let Some(lit) = arg.strip_prefix('"') {
+                    lit.trim_end_matches('"').to_owned()
+                } else if !arg.is_empty() && arg.chars().all(|c| c.is_ascii_uppercase() || c == '_')
+                {
+                    let decl = format!("const {arg}: &str = \"");
+                    let at = src
+                        .find(&decl)
+                        .unwrap_or_else(|| panic!("{file}: constant {arg} not found"));
+                    let value = &src[at + decl.len()..];
+                    value[..value.find('"').unwrap()].to_owned()
+                } else {
+                    continue;
+                };
+                reads += 1;
+                assert!(
+                    ty.capabilities()
+                        .iter()
+                        .any(|c| c.params.get(&name).is_some()),
+                    "{file} reads param {name:?}, which no {ty} capability declares in the catalog"
+                );
+            }
+        }
+        // IPMI's timeout_seconds, PostgreSQL's expect_role (twice).
+        assert!(reads >= 3, "only {reads} literal param reads found");
+    }
+
+    #[test]
+    fn declared_params_are_read() {
+        let t = target("watchdog", &[("timeout_seconds", "30")]);
+        assert_eq!(t.param(ControllerType::Ipmi, "timeout_seconds"), Some("30"));
+        let t = target("vip.own", &[("dc1", "10.1.1.5")]);
+        assert_eq!(t.param(ControllerType::Fortigate, "dc1"), Some("10.1.1.5"));
+        assert_eq!(t.param(ControllerType::Fortigate, "dc2"), None);
+    }
+
+    #[test]
+    #[should_panic(expected = "which the catalog does not declare")]
+    fn an_undeclared_param_read_is_caught() {
+        let t = target("power.off", &[("timeout_seconds", "30")]);
+        let _ = t.param(ControllerType::Ipmi, "timeout_seconds");
+    }
 }

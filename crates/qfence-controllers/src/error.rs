@@ -23,7 +23,4 @@ pub enum Error {
     /// The controller's configuration cannot be turned into a driver.
     #[error("controller {controller}: {reason}")]
     Build { controller: String, reason: String },
-    /// qfence has no driver for this controller type in this build.
-    #[error("controller {controller}: no driver for type {kind} in this build")]
-    NoDriver { controller: String, kind: String },
 }

@@ -33,6 +33,7 @@
 
 use std::collections::BTreeMap;
 use std::str::FromStr;
+use std::sync::OnceLock;
 use std::time::{Duration, SystemTime};
 
 use qfence_model::config::{ControllerConfig, ControllerKind};
@@ -73,6 +74,16 @@ pub struct PostgresDriver {
     port: u16,
     dbname: String,
     tls: qfence_model::config::TlsTrust,
+    /// The TLS setup from `tls.rs` (the shared verifier: pin, CA file, roots, insecure), built
+    /// on first connection because it reads the CA file.
+    tls_setup: OnceLock<Result<PgTls, String>>,
+}
+
+/// What a connection needs from the shared TLS setup.
+struct PgTls {
+    config: rustls::ClientConfig,
+    seen: crate::tls::SeenCert,
+    warning: Option<String>,
 }
 
 impl std::fmt::Debug for PostgresDriver {
@@ -129,6 +140,7 @@ pub fn build(
         port,
         dbname,
         tls: config.tls.clone(),
+        tls_setup: OnceLock::new(),
     })
 }
 
@@ -198,16 +210,45 @@ impl PostgresDriver {
         self.err(kind, call, msg, write)
     }
 
-    async fn connect_to(&self, dbname: &str) -> Result<Conn, tokio_postgres::Error> {
+    fn tls_setup(&self) -> &Result<PgTls, String> {
+        self.tls_setup.get_or_init(|| {
+            crate::tls::client_config(self.id.as_str(), &self.tls)
+                .map(|t| PgTls {
+                    config: t.config,
+                    seen: t.seen,
+                    warning: t.warning,
+                })
+                .map_err(|e| e.to_string())
+        })
+    }
+
+    /// The rustls configuration for a connection: the shared verifier, or, when it cannot be
+    /// set up (an unreadable CA file) and the endpoint says `sslmode=disable`, one that trusts
+    /// nothing (it is never used).
+    fn rustls_config(&self, call: &str) -> Result<rustls::ClientConfig, DriverError> {
+        match self.tls_setup() {
+            Ok(t) => Ok(t.config.clone()),
+            Err(_) if self.config.get_ssl_mode() == tokio_postgres::config::SslMode::Disable => {
+                let provider = std::sync::Arc::new(rustls::crypto::ring::default_provider());
+                rustls::ClientConfig::builder_with_provider(provider)
+                    .with_safe_default_protocol_versions()
+                    .map(|b| {
+                        b.with_root_certificates(rustls::RootCertStore::empty())
+                            .with_no_client_auth()
+                    })
+                    .map_err(|e| self.err(ErrorKind::Protocol, call, e.to_string(), false))
+            }
+            Err(reason) => Err(self.err(ErrorKind::Unreachable, call, reason.clone(), false)),
+        }
+    }
+
+    async fn connect_to(
+        &self,
+        dbname: &str,
+        tls: rustls::ClientConfig,
+    ) -> Result<Conn, tokio_postgres::Error> {
         let mut config = self.config.clone();
         config.dbname(dbname);
-        let tls = crate::fortigate::interim_tls::rustls_config(&self.tls).unwrap_or_else(|_| {
-            // The CA file could not be read: a config that trusts nothing, so TLS fails and
-            // `sslmode=disable` still works.
-            rustls::ClientConfig::builder()
-                .with_root_certificates(rustls::RootCertStore::empty())
-                .with_no_client_auth()
-        });
         let tls = tokio_postgres_rustls::MakeRustlsConnect::new(tls);
         let (client, connection) = config.connect(tls).await?;
         let task = tokio::spawn(async move {
@@ -217,13 +258,11 @@ impl PostgresDriver {
     }
 
     async fn connect(&self, dbname: &str) -> Result<Conn, DriverError> {
-        self.connect_to(dbname).await.map_err(|e| {
-            self.map(
-                &format!("connect {}:{}/{dbname}", self.host, self.port),
-                &e,
-                false,
-            )
-        })
+        let call = format!("connect {}:{}/{dbname}", self.host, self.port);
+        let tls = self.rustls_config(&call)?;
+        self.connect_to(dbname, tls)
+            .await
+            .map_err(|e| self.map(&call, &e, false))
     }
 
     fn reading(&self, ctx: &CallContext, holds: bool, detail: String) -> Reading {
@@ -262,7 +301,7 @@ impl PostgresDriver {
         let replica: bool = row.get(1);
         let version: String = row.get(2);
         let role = if replica { "replica" } else { "primary" };
-        let expect = target.params.get("expect_role").map(String::as_str);
+        let expect = target.param(ControllerType::Postgres, "expect_role");
         let holds = one == 1 && expect.is_none_or(|e| e == role);
         let mut detail = format!(
             "{} answers SELECT 1; {role}; PostgreSQL {version}",
@@ -275,7 +314,7 @@ impl PostgresDriver {
     }
 
     fn limit<T: FromStr>(&self, target: &Target, key: &str, default: T) -> Result<T, DriverError> {
-        match target.params.get(key) {
+        match target.param(ControllerType::Postgres, key) {
             None => Ok(default),
             Some(v) => v.parse().map_err(|_| {
                 self.err(
@@ -448,7 +487,8 @@ impl PostgresDriver {
     /// Tries a client connection to the endpoint's database: the refusal message, if refused
     /// by pg_hba.conf.
     async fn client_refused(&self) -> Option<String> {
-        match self.connect_to(&self.dbname).await {
+        let tls = self.rustls_config("connect").ok()?;
+        match self.connect_to(&self.dbname, tls).await {
             Ok(_) => None,
             Err(e) => e
                 .as_db_error()
@@ -679,14 +719,22 @@ impl Driver for PostgresDriver {
                 identity: Identity {
                     id: format!("{sysid}@{}", self.server()),
                     facts,
-                    tls_fingerprint: None,
+                    // Set when the connection used TLS.
+                    tls_fingerprint: self.tls_setup().as_ref().ok().and_then(|t| t.seen.get()),
                 },
                 grades,
-                warnings: vec![
-                    "db.demote only refuses connections over SQL: it never proves a site \
-                     stopped, so bind it as a secondary fence"
-                        .to_owned(),
-                ],
+                warnings: self
+                    .tls_setup()
+                    .as_ref()
+                    .ok()
+                    .and_then(|t| t.warning.clone())
+                    .into_iter()
+                    .chain(std::iter::once(
+                        "db.demote only refuses connections over SQL: it never proves a site \
+                         stopped, so bind it as a secondary fence"
+                            .to_owned(),
+                    ))
+                    .collect(),
             })
         })
         .await
@@ -766,14 +814,15 @@ impl Driver for PostgresDriver {
             }
             if target.capability == LAG {
                 for key in ["max_lag_bytes", "max_lag_seconds"] {
-                    if let Some(v) = target.params.get(key)
+                    if let Some(v) = target.param(ControllerType::Postgres, key)
                         && v.parse::<f64>().is_err()
                     {
                         problems.push(format!("params.{key}: {v:?} is not a number"));
                     }
                 }
             }
-            if let Some(r) = target.params.get("expect_role")
+            if target.capability == HEALTH
+                && let Some(r) = target.param(ControllerType::Postgres, "expect_role")
                 && r != "primary"
                 && r != "replica"
             {

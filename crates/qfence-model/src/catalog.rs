@@ -2,6 +2,11 @@
 //! fence level, and on what kind of resource. It is static: a driver cannot offer a capability
 //! the catalog does not list, and configuration validation refuses any other.
 //!
+//! Each capability also declares the binding parameters it takes ([`Params`]): their names,
+//! meaning, default and type. Configuration validation checks a binding's `params:` against
+//! that declaration, and drivers read parameters only through it, so a parameter a driver
+//! reads is always one that validation accepted.
+//!
 //! `docs/specs/capabilities.md` is the human copy of this table; a test keeps them in step.
 
 use std::fmt;
@@ -179,6 +184,106 @@ impl ResourceKind {
     }
 }
 
+/// The type of a capability parameter's value (values are written as strings in YAML).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "kebab-case", tag = "type")]
+pub enum ParamType {
+    /// A whole number of bytes.
+    Bytes,
+    /// A positive number of seconds; fractions allowed.
+    Seconds,
+    /// A whole number of seconds from `min` to `max`.
+    WholeSeconds { min: u32, max: u32 },
+    /// A whole number (a count).
+    Count,
+    /// One of these words.
+    OneOf(&'static [&'static str]),
+    /// An IPv4 or IPv6 address.
+    IpAddress,
+}
+
+impl ParamType {
+    /// What a value must look like, for messages and the docs ("a whole number of bytes").
+    pub fn describe(self) -> String {
+        match self {
+            ParamType::Bytes => "a whole number of bytes".to_owned(),
+            ParamType::Seconds => "a positive number of seconds".to_owned(),
+            ParamType::WholeSeconds { min, max } => {
+                format!("a whole number of seconds from {min} to {max}")
+            }
+            ParamType::Count => "a whole number".to_owned(),
+            ParamType::OneOf(words) => format!("one of: {}", words.join(", ")),
+            ParamType::IpAddress => "an IP address".to_owned(),
+        }
+    }
+
+    /// Whether `value` is of this type.
+    pub fn accepts(self, value: &str) -> bool {
+        let v = value.trim();
+        match self {
+            ParamType::Bytes => v.parse::<u64>().is_ok(),
+            ParamType::Seconds => v.parse::<f64>().is_ok_and(|s| s.is_finite() && s > 0.0),
+            ParamType::WholeSeconds { min, max } => {
+                v.parse::<u32>().is_ok_and(|s| (min..=max).contains(&s))
+            }
+            ParamType::Count => v.parse::<u32>().is_ok(),
+            ParamType::OneOf(words) => words.contains(&v),
+            ParamType::IpAddress => v.parse::<std::net::IpAddr>().is_ok(),
+        }
+    }
+}
+
+/// One named parameter of a capability.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+pub struct ParamSpec {
+    /// Its key in a binding's `params:`.
+    pub name: &'static str,
+    /// What it means, in a sentence fragment.
+    pub meaning: &'static str,
+    /// The value used when the binding does not set it; `None` when absent means "no limit".
+    pub default: Option<&'static str>,
+    /// What its value must be.
+    pub ty: ParamType,
+}
+
+/// The parameters a capability takes.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum Params {
+    /// These named parameters, each optional.
+    Named(&'static [ParamSpec]),
+    /// One parameter per plan site, named after the site, every one required (`vip.own`: the
+    /// address the VIP points at when that site owns the plan). `name` is `SITE`.
+    PerSite(&'static ParamSpec),
+}
+
+impl Params {
+    /// The named parameter `name`, if the capability declares it (for [`Params::PerSite`],
+    /// any name: it is a site's, checked against the plan's sites by validation).
+    pub fn get(self, name: &str) -> Option<&'static ParamSpec> {
+        match self {
+            Params::Named(list) => list.iter().find(|p| p.name == name),
+            Params::PerSite(spec) => Some(spec),
+        }
+    }
+
+    /// The named parameters' names, comma-separated, or "(none)".
+    pub fn names(self) -> String {
+        match self {
+            Params::Named([]) => "(none)".to_owned(),
+            Params::Named(list) => list.iter().map(|p| p.name).collect::<Vec<_>>().join(", "),
+            Params::PerSite(_) => "one per plan site, named after it".to_owned(),
+        }
+    }
+}
+
+static VIP_SITE_ADDRESS: ParamSpec = ParamSpec {
+    name: "SITE",
+    meaning: "the IP address the VIP maps to when that site owns the plan",
+    default: None,
+    ty: ParamType::IpAddress,
+};
+
 /// One capability of a controller type.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
 pub struct CapabilitySpec {
@@ -192,6 +297,8 @@ pub struct CapabilitySpec {
     pub unfence: Option<&'static str>,
     /// What the binding's `resource` names.
     pub resource: ResourceKind,
+    /// The binding parameters it takes.
+    pub params: Params,
 }
 
 impl CapabilitySpec {
@@ -223,6 +330,13 @@ const fn cap(
         level,
         unfence,
         resource,
+        params: Params::Named(&[]),
+    }
+}
+
+impl CapabilitySpec {
+    const fn with_params(self, params: Params) -> CapabilitySpec {
+        CapabilitySpec { params, ..self }
     }
 }
 
@@ -249,7 +363,15 @@ static IPMI: &[CapabilitySpec] = &[
         Some("power.on"),
         R::Host,
     ),
-    cap("watchdog", &[DeadMan], Some(Compute), None, R::Host),
+    cap("watchdog", &[DeadMan], Some(Compute), None, R::Host).with_params(Params::Named(&[
+        ParamSpec {
+            name: "timeout_seconds",
+            meaning: "the watchdog's countdown: the host is powered off this long after the \
+                      last renewal",
+            default: Some("10"),
+            ty: ParamType::WholeSeconds { min: 1, max: 6553 },
+        },
+    ])),
 ];
 
 static PROXMOX: &[CapabilitySpec] = &[
@@ -268,7 +390,24 @@ static PROXMOX: &[CapabilitySpec] = &[
         None,
         None,
         R::ReplicationJob,
-    ),
+    )
+    .with_params(Params::Named(&[
+        ParamSpec {
+            name: "max_age_seconds",
+            meaning: "seconds since the job's last successful sync",
+            default: Some("1200"),
+            ty: ParamType::WholeSeconds {
+                min: 1,
+                max: u32::MAX,
+            },
+        },
+        ParamSpec {
+            name: "max_fail_count",
+            meaning: "consecutive failed syncs allowed",
+            default: Some("0"),
+            ty: ParamType::Count,
+        },
+    ])),
 ];
 
 static FORTIGATE: &[CapabilitySpec] = &[
@@ -279,7 +418,8 @@ static FORTIGATE: &[CapabilitySpec] = &[
         Some("policy.enable"),
         R::PolicyId,
     ),
-    cap("vip.own", &[Service], None, None, R::VipName),
+    cap("vip.own", &[Service], None, None, R::VipName)
+        .with_params(Params::PerSite(&VIP_SITE_ADDRESS)),
 ];
 
 static DOCKER: &[CapabilitySpec] = &[
@@ -309,8 +449,27 @@ static DOCKER: &[CapabilitySpec] = &[
 static POSTGRES: &[CapabilitySpec] = &[
     cap("db.demote", &[Fence], Some(Application), None, R::Server),
     cap("db.promote", &[Switchover], None, None, R::Server),
-    cap("replication.lag", &[Readiness], None, None, R::Server),
-    cap("db.health", &[Health], None, None, R::Server),
+    cap("replication.lag", &[Readiness], None, None, R::Server).with_params(Params::Named(&[
+        ParamSpec {
+            name: "max_lag_bytes",
+            meaning: "bytes of WAL the replica may be behind the primary",
+            default: Some("1048576"),
+            ty: ParamType::Bytes,
+        },
+        ParamSpec {
+            name: "max_lag_seconds",
+            meaning: "seconds since the last replayed commit allowed",
+            default: Some("30"),
+            ty: ParamType::Seconds,
+        },
+    ])),
+    cap("db.health", &[Health], None, None, R::Server).with_params(Params::Named(&[ParamSpec {
+        name: "expect_role",
+        meaning: "the role the server must have to count as healthy; the other counts as \
+                      unhealthy",
+        default: None,
+        ty: ParamType::OneOf(&["primary", "replica"]),
+    }])),
 ];
 
 /// A fence agent's level defaults to compute; the controller's `level` setting overrides it.

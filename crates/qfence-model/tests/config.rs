@@ -692,3 +692,123 @@ plans:
         "node/vmid",
     );
 }
+
+fn pg_docker_with(edits: &[(&str, &str)]) -> Vec<Issue> {
+    let mut text = PG_DOCKER.to_owned();
+    for (from, to) in edits {
+        assert!(text.contains(from), "pg-docker.yaml has no {from:?}");
+        text = text.replacen(from, to, 1);
+    }
+    match load_str(&text, "pg-docker.yaml") {
+        Ok(l) => l.warnings,
+        Err(e) => e,
+    }
+}
+
+/// Regression: drivers read params validation refused (db.health's `expect_role`, the IPMI
+/// watchdog's `timeout_seconds`), so a binding could not set them. The catalog now declares
+/// every param a driver reads, and validation checks against it.
+#[test]
+fn every_param_a_driver_reads_is_accepted_and_checked() {
+    const HEALTH: &str =
+        "{controller: pg-dc1, capability: db.health, resource: self, role: health}";
+    let ok = pg_docker_with(&[(
+        HEALTH,
+        "{controller: pg-dc1, capability: db.health, resource: self, role: health, params: {expect_role: primary}}",
+    )]);
+    assert!(
+        ok.iter().all(|i| !i.path.contains("params")),
+        "{}",
+        show(&ok)
+    );
+    let bad = pg_docker_with(&[(
+        HEALTH,
+        "{controller: pg-dc1, capability: db.health, resource: self, role: health, params: {expect_role: leader}}",
+    )]);
+    assert!(
+        bad.iter().any(|i| i.path.ends_with("params.expect_role")
+            && i.severity == Severity::Error
+            && i.message.contains("one of: primary, replica")),
+        "{}",
+        show(&bad)
+    );
+
+    let ipmi = |seconds: &str| {
+        pg_docker_with(&[
+            (
+                "  docker-dc1:\n",
+                "  ipmi-db1:\n    type: ipmi\n    endpoint: 127.0.0.1:623\n    site: dc1\n    secret: apps-ipmi\n    username: qfence\n  docker-dc1:\n",
+            ),
+            (
+                HEALTH,
+                &format!(
+                    "{HEALTH}\n        - {{controller: ipmi-db1, capability: watchdog, resource: db1, role: dead-man, params: {{timeout_seconds: {seconds}}}}}"
+                ),
+            ),
+        ])
+    };
+    let ok = ipmi("30");
+    assert!(
+        ok.iter().all(|i| !i.path.contains("params")),
+        "{}",
+        show(&ok)
+    );
+    let bad = ipmi("0");
+    assert!(
+        bad.iter()
+            .any(|i| i.path.ends_with("params.timeout_seconds")
+                && i.severity == Severity::Error
+                && i.message.contains("from 1 to 6553")),
+        "{}",
+        show(&bad)
+    );
+}
+
+#[test]
+fn capability_params_doc_matches_the_catalog() {
+    use qfence_model::ControllerType;
+    use qfence_model::catalog::Params;
+    const DOC: &str = include_str!("../../../docs/specs/capabilities.md");
+    let header = "| type | capability | param | default | value | meaning |";
+    let start = DOC.find(header).expect("the doc has the params table");
+    let mut documented: Vec<String> = DOC[start..]
+        .lines()
+        .skip(2)
+        .take_while(|l| l.starts_with('|'))
+        .map(|l| {
+            let cells: Vec<&str> = l.trim_matches('|').split('|').map(str::trim).collect();
+            cells.join(" | ")
+        })
+        .collect();
+    let mut code: Vec<String> = Vec::new();
+    for t in ControllerType::ALL {
+        for c in t.capabilities() {
+            let specs: Vec<_> = match c.params {
+                Params::Named(list) => list.iter().collect(),
+                Params::PerSite(spec) => vec![spec],
+            };
+            for p in specs {
+                code.push(
+                    [
+                        t.as_str().to_owned(),
+                        c.name.to_owned(),
+                        p.name.to_owned(),
+                        p.default.unwrap_or("-").to_owned(),
+                        p.ty.describe(),
+                        p.meaning.split_whitespace().collect::<Vec<_>>().join(" "),
+                    ]
+                    .join(" | "),
+                );
+            }
+        }
+    }
+    assert!(code.len() >= 7);
+    documented.sort();
+    code.sort();
+    let only_doc: Vec<_> = documented.iter().filter(|r| !code.contains(r)).collect();
+    let only_code: Vec<_> = code.iter().filter(|r| !documented.contains(r)).collect();
+    assert!(
+        only_doc.is_empty() && only_code.is_empty(),
+        "docs/specs/capabilities.md's params table and catalog.rs differ\nonly in the doc: {only_doc:#?}\nonly in the code: {only_code:#?}"
+    );
+}

@@ -15,6 +15,8 @@
 //! - [`auth`]: the token file and roles.  [`error`]: error to status and code, in one place.
 //! - [`metrics`]: the Prometheus handle the runtime calls.  [`events`]: the event log.
 //! - [`tls`]: serving over HTTPS with rustls (ring).
+//! - `testing` (feature `testing`): an in-memory backend double, for tests of the API and
+//!   of its clients.
 
 pub mod api;
 pub mod auth;
@@ -24,6 +26,8 @@ pub mod error;
 pub mod events;
 pub mod metrics;
 pub mod runtime;
+#[cfg(feature = "testing")]
+pub mod testing;
 pub mod tls;
 
 pub use api::{ApiConfig, router};

@@ -29,15 +29,20 @@ enum Command {
     /// Check configuration files, offline.
     #[command(subcommand)]
     Config(cmd::config::ConfigCommand),
-    /// Show availability plans.
+    /// Availability plans: list, show, dry-run, switchover, failover... against the API;
+    /// `plan show FILE PLAN` and `plan dry-run FILE PLAN` read a configuration file, offline.
     #[command(subcommand)]
-    Plan(cmd::plan::PlanCommand),
-    /// Test and discover controllers, from this orchestrator.
+    Plan(cmd::client::plan::PlanCmd),
+    /// Controllers: list, test, register against the API; `controller test|discover CONFIG
+    /// NAME` run from this orchestrator, offline.
     #[command(subcommand)]
-    Controller(cmd::controller::ControllerCmd),
-    /// Check the hash-chained event log, offline.
-    #[command(subcommand)]
-    Events(cmd::events::EventsCommand),
+    Controller(cmd::client::controller::ControllerCmd),
+    /// The event log from the API (filter, --follow); `events verify FILE` checks a log's
+    /// hash chain, offline.
+    Events(cmd::client::events::EventsArgs),
+    /// Every plan: owner, phase, generation, verdicts, the last reason; --watch follows
+    /// changes.
+    Status(cmd::client::status::StatusArgs),
     /// Create, join and run the orchestrator cluster.
     Cluster(cmd::cluster::ClusterArgs),
     /// Run this orchestrator: cluster node, drivers, decision loop and HTTPS API.
@@ -69,9 +74,14 @@ fn main() -> ExitCode {
     let cli = Cli::parse();
     let result = match cli.command {
         Command::Config(c) => cmd::config::run(c, cli.format),
-        Command::Plan(c) => cmd::plan::run(c, cli.format),
-        Command::Controller(c) => Ok(cmd::controller::run(c)),
-        Command::Events(c) => cmd::events::run(c, cli.format),
+        Command::Plan(c) => cmd::client::plan::run(c, cli.format),
+        Command::Controller(c) => Ok(cmd::client::controller::run(c, cli.format)),
+        Command::Events(a) => cmd::client::events::run(a, cli.format),
+        Command::Status(a) => Ok(cmd::client::run(
+            cli.format,
+            "status",
+            cmd::client::status::run(a, cli.format),
+        )),
         Command::Cluster(a) => block_on(cmd::cluster::run(a)),
         Command::Bench(BenchCommand::Cluster(a)) => block_on(cmd::cluster::bench(a)),
         Command::Serve(a) => tokio::runtime::Builder::new_multi_thread()

@@ -20,8 +20,6 @@
 //! Identity is the serial from `monitor/system/status`; in an HA cluster that is the serial
 //! of whichever unit answered.
 
-pub(crate) mod interim_tls;
-
 use std::collections::BTreeMap;
 use std::time::{Duration, SystemTime};
 
@@ -36,6 +34,7 @@ use crate::driver::{
     CallContext, CapabilityGrade, Discovered, Driver, DriverError, ErrorKind, Identity, Probe,
     Reading, Target,
 };
+use crate::http::{self, HttpClient};
 
 const POLICY_DISABLE: &str = "policy.disable";
 const VIP_OWN: &str = "vip.own";
@@ -46,9 +45,8 @@ pub struct FortigateDriver {
     base: url::Url,
     vdom: String,
     trust: TlsTrust,
-    connect_timeout: Duration,
     key: SecretString,
-    client: OnceCell<reqwest::Client>,
+    client: OnceCell<HttpClient>,
 }
 
 impl std::fmt::Debug for FortigateDriver {
@@ -93,7 +91,6 @@ pub fn build(
         base: endpoint.clone(),
         vdom: vdom.clone().unwrap_or_else(|| "root".to_owned()),
         trust: config.tls.clone(),
-        connect_timeout: config.timeout,
         key,
         client: OnceCell::new(),
     })
@@ -117,11 +114,13 @@ impl FortigateDriver {
         DriverError::new(kind, &self.id, call, msg, unknown)
     }
 
-    async fn client(&self) -> Result<&reqwest::Client, DriverError> {
+    /// The shared HTTPS client (TLS trust, same-origin redirects, no proxy), built on first
+    /// use because it reads the CA file.
+    async fn client(&self) -> Result<&HttpClient, DriverError> {
         self.client
             .get_or_try_init(|| async {
-                interim_tls::https_client(&self.trust, self.connect_timeout)
-                    .map_err(|m| self.err(ErrorKind::Unreachable, "tls", m, false))
+                http::build_client(&self.id, &self.trust)
+                    .map_err(|e| self.err(ErrorKind::Unreachable, "tls", e.to_string(), false))
             })
             .await
     }
@@ -142,31 +141,21 @@ impl FortigateDriver {
             .map_err(|e| self.err(ErrorKind::Protocol, &call, e.to_string(), false))?;
         url.query_pairs_mut().append_pair("vdom", &self.vdom);
         let mut req = client
+            .client
             .request(method, url)
             .bearer_auth(self.key.expose_secret())
             .header("accept", "application/json");
         if let Some(b) = body {
             req = req.json(b);
         }
-        let resp = req.send().await.map_err(|e| {
-            // A write whose answer was lost may have been applied.
-            self.err(
-                interim_tls::transport_kind(&e),
-                &call,
-                interim_tls::transport_message(&e),
-                write,
-            )
-        })?;
+        // A write whose answer was lost may have been applied.
+        let resp = req
+            .send()
+            .await
+            .map_err(|e| http::map_error(&self.id, &call, &e, write))?;
         let status = resp.status();
-        let fingerprint = interim_tls::fingerprint(&resp);
-        let bytes = resp.bytes().await.map_err(|e| {
-            self.err(
-                interim_tls::transport_kind(&e),
-                &call,
-                interim_tls::transport_message(&e),
-                write,
-            )
-        })?;
+        let fingerprint = client.seen.get();
+        let bytes = http::read_body(&self.id, &call, resp, write).await?;
         let body = serde_json::from_slice(&bytes).unwrap_or(Value::Null);
         Ok(Answer {
             status,
@@ -375,18 +364,20 @@ impl FortigateDriver {
 
     /// The address the VIP must map to for the target's site.
     fn vip_address<'a>(&self, target: &'a Target) -> Result<&'a str, DriverError> {
-        let addr = target.params.get(target.site.as_str()).ok_or_else(|| {
-            self.err(
-                ErrorKind::Rejected,
-                VIP_OWN,
-                format!(
-                    "binding gives no address for site {} (params: one address per site)",
-                    target.site
-                ),
-                false,
-            )
-        })?;
-        Ok(addr.as_str())
+        let addr = target
+            .param(ControllerType::Fortigate, target.site.as_str())
+            .ok_or_else(|| {
+                self.err(
+                    ErrorKind::Rejected,
+                    VIP_OWN,
+                    format!(
+                        "binding gives no address for site {} (params: one address per site)",
+                        target.site
+                    ),
+                    false,
+                )
+            })?;
+        Ok(addr)
     }
 
     async fn read_vip(&self, ctx: &CallContext, target: &Target) -> Result<Reading, DriverError> {
@@ -572,8 +563,8 @@ impl FortigateDriver {
             )),
             Some(_) => {}
         }
-        if matches!(self.trust, TlsTrust::Insecure) {
-            warnings.push("TLS certificate is not checked (insecure)".to_owned());
+        if let Some(w) = &self.client().await?.warning {
+            warnings.push(w.clone());
         }
         Ok((grades, warnings))
     }
@@ -886,7 +877,12 @@ impl Driver for FortigateDriver {
     async fn undo(&self, ctx: &CallContext, target: &Target) -> Result<Reading, DriverError> {
         ctx.run(&self.id, "undo", async {
             match target.capability.as_str() {
-                POLICY_DISABLE => self.set_policy(ctx, target, true).await,
+                // The reading is of the fence's condition, which no longer holds once the
+                // enable is proven (contract §3.7).
+                POLICY_DISABLE => self
+                    .set_policy(ctx, target, true)
+                    .await
+                    .map(crate::driver::Reading::negated),
                 // A VIP is moved by the next owner's vip.own, never "un-owned".
                 _ => Err(self.unsupported(target, "undo")),
             }

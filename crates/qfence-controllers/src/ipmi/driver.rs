@@ -21,6 +21,8 @@ const DEFAULT_PORT: u16 = 623;
 /// (25 ms, doubling), since some BMCs switch within milliseconds.
 const POWER_POLL: Duration = Duration::from_millis(200);
 const FIRST_POWER_POLL: Duration = Duration::from_millis(25);
+/// How long before the caller's deadline a power read-back gives up with what it last read.
+const GIVE_UP_MARGIN: Duration = Duration::from_millis(20);
 /// The watchdog countdown when a binding sets none (`timeout_seconds`).
 const DEFAULT_WATCHDOG_SECONDS: u32 = 10;
 /// The longest countdown IPMI can hold (65535 tenths of a second).
@@ -96,7 +98,7 @@ fn parse_endpoint(endpoint: &str) -> Result<(String, u16), String> {
 
 /// The countdown a watchdog binding asks for, in seconds.
 fn watchdog_seconds(target: &Target) -> Result<u32, String> {
-    match target.params.get(TIMEOUT_PARAM) {
+    match target.param(ControllerType::Ipmi, TIMEOUT_PARAM) {
         None => Ok(DEFAULT_WATCHDOG_SECONDS),
         Some(v) => v
             .trim()
@@ -374,40 +376,56 @@ impl IpmiDriver {
         let mut delay = FIRST_POWER_POLL;
         let started = tokio::time::Instant::now();
         let mut last = String::from("no read succeeded");
+        let give_up = |last: &str| {
+            let word = if want_on { "on" } else { "off" };
+            DriverError::new(
+                ErrorKind::Timeout,
+                &self.id,
+                call,
+                format!(
+                    "power did not read {word} within {} ms of the command; last: {last}",
+                    started.elapsed().as_millis()
+                ),
+                true,
+            )
+        };
+        // A read still running at the deadline gives up a little before it, so this error
+        // (with the last read) wins the race with the caller's plain "deadline passed".
+        let stop_at = ctx
+            .deadline
+            .checked_sub(GIVE_UP_MARGIN)
+            .unwrap_or(ctx.deadline);
         loop {
-            if tokio::time::Instant::now() + delay >= ctx.deadline {
-                let word = if want_on { "on" } else { "off" };
-                return Err(DriverError::new(
-                    ErrorKind::Timeout,
-                    &self.id,
-                    call,
-                    format!(
-                        "power did not read {word} within {} ms of the command; last: {last}",
-                        started.elapsed().as_millis()
-                    ),
-                    true,
-                ));
+            if tokio::time::Instant::now() + delay >= stop_at {
+                return Err(give_up(&last));
             }
             tokio::time::sleep(delay).await;
             delay = (delay * 2).min(POWER_POLL);
             let mut s = match session.take() {
                 Some(s) => s,
-                None => match self.open(call).await {
-                    Ok(s) => s,
-                    Err(e) if e.kind == ErrorKind::Auth => {
+                None => match tokio::time::timeout_at(stop_at, self.open(call)).await {
+                    Err(_) => return Err(give_up(&last)),
+                    Ok(Ok(s)) => s,
+                    Ok(Err(e)) if e.kind == ErrorKind::Auth => {
                         return Err(DriverError {
                             state_unknown: true,
                             ..e
                         });
                     }
-                    Err(e) => {
+                    Ok(Err(e)) => {
                         last = e.message.clone();
                         tracing::debug!(controller = %self.id, call, error = %e, "Could not re-open the IPMI session to read power");
                         continue;
                     }
                 },
             };
-            match self.chassis_status(&mut s, call).await {
+            let Ok(read) =
+                tokio::time::timeout_at(stop_at, self.chassis_status(&mut s, call)).await
+            else {
+                // Dropping the session closes it without waiting.
+                return Err(give_up(&last));
+            };
+            match read {
                 Ok(st) if st.power_on == want_on => {
                     s.close().await;
                     return Ok(self.power_reading(ctx, st));

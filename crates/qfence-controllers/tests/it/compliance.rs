@@ -1,6 +1,12 @@
 //! The driver compliance suite: the MUST rules of `docs/specs/controller.md`, run the same way
 //! against every driver, each against a real target (an independent emulator or the real
-//! program). A driver's tests build a [`Case`] and call [`run`].
+//! program). A driver's tests build a [`Case`] and call [`run`], which takes the driver and
+//! drops it at the end to check that nothing it started is left running.
+//!
+//! Who runs it: Redfish (sushy-tools), fence agents (`fence_dummy`, `fence_redfish` on
+//! sushy-tools), IPMI (`ipmi_sim`), Proxmox VE (fakepve), PostgreSQL (a real primary and
+//! replica), Docker (the real Engine) and FortiGate (the FortiOS simulator): the `*_passes_the_
+//! compliance_suite*` tests of each driver's module.
 
 use std::collections::BTreeMap;
 use std::time::Duration;
@@ -27,6 +33,14 @@ pub fn orchestrator() -> OrchestratorId {
     OrchestratorId::new("orch-test").unwrap()
 }
 
+/// Tasks alive on this runtime: the driver's connection tasks, an in-process simulator's, the
+/// test's own.
+fn alive_tasks() -> usize {
+    tokio::runtime::Handle::current()
+        .metrics()
+        .num_alive_tasks()
+}
+
 pub fn ctx(timeout: Duration) -> CallContext {
     CallContext::with_timeout(orchestrator(), timeout)
 }
@@ -44,9 +58,12 @@ fn phase(name: &str) {
     eprintln!("--- compliance: {name}");
 }
 
-/// Runs every rule. Leaves the fence target up again unless the driver is slow (the deadline
-/// rule leaves a fence in flight).
-pub async fn run<D: Driver>(case: &Case<D>) {
+/// Runs every rule, then drops the driver. Leaves the fence target up again when the fence
+/// has an undo and the driver is not slow (the deadline rule leaves a fence in flight); a
+/// fence without an undo (PostgreSQL's `db.demote`) leaves it fenced.
+pub async fn run<D: Driver>(case: Case<D>) {
+    // Counted before the driver's first call: what is alive now is not the driver's.
+    let tasks_before = alive_tasks();
     let d = &case.driver;
     let short = Duration::from_secs(15);
     let fence_cap = d
@@ -57,6 +74,7 @@ pub async fn run<D: Driver>(case: &Case<D>) {
         fence_cap.level.is_some(),
         "the case's fence target is a fence capability"
     );
+    let has_undo = fence_cap.unfence.is_some();
 
     phase("the target is up, and a check says so with evidence");
     let before = d.check(&ctx(short), &case.fence).await.expect("check");
@@ -137,6 +155,17 @@ pub async fn run<D: Driver>(case: &Case<D>) {
         .await
         .expect_err("renew of a fence");
     assert_eq!(e.kind, ErrorKind::Unsupported, "{e}");
+    if !has_undo {
+        let e = d
+            .undo(&ctx(short), &case.fence)
+            .await
+            .expect_err("undo of a fence the catalog gives no undo");
+        assert_eq!(e.kind, ErrorKind::Unsupported, "{e}");
+    }
+    assert!(
+        !d.check(&ctx(short), &case.fence).await.unwrap().holds,
+        "an unsupported call acted"
+    );
 
     phase("a cancelled call stops at once");
     let c = ctx(short);
@@ -144,6 +173,10 @@ pub async fn run<D: Driver>(case: &Case<D>) {
     let t = Instant::now();
     let e = d.perform(&c, &case.fence).await.expect_err("cancelled");
     assert!(matches!(e.kind, ErrorKind::Cancelled), "{e}");
+    assert!(
+        !e.state_unknown,
+        "nothing was sent, so nothing is unknown: {e}"
+    );
     assert!(
         t.elapsed() < Duration::from_secs(1),
         "took {:?}",
@@ -161,6 +194,14 @@ pub async fn run<D: Driver>(case: &Case<D>) {
     };
     let e = d.perform(&c, &case.fence).await.expect_err("expired");
     assert_eq!(e.kind, ErrorKind::Timeout, "{e}");
+    assert!(
+        !e.state_unknown,
+        "nothing was sent, so nothing is unknown: {e}"
+    );
+    assert!(
+        !d.check(&ctx(short), &case.fence).await.unwrap().holds,
+        "an expired fence acted"
+    );
 
     phase("fence: done only when a read-back proves it");
     let t = Instant::now();
@@ -190,6 +231,13 @@ pub async fn run<D: Driver>(case: &Case<D>) {
         "a repeated fence took {:?}",
         t.elapsed()
     );
+
+    if !has_undo {
+        phase("no undo: the fence stays, and nothing the driver started outlives it");
+        assert!(d.check(&ctx(short), &case.fence).await.unwrap().holds);
+        no_task_outlives(case, tasks_before).await;
+        return;
+    }
 
     phase("unfence: the read-back shows the condition no longer holds");
     let r = d
@@ -223,5 +271,167 @@ pub async fn run<D: Driver>(case: &Case<D>) {
             // The target may apply a fence within a second; then it must be proven.
             Ok(r) => assert!(r.holds, "{}", r.detail),
         }
+    }
+    no_task_outlives(case, tasks_before).await;
+}
+
+/// Drops the driver and waits (briefly) until every task started since `before` has ended:
+/// connection tasks, sessions being closed, timers. A driver's idle keep-alive connections
+/// belong to its client, so they may live between calls, but never past the driver.
+async fn no_task_outlives<D: Driver>(case: Case<D>, before: usize) {
+    phase("nothing the driver started outlives it");
+    drop(case);
+    let until = Instant::now() + Duration::from_secs(3);
+    let mut now = alive_tasks();
+    while now > before && Instant::now() < until {
+        tokio::time::sleep(Duration::from_millis(20)).await;
+        now = alive_tasks();
+    }
+    assert!(
+        now <= before,
+        "{} task(s) started by the driver are still alive 3 s after it was dropped",
+        now - before
+    );
+}
+
+/// The suite checked on itself, with a driver of memory (no target): a correct one passes,
+/// one that leaves a task behind is caught.
+mod self_test {
+    use std::sync::Mutex;
+    use std::time::SystemTime;
+
+    use qfence_controllers::{
+        CallContext, CapabilityGrade, Discovered, Driver, DriverError, ErrorKind, Identity, Probe,
+        Reading,
+    };
+    use qfence_model::{ControllerId, ControllerType, Grade};
+
+    use super::{Case, Target, run, target};
+
+    #[derive(Debug)]
+    struct Toy {
+        id: ControllerId,
+        off: Mutex<bool>,
+        /// Leave a task running after each fence.
+        leak: bool,
+    }
+
+    impl Toy {
+        fn new(leak: bool) -> Self {
+            Self {
+                id: ControllerId::new("toy").unwrap(),
+                off: Mutex::new(false),
+                leak,
+            }
+        }
+
+        fn read(&self, ctx: &CallContext, t: &Target) -> Result<Reading, DriverError> {
+            if t.capability != "power.off" {
+                return Err(DriverError::new(
+                    ErrorKind::Unsupported,
+                    &self.id,
+                    &t.capability,
+                    "no such capability",
+                    false,
+                ));
+            }
+            let off = *self.off.lock().unwrap();
+            Ok(Reading {
+                holds: off,
+                detail: format!("off={off}"),
+                at: SystemTime::now(),
+                by: ctx.orchestrator.clone(),
+            })
+        }
+
+        async fn set(
+            &self,
+            ctx: &CallContext,
+            t: &Target,
+            off: bool,
+        ) -> Result<Reading, DriverError> {
+            ctx.run(&self.id, "set", async {
+                self.read(ctx, t)?;
+                *self.off.lock().unwrap() = off;
+                if self.leak {
+                    tokio::spawn(tokio::time::sleep(std::time::Duration::from_secs(60)));
+                }
+                self.read(ctx, t)
+            })
+            .await
+        }
+    }
+
+    impl Driver for Toy {
+        fn controller_type(&self) -> ControllerType {
+            ControllerType::FenceAgent
+        }
+        fn id(&self) -> &ControllerId {
+            &self.id
+        }
+        async fn probe(&self, _ctx: &CallContext) -> Result<Probe, DriverError> {
+            Ok(Probe {
+                identity: Identity {
+                    id: "toy".into(),
+                    facts: Default::default(),
+                    tls_fingerprint: None,
+                },
+                grades: vec![CapabilityGrade {
+                    capability: "power.off".into(),
+                    grade: Grade::Proven,
+                    reason: "memory".into(),
+                }],
+                warnings: vec![],
+            })
+        }
+        async fn discover(&self, _ctx: &CallContext) -> Result<Vec<Discovered>, DriverError> {
+            Ok(vec![])
+        }
+        async fn check_binding(
+            &self,
+            _ctx: &CallContext,
+            _t: &Target,
+        ) -> Result<Vec<String>, DriverError> {
+            Ok(vec![])
+        }
+        async fn check(&self, ctx: &CallContext, t: &Target) -> Result<Reading, DriverError> {
+            self.read(ctx, t)
+        }
+        async fn perform(&self, ctx: &CallContext, t: &Target) -> Result<Reading, DriverError> {
+            self.set(ctx, t, true).await
+        }
+        async fn undo(&self, ctx: &CallContext, t: &Target) -> Result<Reading, DriverError> {
+            self.set(ctx, t, false).await
+        }
+        async fn renew(&self, _ctx: &CallContext, t: &Target) -> Result<Reading, DriverError> {
+            Err(DriverError::new(
+                ErrorKind::Unsupported,
+                &self.id,
+                &t.capability,
+                "no dead-man",
+                false,
+            ))
+        }
+    }
+
+    fn case(leak: bool) -> Case<Toy> {
+        Case {
+            driver: Toy::new(leak),
+            fence: target("power.off", "node1"),
+            missing: None,
+            action_timeout: std::time::Duration::from_secs(5),
+            slow_fence: false,
+        }
+    }
+
+    #[tokio::test]
+    async fn a_correct_driver_passes() {
+        run(case(false)).await;
+    }
+
+    #[tokio::test]
+    #[should_panic(expected = "still alive 3 s after it was dropped")]
+    async fn a_driver_that_leaves_a_task_behind_is_caught() {
+        run(case(true)).await;
     }
 }

@@ -42,20 +42,23 @@ async fn fence_dummy_passes_the_compliance_suite() {
     let dir = tempfile::tempdir().unwrap();
     let status = dir.path().join("status");
     std::fs::write(&status, "on").unwrap();
-    let case = Case {
-        driver: agent(
+    let dummy = || {
+        agent(
             "fence_dummy",
             opts(&[("status_file", status.to_str().unwrap())]),
             None,
-        ),
+        )
+    };
+    let case = Case {
+        driver: dummy(),
         fence: target("power.off", "node1"),
         missing: None,
         action_timeout: T,
         slow_fence: false,
     };
-    compliance::run(&case).await;
+    compliance::run(case).await;
     assert_eq!(std::fs::read_to_string(&status).unwrap(), "on");
-    let p = case.driver.probe(&ctx(T)).await.unwrap();
+    let p = dummy().probe(&ctx(T)).await.unwrap();
     assert_eq!(p.identity.facts["agent"], "fence_dummy");
     assert_eq!(p.grades[0].grade, Grade::Inferred, "{}", p.grades[0].reason);
 }
@@ -86,8 +89,11 @@ async fn fence_redfish_against_sushy_passes_the_compliance_suite() {
         action_timeout: Duration::from_secs(30),
         slow_fence: true,
     };
-    compliance::run(&case).await;
-    let p = case.driver.probe(&ctx(T)).await.unwrap();
+    compliance::run(case).await;
+    let p = agent("fence_redfish", options.clone(), Some("password"))
+        .probe(&ctx(T))
+        .await
+        .unwrap();
     assert!(
         p.warnings.iter().any(|w| w.contains("ssl_insecure")),
         "{:?}",

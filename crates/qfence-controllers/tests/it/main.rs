@@ -3,9 +3,15 @@
 //! compliance suite (`compliance.rs`).
 
 mod compliance;
+mod docker;
 mod emulators;
 mod faults;
 mod fence_agent;
+mod fortigate;
+mod ipmi;
+mod postgres;
+mod proxmox;
+mod proxmox_replication;
 mod redfish;
 mod registration;
 mod secret_logs;

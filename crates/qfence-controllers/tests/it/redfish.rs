@@ -41,7 +41,7 @@ async fn redfish_passes_the_compliance_suite_against_sushy_with_its_slow_power_c
         action_timeout: Duration::from_secs(30),
         slow_fence: true,
     };
-    compliance::run(&case).await;
+    compliance::run(case).await;
 }
 
 #[tokio::test]

@@ -6,7 +6,6 @@
 //! is made only when no error was found.
 
 use std::collections::{BTreeMap, BTreeSet, HashMap};
-use std::net::IpAddr;
 use std::time::Duration;
 
 use super::issue::{self, Issue, Severity};
@@ -15,7 +14,7 @@ use super::{
     Binding, ClusterConfig, Config, ControllerConfig, ControllerKind, OrchestratorConfig,
     PlanConfig, ProxmoxAuth, RedfishAuth, SiteConfig, TlsTrust, ValidatedConfig,
 };
-use crate::catalog::{CapabilitySpec, ControllerType};
+use crate::catalog::{CapabilitySpec, ControllerType, Params};
 use crate::domain::{FenceLevel, Role};
 use crate::ids::{ControllerId, NameError, OrchestratorId, PlanId, SecretRef, SiteId, check_name};
 
@@ -1787,6 +1786,7 @@ impl Decoder {
         })
     }
 
+    /// Checks a binding's `params:` against what the catalog declares for its capability.
     fn check_params(
         &mut self,
         path: &str,
@@ -1795,35 +1795,22 @@ impl Decoder {
         params: &BTreeMap<String, String>,
         plan_sites: &[SiteId],
     ) {
-        enum Kind {
-            Bytes,
-            Seconds,
-            Count,
-        }
-        let known: &[(&str, Kind)] = match (ty, spec.name) {
-            (ControllerType::Postgres, "replication.lag") => &[
-                ("max_lag_bytes", Kind::Bytes),
-                ("max_lag_seconds", Kind::Seconds),
-            ],
-            (ControllerType::Proxmox, "replication.lag") => &[
-                ("max_age_seconds", Kind::Seconds),
-                ("max_fail_count", Kind::Count),
-            ],
-            (_, "vip.own") => {
-                // One address per plan site: where the VIP points when that site owns it.
+        match spec.params {
+            Params::PerSite(site_param) => {
                 for (k, v) in params {
                     let p = child(path, k);
                     if !plan_sites.iter().any(|s| s.as_str() == k) {
                         self.error(
                             &p,
                             format!(
-                                "vip.own takes one address per plan site; {k:?} is not one of \
+                                "{} takes one address per plan site; {k:?} is not one of \
                                  them: {}",
+                                spec.name,
                                 list_names(plan_sites.iter().map(SiteId::as_str))
                             ),
                         );
-                    } else if v.parse::<IpAddr>().is_err() {
-                        self.error(&p, format!("{v:?} is not an IP address"));
+                    } else if !site_param.ty.accepts(v) {
+                        self.error(&p, format!("{v:?} is not {}", site_param.ty.describe()));
                     }
                 }
                 let missing: Vec<&str> = plan_sites
@@ -1835,46 +1822,36 @@ impl Decoder {
                     self.error(
                         path,
                         format!(
-                            "vip.own needs the address the VIP points at for every plan site; \
+                            "{} needs the address the VIP points at for every plan site; \
                              missing: {}",
+                            spec.name,
                             missing.join(", ")
                         ),
                     );
                 }
-                return;
             }
-            _ => &[],
-        };
-        for (k, v) in params {
-            let p = child(path, k);
-            match known.iter().find(|(name, _)| name == k) {
-                None if known.is_empty() => {
-                    self.error(
-                        &p,
-                        format!("unknown param {k:?}; {} takes no params", spec.name),
-                    );
-                }
-                None => self.error(
-                    &p,
-                    format!(
-                        "unknown param {k:?}; {} ({ty}) takes: {}",
-                        spec.name,
-                        list_names(known.iter().map(|(n, _)| *n))
-                    ),
-                ),
-                Some((_, kind)) => {
-                    let good = match kind {
-                        Kind::Bytes => v.parse::<u64>().is_ok(),
-                        Kind::Count => v.parse::<u32>().is_ok(),
-                        Kind::Seconds => v.parse::<f64>().is_ok_and(|s| s.is_finite() && s > 0.0),
-                    };
-                    if !good {
-                        let what = match kind {
-                            Kind::Bytes => "a whole number of bytes",
-                            Kind::Count => "a whole number",
-                            Kind::Seconds => "a positive number of seconds",
-                        };
-                        self.error(&p, format!("expected {what}, found {v:?}"));
+            Params::Named(known) => {
+                for (k, v) in params {
+                    let p = child(path, k);
+                    match known.iter().find(|d| d.name == k) {
+                        None if known.is_empty() => {
+                            self.error(
+                                &p,
+                                format!("unknown param {k:?}; {} takes no params", spec.name),
+                            );
+                        }
+                        None => self.error(
+                            &p,
+                            format!(
+                                "unknown param {k:?}; {} ({ty}) takes: {}",
+                                spec.name,
+                                spec.params.names()
+                            ),
+                        ),
+                        Some(d) if !d.ty.accepts(v) => {
+                            self.error(&p, format!("expected {}, found {v:?}", d.ty.describe()));
+                        }
+                        Some(_) => {}
                     }
                 }
             }

@@ -6,10 +6,10 @@ use axum::http::{Method, StatusCode};
 use qfence_model::Verdict;
 use serde_json::json;
 
-use super::memory::erp_db_spec;
 use super::{ADMIN, Api, OPERATOR, VIEWER, phase};
 use qfence_server::ApiConfig;
 use qfence_server::events::{Record, VerifyOptions, verify};
+use qfence_server::testing::erp_db_spec;
 
 #[tokio::test]
 async fn status_shows_every_plan_with_owner_generation_verdicts_and_reason() {

@@ -14,8 +14,8 @@ use std::time::Instant;
 
 use tokio_util::sync::CancellationToken;
 
-use super::memory::MemoryBackend;
 use super::{ADMIN, tokens};
+use qfence_server::testing::MemoryBackend;
 use qfence_server::{ApiConfig, Metrics};
 
 fn schemathesis() -> Option<PathBuf> {

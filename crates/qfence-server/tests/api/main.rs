@@ -5,7 +5,6 @@
 mod endpoints;
 mod fuzz;
 mod input;
-mod memory;
 mod openapi;
 mod roles;
 mod tls;
@@ -20,7 +19,7 @@ use tower::ServiceExt;
 
 use qfence_server::{Access, ApiConfig, Metrics, TokenStore};
 
-use memory::MemoryBackend;
+use qfence_server::testing::MemoryBackend;
 
 pub const VIEWER: &str = "viewer-token-1";
 pub const OPERATOR: &str = "operator-token-2";

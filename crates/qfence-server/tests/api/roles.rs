@@ -17,7 +17,7 @@ pub fn endpoints() -> Vec<(Method, &'static str, Option<Value>, &'static str)> {
         (
             Method::POST,
             "/api/v1/plans",
-            Some(json!({"name": "web", "spec": super::memory::erp_db_spec()})),
+            Some(json!({"name": "web", "spec": qfence_server::testing::erp_db_spec()})),
             ADMIN,
         ),
         (Method::GET, "/api/v1/plans/erp-db", None, VIEWER),
@@ -30,7 +30,7 @@ pub fn endpoints() -> Vec<(Method, &'static str, Option<Value>, &'static str)> {
         (
             Method::PUT,
             "/api/v1/plans/erp-db/staged",
-            Some(json!({"spec": super::memory::erp_db_spec()})),
+            Some(json!({"spec": qfence_server::testing::erp_db_spec()})),
             ADMIN,
         ),
         (Method::DELETE, "/api/v1/plans/erp-db/staged", None, ADMIN),

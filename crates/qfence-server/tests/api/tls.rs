@@ -4,8 +4,8 @@ use std::sync::Arc;
 
 use tokio_util::sync::CancellationToken;
 
-use super::memory::MemoryBackend;
 use super::{VIEWER, tokens};
+use qfence_server::testing::MemoryBackend;
 use qfence_server::{ApiConfig, Metrics};
 
 #[tokio::test]

@@ -32,7 +32,8 @@ pub enum ControllerCmd {
     /// graded check of each capability and binding. Never fences.
     Test(ControllerArgs),
     /// List the resources the controller's capabilities can act on (a BMC's systems, a fence
-    /// agent's plugs), from this orchestrator.
+    /// agent's plugs, Proxmox VMs, FortiGate policies and VIPs, containers, the database
+    /// server), from this orchestrator.
     Discover(ControllerArgs),
 }
 

@@ -27,6 +27,7 @@ pub fn run(
     plan: &str,
     to: &str,
     assume: &[String],
+    kind: MoveKind,
     json: bool,
 ) -> anyhow::Result<i32> {
     let format = if json { Format::Json } else { Format::Human };
@@ -46,6 +47,7 @@ pub fn run(
         plan,
         to,
         assume,
+        kind,
         json,
         &mut std::io::stdout().lock(),
     )
@@ -57,6 +59,7 @@ pub fn run_with(
     plan: &str,
     to: &str,
     assume: &[String],
+    kind: MoveKind,
     json: bool,
     out: &mut dyn Write,
 ) -> anyhow::Result<i32> {
@@ -72,7 +75,7 @@ pub fn run_with(
             }
         }
     }
-    let r = match dry_run(config, plan, &assumed, to, MoveKind::Failover) {
+    let r = match dry_run(config, plan, &assumed, to, kind) {
         Ok(r) => r,
         Err(e) => {
             eprintln!("error: {e}");
@@ -104,7 +107,16 @@ mod tests {
     #[test]
     fn the_lab_failover_to_dc2_prints_every_step_in_order() {
         let mut out = Vec::new();
-        let code = run_with(&lab(), "erp-db", "dc2", &[], false, &mut out).unwrap();
+        let code = run_with(
+            &lab(),
+            "erp-db",
+            "dc2",
+            &[],
+            MoveKind::Failover,
+            false,
+            &mut out,
+        )
+        .unwrap();
         assert_eq!(code, 0);
         let text = String::from_utf8(out).unwrap();
         let steps: Vec<&str> = text.lines().skip(1).collect();
@@ -132,14 +144,57 @@ mod tests {
     }
 
     #[test]
+    fn a_switchover_checks_the_targets_readiness_before_touching_the_owner() {
+        let mut out = Vec::new();
+        let code = run_with(
+            &lab(),
+            "erp-db",
+            "dc2",
+            &[],
+            MoveKind::Switchover,
+            false,
+            &mut out,
+        )
+        .unwrap();
+        assert_eq!(code, 0);
+        let text = String::from_utf8(out).unwrap();
+        let steps: Vec<&str> = text.lines().skip(1).collect();
+        assert!(steps[0].contains("preflight") && steps[0].contains("replication.lag 101-1"));
+        assert!(steps[1].contains("fences") && steps[1].contains("bmc-dc1 power.off"));
+        assert!(
+            text.starts_with("Dry run: switchover of erp-db from dc1 to dc2"),
+            "{text}"
+        );
+        assert!(text.ends_with("Completes: erp-db now served by dc2 at generation 2\n"));
+    }
+
+    #[test]
     fn an_unknown_site_or_plan_is_refused_with_the_invalid_exit_code() {
         let mut out = Vec::new();
         assert_eq!(
-            run_with(&lab(), "erp-db", "dc9", &[], false, &mut out).unwrap(),
+            run_with(
+                &lab(),
+                "erp-db",
+                "dc9",
+                &[],
+                MoveKind::Failover,
+                false,
+                &mut out
+            )
+            .unwrap(),
             1
         );
         assert_eq!(
-            run_with(&lab(), "nope", "dc2", &[], false, &mut out).unwrap(),
+            run_with(
+                &lab(),
+                "nope",
+                "dc2",
+                &[],
+                MoveKind::Failover,
+                false,
+                &mut out
+            )
+            .unwrap(),
             1
         );
         assert!(out.is_empty());
@@ -149,7 +204,16 @@ mod tests {
     fn an_assumed_unknown_fence_shows_where_the_move_would_stop() {
         let mut out = Vec::new();
         let assume = ["dc1[0]=unknown".to_owned()];
-        let code = run_with(&lab(), "erp-db", "dc2", &assume, false, &mut out).unwrap();
+        let code = run_with(
+            &lab(),
+            "erp-db",
+            "dc2",
+            &assume,
+            MoveKind::Failover,
+            false,
+            &mut out,
+        )
+        .unwrap();
         assert_eq!(code, EXIT_WOULD_STOP);
         let text = String::from_utf8(out).unwrap();
         assert!(!text.contains("switchover  dc2"), "{text}");
@@ -160,12 +224,30 @@ mod tests {
         let mut out = Vec::new();
         let bad = ["dc1[0]".to_owned()];
         assert_eq!(
-            run_with(&lab(), "erp-db", "dc2", &bad, false, &mut out).unwrap(),
+            run_with(
+                &lab(),
+                "erp-db",
+                "dc2",
+                &bad,
+                MoveKind::Failover,
+                false,
+                &mut out
+            )
+            .unwrap(),
             2
         );
         let nine = ["dc1[9]=unknown".to_owned()];
         assert_eq!(
-            run_with(&lab(), "erp-db", "dc2", &nine, false, &mut out).unwrap(),
+            run_with(
+                &lab(),
+                "erp-db",
+                "dc2",
+                &nine,
+                MoveKind::Failover,
+                false,
+                &mut out
+            )
+            .unwrap(),
             1
         );
     }
@@ -173,7 +255,16 @@ mod tests {
     #[test]
     fn json_output_is_the_dry_run_structure() {
         let mut out = Vec::new();
-        run_with(&lab(), "erp-db", "dc2", &[], true, &mut out).unwrap();
+        run_with(
+            &lab(),
+            "erp-db",
+            "dc2",
+            &[],
+            MoveKind::Failover,
+            true,
+            &mut out,
+        )
+        .unwrap();
         let v: serde_json::Value = serde_json::from_slice(&out).unwrap();
         assert_eq!(v["steps"].as_array().unwrap().len(), 10);
         assert_eq!(v["steps"][9]["capability"], "vip.own");

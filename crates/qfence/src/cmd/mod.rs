@@ -1,5 +1,6 @@
 //! The subcommands, one module per group.
 
+pub mod client;
 pub mod cluster;
 pub mod config;
 pub mod controller;

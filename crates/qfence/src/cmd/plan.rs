@@ -4,6 +4,7 @@
 //! instance, its bindings in order, the controller each one acts through and the secret that
 //! controller names (by reference only: no secret is ever read here).
 
+use qfence_core::dry_run::MoveKind;
 use std::collections::BTreeMap;
 use std::fmt::Write as _;
 use std::path::{Path, PathBuf};
@@ -44,6 +45,10 @@ pub enum PlanCommand {
         /// unknown, ...), e.g. `dc1[0]=unknown` when dc1's BMC does not answer. Repeatable.
         #[arg(long = "assume", value_name = "BINDING=READING")]
         assume: Vec<String>,
+        /// A planned switchover (the target's readiness first, then the owner fenced in
+        /// order) instead of a failover.
+        #[arg(long)]
+        switchover: bool,
     },
 }
 
@@ -55,12 +60,24 @@ pub fn run(command: PlanCommand, format: Format) -> anyhow::Result<ExitCode> {
             plan,
             to,
             assume,
+            switchover,
         } => {
             if let Some(code) = super::only(format, &[Format::Human, Format::Json], "plan dry-run")
             {
                 return Ok(code);
             }
-            let code = super::dry_run::run(&file, &plan, &to, &assume, format == Format::Json)?;
+            let code = super::dry_run::run(
+                &file,
+                &plan,
+                &to,
+                &assume,
+                if switchover {
+                    MoveKind::Switchover
+                } else {
+                    MoveKind::Failover
+                },
+                format == Format::Json,
+            )?;
             Ok(ExitCode::from(u8::try_from(code).unwrap_or(1)))
         }
     }

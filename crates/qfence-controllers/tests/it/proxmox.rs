@@ -11,9 +11,10 @@
 //! `QFENCE_SKIP_EMULATORS=1`.
 
 use std::collections::BTreeMap;
-use std::path::PathBuf;
 use std::process::Command;
 use std::time::Duration;
+
+use crate::emulators::{free_port, tools_dir as emulators};
 
 use qfence_controllers::proxmox::{self, ProxmoxDriver};
 use qfence_controllers::{CallContext, Driver, ErrorKind, Target};
@@ -25,20 +26,8 @@ use serde_json::Value;
 const TOKEN_ID: &str = "root@pam!qfence";
 const TOKEN_SECRET: &str = "11111111-2222-3333-4444-555555555555";
 
-fn emulators() -> PathBuf {
-    PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../tools/emulators")
-}
-
 fn skip() -> bool {
     std::env::var("QFENCE_SKIP_EMULATORS").is_ok_and(|v| v == "1")
-}
-
-fn free_port() -> u16 {
-    std::net::TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port()
 }
 
 /// A fakepve instance of the test's own; stopped when dropped.
@@ -53,6 +42,12 @@ struct Pve {
 
 impl Pve {
     fn start(time_scale: &str) -> Option<Pve> {
+        Self::start_with(time_scale, None)
+    }
+
+    /// Starts fakepve with a scenario of the test's own (`fakepve_harness.py`'s format)
+    /// instead of the start script's default.
+    fn start_with(time_scale: &str, scenario: Option<&Value>) -> Option<Pve> {
         let script = emulators().join("start-pve-fakepve.sh");
         if !script.exists() {
             assert!(
@@ -69,13 +64,22 @@ impl Pve {
                 .tempdir_in("/tmp")
                 .unwrap(),
         );
+        let scenario_file = scenario.map(|sc| {
+            let f = run.0.path().join("test-scenario.json");
+            std::fs::write(&f, sc.to_string()).unwrap();
+            f
+        });
         let mut last = String::new();
         for _ in 0..5 {
             let (port, ctl) = (free_port(), free_port());
             if port == ctl {
                 continue;
             }
-            let out = Command::new("bash")
+            let mut cmd = Command::new("bash");
+            if let Some(f) = &scenario_file {
+                cmd.env("PVE_SCENARIO", f);
+            }
+            let out = cmd
                 .arg(&script)
                 .env("QFENCE_EMU_RUN", run.0.path())
                 .env("PVE_PORT", port.to_string())
@@ -236,9 +240,10 @@ async fn probe_reads_the_cluster_and_proves_the_token_privileges() {
     assert_eq!(p.identity.id, "qfence");
     assert_eq!(p.identity.facts["node.pve2"], "online");
     assert_eq!(p.identity.facts["quorate"], "true");
-    assert_eq!(
-        p.identity.tls_fingerprint.as_ref().map(String::len),
-        Some(64)
+    let fp = p.identity.tls_fingerprint.clone().unwrap_or_default();
+    assert!(
+        fp.starts_with("sha256:") && fp.len() == "sha256:".len() + 64,
+        "{fp:?}"
     );
     assert_eq!(p.grades.len(), 4);
     assert!(p.grades.iter().all(|g| g.grade == Grade::Proven), "{p:?}");
@@ -285,7 +290,7 @@ async fn vm_stop_follows_the_task_reads_back_and_is_idempotent() {
     assert_eq!(pve.requests("POST", "/qemu/100/status/stop").await, 1);
 
     let u = d.undo(&ctx(), &t).await.unwrap();
-    assert!(u.holds && u.detail.contains("status=running"), "{u:?}");
+    assert!(!u.holds && u.detail.contains("status=running"), "{u:?}");
     assert_eq!(pve.vm_status(100).await, "running");
     assert!(
         d.check(&ctx(), &target("vm.status", "pve1/100"))
@@ -449,7 +454,7 @@ async fn ticket_auth_logs_in_and_again_after_revocation() {
     let t = target("vm.stop", "pve3/103");
     assert!(d.check(&ctx(), &t).await.unwrap().holds);
     // Writes carry the CSRF token.
-    assert!(d.undo(&ctx(), &t).await.unwrap().holds);
+    assert!(!d.undo(&ctx(), &t).await.unwrap().holds);
     pve.ctl("/tickets/revoke").await;
     assert!(d.perform(&ctx(), &t).await.unwrap().holds);
     assert_eq!(pve.requests("POST", "/access/ticket").await, 2);
@@ -510,4 +515,111 @@ async fn discovery_and_replication_against_fakepve() {
     pve.ctl("/node/pve1/offline").await;
     let r = d.check(&ctx(), &target("replication.lag", "100-0")).await;
     assert_eq!(r.unwrap_err().kind, ErrorKind::Unreachable);
+}
+
+#[tokio::test]
+async fn proxmox_passes_the_compliance_suite_against_fakepve() {
+    let Some(pve) = Pve::start("0.02") else {
+        return;
+    };
+    let case = crate::compliance::Case {
+        driver: pve.driver(),
+        fence: crate::compliance::target("vm.stop", "pve1/100"),
+        missing: Some(crate::compliance::target("vm.stop", "pve1/999")),
+        action_timeout: Duration::from_secs(20),
+        slow_fence: false,
+    };
+    crate::compliance::run(case).await;
+    assert_eq!(
+        pve.vm_status(100).await,
+        "running",
+        "the suite ends unfenced"
+    );
+}
+
+/// A scenario where `fence@pve` may power-manage and audit every VM, and its token
+/// `fence@pve!qfence` has privilege separation with `token_acl` as its own ACL.
+fn privsep_scenario(token_acl: Value) -> Value {
+    let mut acl = vec![serde_json::json!(
+        {"user": "fence@pve", "path": "/vms", "privs": ["VM.PowerMgmt", "VM.Audit"]}
+    )];
+    acl.extend(token_acl.as_array().cloned().unwrap_or_default());
+    serde_json::json!({
+        "cluster_name": "qfence",
+        "nodes": {"pve1": true, "pve2": true},
+        "users": {"fence@pve": "fencepass"},
+        "tokens": {"fence@pve!qfence": TOKEN_SECRET},
+        "guests": [
+            {"vmid": 100, "name": "db1", "node": "pve1", "status": "running", "config": {}},
+            {"vmid": 101, "name": "db2", "node": "pve2", "status": "running", "config": {}}
+        ],
+        "acl": acl,
+        "privsep": ["fence@pve!qfence"]
+    })
+}
+
+fn privsep_driver(pve: &Pve) -> ProxmoxDriver {
+    pve.driver_with(
+        ProxmoxAuth::Token {
+            token_id: "fence@pve!qfence".to_owned(),
+        },
+        TOKEN_SECRET,
+    )
+}
+
+fn grade_of(p: &qfence_controllers::Probe, cap: &str) -> (Grade, String) {
+    let g = p.grades.iter().find(|g| g.capability == cap).unwrap();
+    (g.grade, g.reason.clone())
+}
+
+#[tokio::test]
+async fn a_privsep_token_with_its_own_acl_is_proven_and_fences() {
+    let scenario = privsep_scenario(serde_json::json!([
+        {"user": "fence@pve!qfence", "path": "/vms", "privs": ["VM.PowerMgmt", "VM.Audit"]}
+    ]));
+    let Some(pve) = Pve::start_with("0.02", Some(&scenario)) else {
+        return;
+    };
+    let d = privsep_driver(&pve);
+    let p = d.probe(&ctx()).await.unwrap();
+    for cap in ["vm.stop", "vm.start", "vm.status", "replication.lag"] {
+        let (grade, reason) = grade_of(&p, cap);
+        assert_eq!(grade, Grade::Proven, "{cap}: {reason}");
+    }
+    let t = target("vm.stop", "pve2/101");
+    assert!(d.check_binding(&ctx(), &t).await.unwrap().is_empty());
+    assert!(d.perform(&ctx(), &t).await.unwrap().holds);
+    assert_eq!(pve.vm_status(101).await, "stopped");
+}
+
+#[tokio::test]
+async fn a_privsep_token_without_its_own_acl_fails_grading_and_cannot_fence() {
+    // The token's own ACL grants only VM.Audit on VM 100: with privilege separation it holds
+    // no VM.PowerMgmt anywhere, although its user does.
+    let scenario = privsep_scenario(serde_json::json!([
+        {"user": "fence@pve!qfence", "path": "/vms/100", "privs": ["VM.Audit"]}
+    ]));
+    let Some(pve) = Pve::start_with("0.02", Some(&scenario)) else {
+        return;
+    };
+    let d = privsep_driver(&pve);
+    let p = d.probe(&ctx()).await.unwrap();
+    let (grade, reason) = grade_of(&p, "vm.stop");
+    assert_eq!(grade, Grade::Failed, "{reason}");
+    assert!(reason.contains("privilege separation"), "{reason}");
+    let (grade, reason) = grade_of(&p, "vm.status");
+    assert_eq!(grade, Grade::Inferred, "{reason}");
+    assert!(reason.contains("only on VMs 100"), "{reason}");
+    assert_eq!(pve.requests("POST", "").await, 0, "a probe sends no POST");
+
+    let t = target("vm.stop", "pve1/100");
+    let problems = d.check_binding(&ctx(), &t).await.unwrap();
+    assert!(
+        problems.iter().any(|m| m.contains("VM.PowerMgmt")),
+        "{problems:?}"
+    );
+    let e = d.perform(&ctx(), &t).await.unwrap_err();
+    assert_eq!(e.kind, ErrorKind::Rejected, "{e}");
+    assert!(!e.state_unknown, "a refused stop changed nothing: {e}");
+    assert_eq!(pve.vm_status(100).await, "running");
 }

@@ -220,7 +220,7 @@ async fn container_stop_is_verified_idempotent_and_undone() {
     assert_eq!(c.inspect("{{.State.FinishedAt}}"), finished);
 
     let u = d.undo(&ctx(), &t).await.unwrap();
-    assert!(u.holds && u.detail.contains("Running=true"), "{u:?}");
+    assert!(!u.holds && u.detail.contains("Running=true"), "{u:?}");
     assert!(c.running());
 }
 
@@ -405,5 +405,28 @@ fn build_refuses_plain_tcp_and_does_no_io() {
             None
         )
         .is_ok()
+    );
+}
+
+#[tokio::test]
+async fn docker_passes_the_compliance_suite_against_the_engine() {
+    if !engine_ready() {
+        return;
+    }
+    let c = Container::run("compliance", &[]);
+    let case = crate::compliance::Case {
+        driver: driver(),
+        fence: crate::compliance::target("container.stop", &c.0),
+        missing: Some(crate::compliance::target(
+            "container.stop",
+            "qfence-test-no-such-container",
+        )),
+        action_timeout: Duration::from_secs(20),
+        slow_fence: false,
+    };
+    crate::compliance::run(case).await;
+    assert!(
+        c.running(),
+        "the suite ends with the container started again"
     );
 }

@@ -9,30 +9,22 @@ use std::path::PathBuf;
 use std::process::Command;
 use std::time::Duration;
 
+use crate::emulators::{free_port, tools_dir as emulators};
+
 use qfence_controllers::postgres::{self, PostgresDriver};
 use qfence_controllers::{CallContext, Driver, ErrorKind, Target};
 use qfence_model::config::{ControllerConfig, ControllerKind, TlsTrust};
 use qfence_model::{ControllerId, Grade, OrchestratorId, SiteId, Verdict};
 use secrecy::SecretString;
 
-fn emulators() -> PathBuf {
-    PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../tools/emulators")
-}
-
 fn skip() -> bool {
     std::env::var("QFENCE_SKIP_EMULATORS").is_ok_and(|v| v == "1")
 }
 
-fn free_port() -> u16 {
-    std::net::TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port()
-}
-
 /// A primary and a streaming replica; stopped when dropped.
 struct Pair {
+    /// The CA of the servers' certificate, with `PG_SSL=1`.
+    cacert: PathBuf,
     _run: RunDir,
     primary: u16,
     replica: u16,
@@ -40,6 +32,11 @@ struct Pair {
 
 impl Pair {
     fn start() -> Option<Pair> {
+        Self::start_with(&[])
+    }
+
+    /// Starts a pair with extra settings of the start script (`PG_SSL=1`).
+    fn start_with(env: &[(&str, &str)]) -> Option<Pair> {
         let script = emulators().join("start-pg-pair.sh");
         if !script.exists() {
             assert!(
@@ -68,11 +65,13 @@ impl Pair {
                 .env("QFENCE_EMU_RUN", run.0.path())
                 .env("PG_PRIMARY_PORT", p1.to_string())
                 .env("PG_REPLICA_PORT", p2.to_string())
+                .envs(env.iter().copied())
                 .output()
                 .unwrap();
             match out.status.code() {
                 Some(0) => {
                     return Some(Pair {
+                        cacert: run.0.path().join("pg/tls/ca.pem"),
                         _run: run,
                         primary: p1,
                         replica: p2,
@@ -153,6 +152,28 @@ fn driver_as(port: u16, user: &str, password: &str) -> PostgresDriver {
         ControllerId::new(format!("pg-{port}")).unwrap(),
         &config,
         Some(SecretString::from(password.to_owned())),
+    )
+    .unwrap()
+}
+
+fn tls_driver(port: u16, tls: TlsTrust) -> PostgresDriver {
+    let config = ControllerConfig {
+        site: SiteId::new("dc1").unwrap(),
+        reach: vec![],
+        secret: None,
+        tls,
+        timeout: Duration::from_secs(5),
+        kind: ControllerKind::Postgres {
+            endpoint: format!("postgresql://127.0.0.1:{port}/app?sslmode=require")
+                .parse()
+                .unwrap(),
+            username: "postgres".to_owned(),
+        },
+    };
+    postgres::build(
+        ControllerId::new(format!("pg-{port}")).unwrap(),
+        &config,
+        Some(SecretString::from("postgres".to_owned())),
     )
     .unwrap()
 }
@@ -585,5 +606,85 @@ async fn a_promotion_that_outlasts_pg_promote_is_still_seen_through() {
     assert!(
         log.contains("did not promote within"),
         "pg_promote returned false first"
+    );
+}
+
+/// `db.demote` has no undo: the suite leaves the primary demoted, which is checked here
+/// through a plain client connection.
+#[tokio::test]
+async fn postgres_passes_the_compliance_suite_on_a_real_primary() {
+    let Some(pair) = Pair::start() else { return };
+    let case = crate::compliance::Case {
+        driver: driver(pair.primary),
+        fence: crate::compliance::target("db.demote", "self"),
+        missing: None,
+        action_timeout: Duration::from_secs(30),
+        slow_fence: false,
+    };
+    crate::compliance::run(case).await;
+    let e = Pair::client(pair.primary)
+        .await
+        .expect_err("a demoted primary refuses clients");
+    let msg = e.as_db_error().map(|d| d.message().to_owned());
+    assert!(
+        msg.as_deref().is_some_and(|m| m.contains("pg_hba.conf")),
+        "{e}: {msg:?}"
+    );
+}
+
+/// PostgreSQL's TLS goes through the shared verifier (`tls.rs`): a CA file, a pin, the
+/// fingerprint shown for pinning, a changed certificate refused with both fingerprints.
+#[tokio::test]
+async fn tls_is_verified_by_the_shared_verifier_with_ca_file_and_pin() {
+    let Some(pair) = Pair::start_with(&[("PG_SSL", "1")]) else {
+        return;
+    };
+    let ca = pair.cacert.display().to_string();
+    let p = tls_driver(pair.primary, TlsTrust::CaFile(ca))
+        .probe(&ctx())
+        .await
+        .unwrap();
+    let fp = p
+        .identity
+        .tls_fingerprint
+        .clone()
+        .expect("a TLS probe shows the fingerprint");
+    assert!(fp.starts_with("sha256:") && fp.len() == 71, "{fp}");
+
+    let health = target("db.health", &[]);
+    let r = tls_driver(pair.primary, TlsTrust::Pin(fp.clone()))
+        .check(&ctx(), &health)
+        .await
+        .unwrap();
+    assert!(r.holds, "{r:?}");
+
+    let other = format!("sha256:{}", "ab".repeat(32));
+    let e = tls_driver(pair.primary, TlsTrust::Pin(other.clone()))
+        .check(&ctx(), &health)
+        .await
+        .unwrap_err();
+    assert_eq!(e.kind, ErrorKind::Unreachable, "{e}");
+    assert!(
+        e.message.contains(&fp) && e.message.contains(&other),
+        "the error names both fingerprints: {e}"
+    );
+
+    let e = tls_driver(pair.primary, TlsTrust::SystemRoots)
+        .check(&ctx(), &health)
+        .await
+        .unwrap_err();
+    assert!(
+        e.message.contains("not trusted") && e.message.contains(&fp),
+        "an untrusted certificate is refused and shown for pinning: {e}"
+    );
+
+    let p = tls_driver(pair.primary, TlsTrust::Insecure)
+        .probe(&ctx())
+        .await
+        .unwrap();
+    assert!(
+        p.warnings.iter().any(|w| w.contains("insecure: true")),
+        "{:?}",
+        p.warnings
     );
 }

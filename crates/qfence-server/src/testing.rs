@@ -1,4 +1,5 @@
-//! A test double of the running orchestrator: an in-memory [`Backend`].
+//! A test double of the running orchestrator: an in-memory [`Backend`], behind the `testing`
+//! feature so other crates' tests (the CLI's) can serve the real router over it.
 //!
 //! It is not the runtime (no drivers, no decisions of the core), but it keeps the contract the
 //! runtime must keep, for real: compare-and-set really compares generations, names are
@@ -16,12 +17,12 @@ use qfence_model::config::{ControllerConfig, PlanConfig, plan_api};
 use qfence_model::{ControllerId, PlanId, Role, SiteId, Verdict};
 use serde_json::json;
 
-use qfence_server::auth::Caller;
-use qfence_server::backend::{Backend, BackendError, CheckedController, CheckedPlan};
-use qfence_server::dto::*;
-use qfence_server::events::{EventKind, EventLog, EventPage, EventQuery, MemoryStore, NewEvent};
+use crate::auth::Caller;
+use crate::backend::{Backend, BackendError, CheckedController, CheckedPlan};
+use crate::dto::*;
+use crate::events::{EventKind, EventLog, EventPage, EventQuery, MemoryStore, NewEvent};
 
-pub const LAB: &str = include_str!("../../../../examples/lab.yaml");
+pub const LAB: &str = include_str!("../../../examples/lab.yaml");
 
 /// The lab's erp-db plan, as the API receives it.
 pub fn erp_db_spec() -> serde_json::Value {
@@ -54,6 +55,9 @@ struct Plan {
     staged: Option<StagedPlan>,
     verdicts: BTreeMap<SiteId, Verdict>,
     maintenance: BTreeSet<SiteId>,
+    /// With `hold_operations`: the site an accepted switchover or failover moves to, once the
+    /// test completes it.
+    pending: Option<SiteId>,
 }
 
 #[derive(Debug)]
@@ -82,6 +86,10 @@ pub struct MemoryBackend {
     pub panic_on_status: AtomicBool,
     /// `orchestrators` takes this long.
     pub slow_orchestrators: Mutex<Option<Duration>>,
+    /// A switchover or failover is accepted but not carried out: the plan stays with its
+    /// owner in phase `switchover` or `failover` until the test calls [`Self::step`],
+    /// [`Self::complete`] or [`Self::fail`], the way the runtime works through the steps.
+    pub hold_operations: AtomicBool,
     clock_ms: AtomicU64,
 }
 
@@ -128,6 +136,7 @@ impl MemoryBackend {
             leader: AtomicBool::new(true),
             panic_on_status: AtomicBool::new(false),
             slow_orchestrators: Mutex::new(None),
+            hold_operations: AtomicBool::new(false),
             clock_ms: AtomicU64::new(1_700_000_000_000),
         };
         let checked = plan_api::check_plan(LAB, "erp-db", &erp_db_spec()).expect("erp-db is valid");
@@ -171,8 +180,63 @@ impl MemoryBackend {
     }
 
     /// The whole log, for verification in tests.
-    pub fn all_events(&self) -> Vec<qfence_server::events::Event> {
+    pub fn all_events(&self) -> Vec<crate::events::Event> {
         self.state.lock().unwrap().log.all().to_vec()
+    }
+
+    /// The phase of a plan (`steady`, or the held operation's).
+    pub fn phase(&self, plan: &str) -> String {
+        self.state.lock().unwrap().plans[plan].phase.clone()
+    }
+
+    /// One step of a held operation: the phase moves on and the step's sentence is recorded,
+    /// as the runtime records each decision.
+    pub fn step(&self, plan: &str, phase: &str, sentence: &str) {
+        let mut st = self.state.lock().unwrap();
+        let p = st.plans.get_mut(plan).unwrap();
+        p.phase = phase.to_owned();
+        p.last_reason = sentence.to_owned();
+        let g = p.generation;
+        self.record(
+            &mut st,
+            NewEvent::new(EventKind::Decision, self.me.clone(), sentence)
+                .plan(plan)
+                .generation(g),
+        );
+    }
+
+    /// Ends a held operation: the pending site owns the plan, steady.
+    pub fn complete(&self, plan: &str) {
+        let mut st = self.state.lock().unwrap();
+        let p = st.plans.get_mut(plan).unwrap();
+        let to = p.pending.take().expect("an operation is held");
+        let from = std::mem::replace(&mut p.owner, to.clone());
+        p.phase = "steady".into();
+        p.last_reason = format!("{to} owns {plan}; {from} is standby");
+        let (g, reason) = (p.generation, p.last_reason.clone());
+        self.record(
+            &mut st,
+            NewEvent::new(EventKind::Decision, self.me.clone(), reason)
+                .plan(plan)
+                .site(to.as_str())
+                .generation(g),
+        );
+    }
+
+    /// Stops a held operation: the plan stays with its owner, in phase `failed`.
+    pub fn fail(&self, plan: &str, why: &str) {
+        let mut st = self.state.lock().unwrap();
+        let p = st.plans.get_mut(plan).unwrap();
+        p.pending = None;
+        p.phase = "failed".into();
+        p.last_reason = why.to_owned();
+        let g = p.generation;
+        self.record(
+            &mut st,
+            NewEvent::new(EventKind::Alarm, self.me.clone(), why)
+                .plan(plan)
+                .generation(g),
+        );
     }
 
     /// Sets a site's verdict, as the runtime would after a fence's read-back.
@@ -199,6 +263,7 @@ fn new_plan(spec: serde_json::Value, config: PlanConfig) -> Plan {
         staged: None,
         verdicts,
         maintenance: BTreeSet::new(),
+        pending: None,
         config,
     }
 }
@@ -746,9 +811,15 @@ impl Backend for MemoryBackend {
                 "{t} is in maintenance: take it out first"
             )));
         }
-        let from = std::mem::replace(&mut p.owner, t.clone());
         p.generation += 1;
-        p.last_reason = format!("switched over from {from} to {t}");
+        if self.hold_operations.load(Ordering::SeqCst) {
+            p.pending = Some(t.clone());
+            p.phase = "switchover".into();
+            p.last_reason = format!("switchover to {t} accepted");
+        } else {
+            let from = std::mem::replace(&mut p.owner, t.clone());
+            p.last_reason = format!("switched over from {from} to {t}");
+        }
         let (g, reason) = (p.generation, p.last_reason.clone());
         self.record(
             &mut st,
@@ -814,9 +885,15 @@ impl Backend for MemoryBackend {
                 "{t} is in maintenance: take it out first"
             )));
         }
-        let from = std::mem::replace(&mut p.owner, t.clone());
         p.generation += 1;
-        p.last_reason = format!("failed over from {from} (FENCED) to {t}");
+        if self.hold_operations.load(Ordering::SeqCst) {
+            p.pending = Some(t.clone());
+            p.phase = "failover".into();
+            p.last_reason = format!("failover to {t} accepted");
+        } else {
+            let from = std::mem::replace(&mut p.owner, t.clone());
+            p.last_reason = format!("failed over from {from} (FENCED) to {t}");
+        }
         let (g, reason) = (p.generation, p.last_reason.clone());
         self.record(
             &mut st,

@@ -4,11 +4,9 @@
 //! wire module, but from the BMC's point of view: it computes RAKP 2 and 4 and checks
 //! RAKP 3, so a console that gets a step wrong cannot open a session.
 
-mod ipmi_support;
-
 use std::sync::{Arc, Mutex};
 
-use ipmi_support::{ctx, driver, target};
+use super::support::{ctx, driver, target};
 use qfence_controllers::Driver;
 use qfence_controllers::ipmi::wire::{self, CipherSuite, Rakp, SessionKeys, cmd, netfn, payload};
 use qfence_model::Grade;
@@ -378,7 +376,7 @@ async fn cipher_suite_17_opens_sessions_and_fences() {
         .unwrap_err();
     assert_eq!(e.kind, qfence_controllers::ErrorKind::Unsupported, "{e}");
 
-    let mut config = ipmi_support::config(&endpoint, "admin");
+    let mut config = super::support::config(&endpoint, "admin");
     config.kind = ControllerKind::Ipmi {
         endpoint: endpoint.clone(),
         username: "admin".into(),

@@ -1,11 +1,9 @@
 //! The IPMI driver against BMCs that misbehave: silent, absent, answering junk or refusing
 //! the cipher suite. No emulator needed: each test binds its own UDP socket on loopback.
 
-mod ipmi_support;
-
 use std::time::{Duration, Instant};
 
-use ipmi_support::{ctx, driver, target};
+use super::support::{ctx, driver, target};
 use qfence_controllers::ipmi::wire;
 use qfence_controllers::{Driver, ErrorKind};
 use tokio::net::UdpSocket;
@@ -179,7 +177,7 @@ fn build_refuses_other_cipher_suites_and_urls() {
     use qfence_model::config::ControllerKind;
     use secrecy::SecretString;
 
-    let mut config = ipmi_support::config("127.0.0.1:623", "admin");
+    let mut config = super::support::config("127.0.0.1:623", "admin");
     config.kind = ControllerKind::Ipmi {
         endpoint: "127.0.0.1".into(),
         username: "admin".into(),
@@ -194,7 +192,7 @@ fn build_refuses_other_cipher_suites_and_urls() {
     assert_eq!(e.kind, ErrorKind::Unsupported);
     assert!(e.message.contains("cipher suite 1 is not supported"), "{e}");
 
-    let config = ipmi_support::config("https://bmc1", "admin");
+    let config = super::support::config("https://bmc1", "admin");
     let e = IpmiDriver::build(
         ControllerId::new("bmc").unwrap(),
         &config,

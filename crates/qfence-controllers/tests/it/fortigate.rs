@@ -27,7 +27,7 @@ async fn lab(state: FortiState) -> Lab {
 }
 
 fn pin(tls: &LabTls) -> String {
-    hex::encode(ring::digest::digest(&ring::digest::SHA256, &tls.cert_der))
+    qfence_controllers::tls::fingerprint(&tls.cert_der)
 }
 
 fn driver_with(lab: &Lab, key: &str, trust: TlsTrust) -> FortigateDriver {
@@ -168,7 +168,7 @@ async fn policy_disable_is_verified_idempotent_and_undone() {
     assert_eq!(lab.sim.writes(), 1);
 
     let u = d.undo(&ctx(), &t).await.unwrap();
-    assert!(u.holds, "{u:?}");
+    assert!(!u.holds, "the fence no longer holds: {u:?}");
     assert!(policy_enabled(&lab.sim, 2));
 }
 
@@ -596,4 +596,55 @@ async fn a_deny_policy_is_never_disabled_as_a_fence() {
     });
     let r = d.check(&ctx(), &t).await.unwrap();
     assert!(!r.holds && r.detail.contains("deny policy"), "{r:?}");
+}
+
+#[tokio::test]
+async fn fortigate_passes_the_compliance_suite_against_the_fortios_simulator() {
+    // The simulator runs on a runtime of its own, so the suite's task count (the test's
+    // runtime) sees only what the driver starts, not the simulator's connection tasks.
+    let (rt, lab) = std::thread::spawn(|| {
+        let rt = tokio::runtime::Builder::new_multi_thread()
+            .worker_threads(1)
+            .enable_all()
+            .build()
+            .unwrap();
+        let lab = rt.block_on(lab(FortiState::example()));
+        (rt, lab)
+    })
+    .join()
+    .unwrap();
+    let case = crate::compliance::Case {
+        driver: driver(&lab, "fw-key"),
+        fence: crate::compliance::target("policy.disable", "1"),
+        missing: Some(crate::compliance::target("policy.disable", "999")),
+        action_timeout: Duration::from_secs(10),
+        slow_fence: false,
+    };
+    crate::compliance::run(case).await;
+    assert!(policy_enabled(&lab.sim, 1), "the suite ends unfenced");
+    drop(lab);
+    rt.shutdown_background();
+}
+
+/// `insecure: true` goes through the shared TLS setup: it works, and the probe says it is
+/// insecure in the shared wording.
+#[tokio::test]
+async fn insecure_tls_works_and_is_warned_about() {
+    let lab = lab(FortiState::example()).await;
+    let p = driver_with(&lab, "admin-key", TlsTrust::Insecure)
+        .probe(&ctx())
+        .await
+        .unwrap();
+    assert!(
+        p.warnings
+            .iter()
+            .any(|w| w.contains("TLS certificate checking is OFF") && w.contains("insecure: true")),
+        "{:?}",
+        p.warnings
+    );
+    assert_eq!(
+        p.identity.tls_fingerprint.as_deref(),
+        Some(pin(&lab.tls).as_str()),
+        "the fingerprint is shown for pinning"
+    );
 }

@@ -3,11 +3,9 @@
 //! they run in parallel. Needs tools/emulators; fails when it is missing unless
 //! `QFENCE_SKIP_EMULATORS=1`.
 
-mod ipmi_support;
-
 use std::time::{Duration, Instant};
 
-use ipmi_support::{Sim, ctx, driver, target};
+use super::support::{Sim, ctx, driver, target};
 use qfence_controllers::{Driver, ErrorKind};
 use qfence_model::{Grade, Verdict};
 
@@ -216,7 +214,7 @@ async fn a_wrong_password_is_an_auth_error_that_changes_nothing() {
     assert!(!e.message.contains("not-the-password"), "{e}");
     assert_eq!(sim.ipmitool_power(), "Chassis Power is on");
 
-    let d = ipmi_support::driver(&sim.endpoint(), "password");
+    let d = super::support::driver(&sim.endpoint(), "password");
     let probe_ok = d.probe(&ctx(10)).await;
     assert!(probe_ok.is_ok(), "{probe_ok:?}");
 }
@@ -226,10 +224,25 @@ async fn an_unknown_user_is_an_auth_error() {
     let Some(sim) = Sim::start(46) else { return };
     let d = qfence_controllers::ipmi::IpmiDriver::build(
         qfence_model::ControllerId::new("bmc-dc1").unwrap(),
-        &ipmi_support::config(&sim.endpoint(), "nobody"),
+        &super::support::config(&sim.endpoint(), "nobody"),
         secrecy::SecretString::from("password".to_owned()),
     )
     .unwrap();
     let e = d.probe(&ctx(10)).await.unwrap_err();
     assert_eq!(e.kind, ErrorKind::Auth, "{e}");
+}
+
+#[tokio::test]
+async fn ipmi_passes_the_compliance_suite_against_ipmi_sim() {
+    let Some(sim) = Sim::start(47) else { return };
+    let case = crate::compliance::Case {
+        driver: driver(&sim.endpoint(), "password"),
+        fence: crate::compliance::target("power.off", "node1"),
+        // One BMC, one host: there is no other resource to name.
+        missing: None,
+        action_timeout: Duration::from_secs(15),
+        slow_fence: false,
+    };
+    crate::compliance::run(case).await;
+    drop(sim);
 }

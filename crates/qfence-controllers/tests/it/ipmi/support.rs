@@ -1,4 +1,5 @@
-//! Shared by the IPMI test binaries: an `ipmi_sim` instance per test, and driver set-up.
+//! Shared by the IPMI tests and the IPMI benchmark: an `ipmi_sim` instance per test, and
+//! driver set-up.
 #![allow(dead_code)]
 
 use std::path::{Path, PathBuf};

@@ -1,0 +1,141 @@
+//! `qfence events`: the event log from the API, filtered, optionally followed; and
+//! `qfence events verify FILE`, offline.
+
+use std::process::ExitCode;
+use std::time::Duration;
+
+use clap::Args;
+use qfence_server::events::EventPage;
+
+use super::http::{Api, seg};
+use super::{ApiArgs, Outcome, seconds, table};
+use crate::cmd::Format;
+use crate::cmd::events::EventsCommand;
+
+/// `qfence events [FILTERS] [--follow]`, or `qfence events verify FILE`.
+#[derive(Debug, Args)]
+#[command(args_conflicts_with_subcommands = true)]
+pub struct EventsArgs {
+    #[command(subcommand)]
+    pub offline: Option<EventsCommand>,
+    /// Only records about this plan.
+    #[arg(long)]
+    pub plan: Option<String>,
+    /// Only records about this site.
+    #[arg(long)]
+    pub site: Option<String>,
+    /// Only records of this kind.
+    #[arg(long, value_parser = ["decision", "command", "result", "operator", "alarm", "config", "leadership"])]
+    pub kind: Option<String>,
+    /// Only records after this seq.
+    #[arg(long, default_value_t = 0)]
+    pub after: u64,
+    /// At most this many records (the latest ones), unless following.
+    #[arg(long, default_value_t = 50)]
+    pub limit: usize,
+    /// Keep printing new records as they come, until Ctrl-C.
+    #[arg(long)]
+    pub follow: bool,
+    #[command(flatten)]
+    pub api: ApiArgs,
+}
+
+pub fn run(args: EventsArgs, format: Format) -> anyhow::Result<ExitCode> {
+    if let Some(offline) = args.offline {
+        return crate::cmd::events::run(offline, format);
+    }
+    Ok(super::run(format, "events", list(args, format)))
+}
+
+fn query(a: &EventsArgs, after: u64) -> String {
+    let mut q = format!("/api/v1/events?after={after}&limit=1000");
+    if let Some(p) = &a.plan {
+        q.push_str(&format!("&plan={}", seg(p)));
+    }
+    if let Some(s) = &a.site {
+        q.push_str(&format!("&site={}", seg(s)));
+    }
+    if let Some(k) = &a.kind {
+        q.push_str(&format!("&kind={}", seg(k)));
+    }
+    q
+}
+
+fn print_events(events: &[qfence_server::events::Event], format: Format, header: bool) {
+    if format == Format::Json {
+        for e in events {
+            println!("{}", serde_json::to_string(e).expect("serialises"));
+        }
+        return;
+    }
+    if events.is_empty() {
+        if header {
+            println!("no events");
+        }
+        return;
+    }
+    // Followed records come without a header: they continue the table printed first.
+    let mut t = if header {
+        table::new(&[
+            "SEQ", "TIME", "KIND", "PLAN", "SITE", "GEN", "ACTOR", "MESSAGE",
+        ])
+    } else {
+        let mut t = comfy_table::Table::new();
+        t.load_style(comfy_table::presets::NOTHING);
+        t
+    };
+    for e in events {
+        t.add_row(vec![
+            e.seq.to_string(),
+            table::datetime(e.time_ms),
+            e.kind.as_str().to_owned(),
+            e.plan.clone().unwrap_or_else(|| "-".into()),
+            e.site.clone().unwrap_or_else(|| "-".into()),
+            e.generation.map_or("-".into(), |g| g.to_string()),
+            e.actor.clone(),
+            e.message.clone(),
+        ]);
+    }
+    table::print(&t);
+}
+
+async fn list(a: EventsArgs, format: Format) -> Outcome {
+    let api = Api::new(&a.api)?;
+    // Read every page after `after`, keep the last `limit`: the log is read oldest first.
+    let mut after = a.after;
+    let mut all = Vec::new();
+    loop {
+        let page: EventPage = api.get(&query(&a, after)).await?;
+        let n = page.events.len();
+        if let Some(last) = page.events.last() {
+            after = last.seq;
+        }
+        all.extend(page.events);
+        if !a.follow && all.len() > a.limit {
+            all.drain(..all.len() - a.limit);
+        }
+        if page.next_after.is_none() || n == 0 {
+            break;
+        }
+    }
+    print_events(&all, format, true);
+    if !a.follow {
+        return Ok(());
+    }
+    let every = seconds(1.0, "interval")?;
+    loop {
+        tokio::select! {
+            _ = tokio::signal::ctrl_c() => return Ok(()),
+            () = tokio::time::sleep(every.min(Duration::from_secs(1))) => {}
+        }
+        let page: EventPage = match api.get(&query(&a, after)).await {
+            Ok(p) => p,
+            Err(e) if e.transient().is_some() => continue,
+            Err(e) => return Err(e),
+        };
+        if let Some(last) = page.events.last() {
+            after = last.seq;
+        }
+        print_events(&page.events, format, false);
+    }
+}

@@ -1,0 +1,192 @@
+//! `qfence status [--watch]`: every plan, who owns it, what it is doing and why.
+
+use std::collections::BTreeMap;
+use std::time::Duration;
+
+use clap::Args;
+use qfence_server::dto::{PlanStatus, SiteRole, StatusResponse, VerdictDto};
+
+use super::http::Api;
+use super::{ApiArgs, Outcome, print_json, seconds, table};
+use crate::cmd::Format;
+
+#[derive(Debug, Args)]
+pub struct StatusArgs {
+    #[command(flatten)]
+    pub api: ApiArgs,
+    /// Keep watching: print each change (owner, phase, generation, verdicts, the last
+    /// reason) with its time, until Ctrl-C. With --format json, one JSON line per change.
+    #[arg(long)]
+    pub watch: bool,
+    /// How often --watch asks.
+    #[arg(long, default_value_t = 1.0, value_name = "SECONDS")]
+    pub interval_seconds: f64,
+}
+
+pub async fn run(args: StatusArgs, format: Format) -> Outcome {
+    let api = Api::new(&args.api)?;
+    if args.watch {
+        let every = seconds(args.interval_seconds, "--interval-seconds")?;
+        return watch(&api, every, format).await;
+    }
+    let status: StatusResponse = api.get("/api/v1/status").await?;
+    if format == Format::Json {
+        print_json(&status);
+    } else {
+        print_status(&status);
+    }
+    Ok(())
+}
+
+/// The leader line and one row per plan.
+pub fn print_status(s: &StatusResponse) {
+    let l = &s.leader;
+    let leader = match (&l.leader, l.is_self) {
+        (Some(name), true) => format!("{name} (this orchestrator)"),
+        (Some(name), false) => name.clone(),
+        (None, _) => "none known".to_owned(),
+    };
+    println!(
+        "orchestrator {}, term {}, leader {leader}",
+        l.orchestrator, l.term
+    );
+    if s.plans.is_empty() {
+        println!("no plans");
+        return;
+    }
+    let mut t = table::new(&[
+        "PLAN",
+        "OWNER",
+        "PHASE",
+        "GEN",
+        "PAUSED",
+        "SITES",
+        "LAST REASON",
+    ]);
+    for p in &s.plans {
+        t.add_row(vec![
+            p.plan.clone(),
+            p.owner.clone(),
+            p.phase.clone(),
+            p.generation.to_string(),
+            if p.paused { "yes" } else { "no" }.to_owned(),
+            sites(p),
+            p.last_reason.clone(),
+        ]);
+    }
+    table::print(&t);
+}
+
+/// `dc1 owner UNKNOWN, dc2 standby FENCED (maintenance)`.
+pub fn sites(p: &PlanStatus) -> String {
+    p.sites
+        .iter()
+        .map(|s| {
+            let role = match s.role {
+                SiteRole::Owner => "owner",
+                SiteRole::Standby => "standby",
+            };
+            let verdict = match s.verdict {
+                VerdictDto::Fenced => "FENCED",
+                VerdictDto::Failed => "FAILED",
+                VerdictDto::Unknown => "UNKNOWN",
+            };
+            let maint = if s.maintenance { " (maintenance)" } else { "" };
+            format!("{} {role} {verdict}{maint}", s.site)
+        })
+        .collect::<Vec<_>>()
+        .join(", ")
+}
+
+/// What a watcher compares: everything but the time a verdict was checked (which moves every
+/// cycle and would make every poll a change).
+fn fingerprint(p: &PlanStatus) -> String {
+    format!(
+        "{}|{}|{}|{}|{}|{}",
+        p.owner,
+        p.phase,
+        p.generation,
+        p.paused,
+        sites(p),
+        p.last_reason
+    )
+}
+
+async fn watch(api: &Api, every: Duration, format: Format) -> Outcome {
+    let mut seen: BTreeMap<String, String> = BTreeMap::new();
+    let mut first = true;
+    let mut down = false;
+    let mut tick = tokio::time::interval(every);
+    tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    loop {
+        tokio::select! {
+            _ = tokio::signal::ctrl_c() => return Ok(()),
+            _ = tick.tick() => {}
+        }
+        let status: StatusResponse = match api.get("/api/v1/status").await {
+            Ok(s) => s,
+            // Keep watching through an outage (a failover may be moving the API): say so
+            // once, and again when it is back.
+            Err(e) => {
+                let Some(why) = e.transient() else {
+                    return Err(e);
+                };
+                if !down {
+                    eprintln!("{} {why}", table::clock(table::now_ms()));
+                    down = true;
+                }
+                continue;
+            }
+        };
+        if down {
+            eprintln!("{} the API answers again", table::clock(table::now_ms()));
+            down = false;
+        }
+        let now = table::clock(table::now_ms());
+        if first {
+            first = false;
+            if format == Format::Json {
+                println!("{}", serde_json::to_string(&status).expect("serialises"));
+            } else {
+                println!("{now}");
+                print_status(&status);
+            }
+            seen = status
+                .plans
+                .iter()
+                .map(|p| (p.plan.clone(), fingerprint(p)))
+                .collect();
+            continue;
+        }
+        for p in &status.plans {
+            let f = fingerprint(p);
+            if seen.get(&p.plan) == Some(&f) {
+                continue;
+            }
+            seen.insert(p.plan.clone(), f);
+            if format == Format::Json {
+                println!("{}", serde_json::to_string(p).expect("serialises"));
+            } else {
+                println!(
+                    "{now} {}: {} owner {}, generation {}: {} [{}]",
+                    p.plan,
+                    p.phase,
+                    p.owner,
+                    p.generation,
+                    p.last_reason,
+                    sites(p)
+                );
+            }
+        }
+        let names: Vec<String> = seen.keys().cloned().collect();
+        for gone in names
+            .iter()
+            .filter(|n| !status.plans.iter().any(|p| &p.plan == *n))
+        {
+            seen.remove(gone);
+            if format == Format::Human {
+                println!("{now} {gone}: deleted");
+            }
+        }
+    }
+}
