@@ -12,12 +12,9 @@ use std::time::{Duration, SystemTime, UNIX_EPOCH};
 use qfence_cluster::forward::{BoxFuture, CallExecutor};
 use qfence_cluster::state::ControllerRecord;
 use qfence_controllers::driver::{CallContext, Driver, DriverError, Reading, Target};
-use qfence_controllers::fortigate::{self, FortigateDriver};
-use qfence_controllers::proxmox::{self, ProxmoxDriver};
 use qfence_controllers::{AnyDriver, SecretStore};
 use qfence_model::config::ValidatedConfig;
 use qfence_model::{ControllerId, OrchestratorId, SiteId};
-use secrecy::SecretString;
 use serde::{Deserialize, Serialize};
 use tokio_util::sync::CancellationToken;
 
@@ -96,79 +93,26 @@ impl From<Result<Reading, DriverError>> for WireResult {
     }
 }
 
-/// A driver of any type this runtime can run.
-#[derive(Debug)]
-enum RuntimeDriver {
-    Any(AnyDriver),
-    Proxmox(ProxmoxDriver),
-    Fortigate(FortigateDriver),
-}
-
-macro_rules! on_driver {
-    ($self:expr, $d:ident => $e:expr) => {
-        match $self {
-            RuntimeDriver::Any($d) => $e,
-            RuntimeDriver::Proxmox($d) => $e,
-            RuntimeDriver::Fortigate($d) => $e,
-        }
-    };
-}
-
-impl RuntimeDriver {
-    async fn run(
-        &self,
-        verb: Verb,
-        ctx: &CallContext,
-        target: &Target,
-    ) -> Result<Reading, DriverError> {
-        on_driver!(self, d => match verb {
-            Verb::Check => d.check(ctx, target).await,
-            Verb::Perform => d.perform(ctx, target).await,
-            Verb::Undo => d.undo(ctx, target).await,
-            Verb::Renew => d.renew(ctx, target).await,
-        })
-    }
-
-    async fn probe(&self, ctx: &CallContext) -> Result<qfence_controllers::Probe, DriverError> {
-        on_driver!(self, d => d.probe(ctx).await)
-    }
-}
-
-/// The drivers of every controller this orchestrator may call, built from the validated
+/// The drivers of every controller this orchestrator may call ([`AnyDriver`]), built from the validated
 /// configuration and this orchestrator's own secret stores. A controller whose driver cannot
 /// be built (missing secret, type not in this build) is kept with its reason: calls to it
 /// fail, so they read UNKNOWN, and the rest keep working.
 #[derive(Debug)]
 pub struct LocalDrivers {
     me: OrchestratorId,
-    drivers: BTreeMap<ControllerId, Result<RuntimeDriver, String>>,
+    drivers: BTreeMap<ControllerId, Result<AnyDriver, String>>,
 }
 
 fn build_one(
     id: &ControllerId,
     config: &qfence_model::config::ControllerConfig,
     secrets: &SecretStore,
-) -> Result<RuntimeDriver, String> {
+) -> Result<AnyDriver, String> {
     let secret = match &config.secret {
         Some(r) => Some(secrets.resolve(r).map_err(|e| e.to_string())?),
         None => None,
     };
-    let raw = || {
-        secret
-            .as_ref()
-            .map(|s| SecretString::from(s.expose().to_owned()))
-    };
-    match config.controller_type() {
-        qfence_model::ControllerType::Proxmox => proxmox::build(id.clone(), config, raw())
-            .map(RuntimeDriver::Proxmox)
-            .map_err(|e| e.to_string()),
-        qfence_model::ControllerType::Fortigate => fortigate::build(id.clone(), config, raw())
-            .map(RuntimeDriver::Fortigate)
-            .map_err(|e| e.to_string()),
-        _ => AnyDriver::build(id, config, secret)
-            .map(RuntimeDriver::Any)
-            .map_err(|e| e.to_string()),
-    }
+    AnyDriver::build(id, config, secret).map_err(|e| e.to_string())
 }
 
 impl LocalDrivers {
@@ -191,7 +135,7 @@ impl LocalDrivers {
             .collect()
     }
 
-    fn driver(&self, id: &ControllerId) -> Result<&RuntimeDriver, String> {
+    fn driver(&self, id: &ControllerId) -> Result<&AnyDriver, String> {
         match self.drivers.get(id) {
             Some(Ok(d)) => Ok(d),
             Some(Err(e)) => Err(format!("controller {id} has no driver here: {e}")),
@@ -218,7 +162,13 @@ impl LocalDrivers {
             params: call.params.clone(),
             site: call.site.clone(),
         };
-        Ok(d.run(call.verb, &ctx, &target).await.into())
+        let result = match call.verb {
+            Verb::Check => d.check(&ctx, &target).await,
+            Verb::Perform => d.perform(&ctx, &target).await,
+            Verb::Undo => d.undo(&ctx, &target).await,
+            Verb::Renew => d.renew(&ctx, &target).await,
+        };
+        Ok(result.into())
     }
 
     /// Probes a controller here (no side effects on its targets).
