@@ -14,8 +14,12 @@
 //! - `replication.lag` reads a storage replication job (`101-1`): age of the last successful
 //!   sync and the fail count (limits `max_age_seconds`, default 1200, and `max_fail_count`,
 //!   default 0). The status lives only on the guest's source node, so every good read is
-//!   cached and, once that node stops answering, the reading is made from the cache (the age
-//!   keeps growing with the clock) and says so.
+//!   cached and, once that node stops answering (595-597, refused, or silent for half of the
+//!   call's time), the reading is made from the cache: the age keeps growing with the clock
+//!   (now - last_sync), so a cached sample stops holding once it is too old, and the detail
+//!   says "cached, read at ...". No cache: the error stands (UNKNOWN, never ready). The
+//!   cache lives in this driver instance, so it is warm only if this orchestrator read the
+//!   job while the source answered.
 //! - Identity is the cluster name from `/cluster/status`; the facts carry node online state
 //!   and quorum.
 //! - Privileges come from `GET /access/permissions` asked as the token (or user) itself:
@@ -183,9 +187,10 @@ pub fn assess_replication(
     }
     if cached {
         detail.push_str(&format!(
-            "; source node {} does not answer: from the sample read {} s ago",
+            "; cached, read at {} ({} s ago) from node {}, which does not answer now",
+            utc(s.read_at),
+            now.saturating_sub(s.read_at),
             s.source,
-            now.saturating_sub(s.read_at)
         ));
     }
     let holds =
@@ -215,6 +220,26 @@ pub fn privileges_on(perms: &Value, path: &str) -> Vec<String> {
     out.sort();
     out.dedup();
     out
+}
+
+/// Epoch seconds as `YYYY-MM-DDTHH:MM:SSZ` (civil-from-days, proleptic Gregorian), so a
+/// cached reading says when it was taken without a date crate.
+fn utc(epoch: u64) -> String {
+    let (days, secs) = (epoch / 86_400, epoch % 86_400);
+    let z = days + 719_468;
+    let (era, doe) = (z / 146_097, z % 146_097);
+    let yoe = (doe - doe / 1460 + doe / 36_524 - doe / 146_096) / 365;
+    let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
+    let mp = (5 * doy + 2) / 153;
+    let day = doy - (153 * mp + 2) / 5 + 1;
+    let month = if mp < 10 { mp + 3 } else { mp - 9 };
+    let year = yoe + era * 400 + u64::from(month <= 2);
+    format!(
+        "{year:04}-{month:02}-{day:02}T{:02}:{:02}:{:02}Z",
+        secs / 3600,
+        secs / 60 % 60,
+        secs % 60
+    )
 }
 
 fn loose_u64(v: &Value) -> Option<u64> {
@@ -380,6 +405,7 @@ impl ProxmoxDriver {
         form: &[(&str, &str)],
     ) -> Result<Answer, DriverError> {
         let mut renewed = false;
+        let mut resent = false;
         loop {
             let call = format!("{method} /{path}");
             let write = method != Method::GET;
@@ -398,10 +424,18 @@ impl ProxmoxDriver {
                     .header("content-type", "application/x-www-form-urlencoded")
                     .body(body);
             }
-            let resp = req
-                .send()
-                .await
-                .map_err(|e| http::map_error(&self.id, &call, &e, write))?;
+            let resp = match req.send().await {
+                Ok(resp) => resp,
+                // A pooled keep-alive connection whose server went away (a node that lost
+                // power) fails without an answer; a read is safe to send once more, on a
+                // new connection, which then says what the server is: refused, silent, or
+                // back.
+                Err(e) if !write && !resent && !e.is_timeout() && !e.is_connect() => {
+                    resent = true;
+                    continue;
+                }
+                Err(e) => return Err(http::map_error(&self.id, &call, &e, write)),
+            };
             let status = resp.status();
             let fingerprint = client.seen.get();
             let bytes = http::read_body(&self.id, &call, resp, write).await?;
@@ -423,8 +457,9 @@ impl ProxmoxDriver {
             let msg = pve_message(status, &body);
             let kind = match status.as_u16() {
                 401 => ErrorKind::Auth,
-                // PVE's proxy: the node that owns the resource does not answer.
-                595 | 502 | 503 | 504 => ErrorKind::Unreachable,
+                // PVE's proxy (AnyEvent::HTTP's pseudo-statuses): the node that owns the
+                // resource does not answer (595 connect, 596 request/headers, 597 body).
+                595..=597 | 502 | 503 | 504 => ErrorKind::Unreachable,
                 501 => ErrorKind::Protocol,
                 _ => ErrorKind::Rejected,
             };
@@ -675,7 +710,28 @@ impl ProxmoxDriver {
                 )
             })
         };
-        let (sample, from_cache) = match fresh.await {
+        // With a cached sample in hand, a source that does not answer within half of the
+        // remaining time is treated as gone: a powered-off host drops packets rather than
+        // refusing, and waiting for the call's own deadline would leave no time for the
+        // cache. Without one there is nothing better to wait for.
+        let fresh = match &cached {
+            Some(_) => {
+                let now = tokio::time::Instant::now();
+                let until = now + ctx.deadline.saturating_duration_since(now) / 2;
+                tokio::time::timeout_at(until, fresh)
+                    .await
+                    .unwrap_or_else(|_| {
+                        Err(self.err(
+                            ErrorKind::Timeout,
+                            LAG,
+                            format!("the status of job {job} did not come in time"),
+                            false,
+                        ))
+                    })
+            }
+            None => fresh.await,
+        };
+        let (sample, from_cache) = match fresh {
             Ok(s) => {
                 self.replication
                     .lock()
@@ -684,7 +740,8 @@ impl ProxmoxDriver {
                 (s, false)
             }
             // The source node is gone: its status cannot be read any more.
-            Err(e) if e.kind == ErrorKind::Unreachable => match cached {
+            Err(e) if matches!(e.kind, ErrorKind::Unreachable | ErrorKind::Timeout) => match cached
+            {
                 Some(s) => (s, true),
                 None => return Err(e),
             },
@@ -1105,13 +1162,20 @@ mod tests {
         let (holds, detail) = assess_replication("101-1", &s, 1300, 600, 0, true);
         assert!(holds);
         assert!(
-            detail.contains("pve2 does not answer") && detail.contains("200 s ago"),
+            detail.contains("cached, read at 1970-01-01T00:18:20Z (200 s ago) from node pve2"),
             "{detail}"
         );
         assert!(
             !assess_replication("101-1", &s, 1700, 600, 0, true).0,
             "the window grows with time"
         );
+    }
+
+    #[test]
+    fn cache_times_are_written_in_utc() {
+        assert_eq!(utc(0), "1970-01-01T00:00:00Z");
+        assert_eq!(utc(951_782_400), "2000-02-29T00:00:00Z");
+        assert_eq!(utc(1_796_042_096), "2026-11-30T12:34:56Z");
     }
 
     #[test]
