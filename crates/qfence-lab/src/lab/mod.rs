@@ -204,9 +204,153 @@ impl Lab {
     /// simulators.
     pub async fn stop(self) {
         self.control.stop().await;
+        // A stale control file would send `lab fail` to a port nobody answers on.
+        let _ = std::fs::remove_file(ControlFile::path(&self.dir));
         self.orchestrators.stop_all().await;
         if let Ok(sims) = std::sync::Arc::try_unwrap(self.sims) {
             sims.stop().await;
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::net::SocketAddr;
+    use std::sync::Arc;
+
+    use super::control::ControlServer;
+    use super::*;
+    use crate::faults::Cut;
+    use crate::redfish::AlreadyInState;
+
+    fn addr(s: &str) -> SocketAddr {
+        s.parse().expect("an address")
+    }
+
+    #[tokio::test]
+    async fn the_lab_configuration_pins_every_simulator_and_validates() {
+        let sims = Sims::start().await.expect("simulators start");
+        let text = sims.config_text(&[
+            ("dc1-a", addr("127.0.0.1:17401")),
+            ("dc2-a", addr("127.0.0.2:17402")),
+            ("witness-a", addr("127.0.0.3:17403")),
+        ]);
+        assert!(
+            !text.contains("insecure"),
+            "no simulator is trusted blindly"
+        );
+        for pin in [
+            sims.bmc1.fingerprint(),
+            sims.bmc2.fingerprint(),
+            sims.pve1.fingerprint(),
+            sims.pve2.fingerprint(),
+            sims.fgt_pin.as_str(),
+        ] {
+            assert!(
+                text.contains(&format!("pin: \"sha256:{pin}\"")),
+                "{pin} pinned"
+            );
+        }
+        assert!(text.contains(&format!("endpoint: {}", sims.pve1.base_url())));
+        assert!(text.contains("address: \"127.0.0.2:17402\""));
+        assert!(text.contains("failover_after_seconds: 6"));
+        if let Err(issues) = qfence_model::config::load_str(&text, "lab.yaml") {
+            panic!("the lab configuration validates: {issues:#?}");
+        }
+        sims.stop().await;
+    }
+
+    #[tokio::test]
+    async fn the_control_endpoint_wants_its_token_and_switches_cuts_and_faults() {
+        let dir = std::env::temp_dir().join(format!("qfence-lab-control-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).expect("a temp dir");
+        let sims = Arc::new(Sims::start().await.expect("simulators start"));
+        let orchestrators = Arc::new(Orchestrators { list: Vec::new() });
+        let server = ControlServer::start(sims.clone(), orchestrators, &dir)
+            .await
+            .expect("the control endpoint starts");
+        let file: ControlFile = serde_json::from_str(
+            &std::fs::read_to_string(ControlFile::path(&dir)).expect("control.json"),
+        )
+        .expect("control.json parses");
+        // reqwest is built without a default crypto provider (ring is the project's choice).
+        let _ = rustls::crypto::ring::default_provider().install_default();
+        let client = reqwest::Client::new();
+
+        let refused = client
+            .get(format!("{}/state", file.url))
+            .bearer_auth("wrong")
+            .send()
+            .await
+            .expect("an answer");
+        assert_eq!(refused.status(), 401);
+
+        let state: LabState = client
+            .post(format!("{}/fail/dc1", file.url))
+            .bearer_auth(&file.token)
+            .send()
+            .await
+            .expect("an answer")
+            .json()
+            .await
+            .expect("a lab state");
+        assert_eq!(state.failed, ["dc1"]);
+        assert_eq!(sims.pve1.faults().snapshot().unreachable, Some(Cut::Refuse));
+        assert_eq!(sims.pve2.faults().snapshot().unreachable, None);
+        assert!(
+            sims.bmc1.faults().snapshot().unreachable.is_none(),
+            "the BMC stays reachable"
+        );
+
+        let state: LabState = client
+            .post(format!("{}/heal/dc1", file.url))
+            .bearer_auth(&file.token)
+            .send()
+            .await
+            .expect("an answer")
+            .json()
+            .await
+            .expect("a lab state");
+        assert!(state.failed.is_empty());
+        assert_eq!(sims.pve1.faults().snapshot().unreachable, None);
+
+        let on = client
+            .post(format!("{}/fault", file.url))
+            .bearer_auth(&file.token)
+            .json(&FaultRequest {
+                name: "already-off-409".into(),
+                site: "dc2".into(),
+                on: true,
+            })
+            .send()
+            .await
+            .expect("an answer");
+        assert_eq!(on.status(), 200);
+        assert_eq!(
+            sims.bmc2.snapshot().already_in_state,
+            AlreadyInState::Conflict409
+        );
+        let unknown = client
+            .post(format!("{}/fault", file.url))
+            .bearer_auth(&file.token)
+            .json(&FaultRequest {
+                name: "gremlins".into(),
+                site: "dc1".into(),
+                on: true,
+            })
+            .send()
+            .await
+            .expect("an answer");
+        assert_eq!(unknown.status(), 400);
+        assert!(
+            unknown
+                .text()
+                .await
+                .unwrap_or_default()
+                .contains("slow-bmc")
+        );
+
+        server.stop().await;
+        let _ = std::fs::remove_dir_all(&dir);
     }
 }
