@@ -20,6 +20,7 @@
 
 pub mod faults;
 pub mod fortios;
+pub mod lab;
 pub mod proxmox;
 pub mod redfish;
 pub mod tls;

@@ -69,6 +69,22 @@ pub enum LabError {
     /// The initial state names something that does not exist or repeats a name.
     #[error("invalid initial state: {0}")]
     InvalidState(String),
+    /// A lab file could not be written or read (`qfence lab`).
+    #[error("{path}: {source}")]
+    Io {
+        /// The file or directory.
+        path: String,
+        /// The operating system's error.
+        source: io::Error,
+    },
+    /// An orchestrator of the lab did not start or stop as asked (`qfence lab`).
+    #[error("orchestrator {name}: {reason}")]
+    Orchestrator {
+        /// The orchestrator.
+        name: String,
+        /// What went wrong, and where its log is.
+        reason: String,
+    },
 }
 
 /// A certificate and its private key, generated in-process or loaded by the caller.

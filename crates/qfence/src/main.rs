@@ -47,6 +47,9 @@ enum Command {
     Cluster(cmd::cluster::ClusterArgs),
     /// Run this orchestrator: cluster node, drivers, decision loop and HTTPS API.
     Serve(cmd::serve::ServeArgs),
+    /// The demo lab on loopback: simulators, three orchestrators, erp-db; `lab fail|heal SITE`
+    /// act on the running lab.
+    Lab(cmd::lab::LabArgs),
     /// Measure qfence: figures, not pass/fail.
     #[command(subcommand)]
     Bench(BenchCommand),
@@ -83,6 +86,7 @@ fn main() -> ExitCode {
             cmd::client::status::run(a, cli.format),
         )),
         Command::Cluster(a) => block_on(cmd::cluster::run(a)),
+        Command::Lab(a) => cmd::lab::run(a, cli.format),
         Command::Bench(BenchCommand::Cluster(a)) => block_on(cmd::cluster::bench(a)),
         Command::Serve(a) => tokio::runtime::Builder::new_multi_thread()
             .enable_all()

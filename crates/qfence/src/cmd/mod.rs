@@ -6,6 +6,7 @@ pub mod config;
 pub mod controller;
 pub mod dry_run;
 pub mod events;
+pub mod lab;
 pub mod plan;
 pub mod serve;
 

@@ -110,7 +110,7 @@ pub async fn run(a: ServeArgs) -> anyhow::Result<ExitCode> {
     Ok(ExitCode::SUCCESS)
 }
 
-async fn signal() {
+pub(crate) async fn signal() {
     #[cfg(unix)]
     {
         if let Ok(mut term) =

@@ -1,0 +1,356 @@
+//! `qfence lab`: the whole demo lab on loopback, in one foreground process.
+//!
+//! # The model
+//!
+//! Two datacenters and a witness. The lab process runs the five simulators in-process
+//! ([`Sims`]: BMCs `bmc-dc1`/`bmc-dc2`, Proxmox VE clusters `pve-dc1`/`pve-dc2` with VM 101
+//! and replication job 101-1, FortiGate `fgt-edge` with `vip-erp-db`), writes the lab
+//! directory (configuration, a 0600 secret directory, a token file, an `env` file), and
+//! starts three orchestrators as real `qfence serve` child processes, one per site, each on
+//! its own loopback address (dc1-a on 127.0.0.1, dc2-a on 127.0.0.2, witness-a on
+//! 127.0.0.3), forming one cluster: dc1-a creates it (`qfence cluster init`), the others get
+//! a certificate from its CA (`qfence cluster issue`) and join (`qfence cluster join`)
+//! before serving.
+//!
+//! A small control endpoint (plain HTTP on 127.0.0.1, bearer token in `DIR/control.json`)
+//! lets `qfence lab fail|heal|fault` act on the running lab:
+//! - **fail SITE**: the site's orchestrator is frozen (SIGSTOP: its cluster peers and API
+//!   clients time out, as across a cut link) and the site's Proxmox API refuses connections.
+//!   The site's BMC stays reachable (its `reach` says the other site can power it off) and
+//!   the FortiGate, the edge device, stays reachable too.
+//! - **heal SITE**: undoes both. A fenced site comes back fenced: its host stays off.
+//!
+//! Every orchestrator's controller traffic leaves from 127.0.0.1 (the drivers do not bind a
+//! source address), so a cut is per simulator, not per caller: while a site's orchestrator
+//! is frozen nobody else should reach its Proxmox API anyway.
+
+mod control;
+mod orchestrators;
+mod sims;
+
+pub use control::{ControlFile, FaultRequest, LabState, OrchestratorView};
+pub use orchestrators::{Orchestrator, Orchestrators, Topology};
+pub use sims::{
+    BMC_PASSWORD, FGT_KEY, PVE_TOKEN, Sims, TIMINGS, VIP, VIP_DC1, VIP_DC2, hex_sha256,
+};
+
+use std::path::{Path, PathBuf};
+
+use crate::LabError;
+
+/// How to start the lab.
+#[derive(Debug, Clone)]
+pub struct LabOptions {
+    /// The lab directory (created; an existing lab's files are replaced).
+    pub dir: PathBuf,
+    /// The `qfence` executable to run the orchestrators with.
+    pub exe: PathBuf,
+}
+
+/// The tokens of the lab's API users.
+#[derive(Debug, Clone)]
+pub struct LabTokens {
+    /// Reads status, plans and events.
+    pub viewer: String,
+    /// May also switch over, fail over, confirm, pause.
+    pub operator: String,
+    /// Everything.
+    pub admin: String,
+}
+
+/// A running lab.
+pub struct Lab {
+    /// The simulators.
+    pub sims: std::sync::Arc<Sims>,
+    /// The orchestrators.
+    pub orchestrators: std::sync::Arc<Orchestrators>,
+    /// The API users' tokens.
+    pub tokens: LabTokens,
+    /// `http://127.0.0.1:PORT` of the control endpoint.
+    pub control_url: String,
+    /// The lab directory.
+    pub dir: PathBuf,
+    control: control::ControlServer,
+}
+
+impl std::fmt::Debug for Lab {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Lab")
+            .field("dir", &self.dir)
+            .field("control_url", &self.control_url)
+            .finish_non_exhaustive()
+    }
+}
+
+pub(crate) fn io_err(path: &Path) -> impl FnOnce(std::io::Error) -> LabError + '_ {
+    move |source| LabError::Io {
+        path: path.display().to_string(),
+        source,
+    }
+}
+
+/// Writes `text` to `path` readable by the owner only.
+pub(crate) fn write_private(path: &Path, text: &str) -> Result<(), LabError> {
+    std::fs::write(path, text).map_err(io_err(path))?;
+    #[cfg(unix)]
+    {
+        use std::os::unix::fs::PermissionsExt;
+        std::fs::set_permissions(path, std::fs::Permissions::from_mode(0o600))
+            .map_err(io_err(path))?;
+    }
+    Ok(())
+}
+
+/// 32 random bytes as hex: a token nobody can guess.
+pub(crate) fn random_token(prefix: &str) -> Result<String, LabError> {
+    use ring::rand::SecureRandom;
+    let mut bytes = [0u8; 24];
+    ring::rand::SystemRandom::new()
+        .fill(&mut bytes)
+        .map_err(|_| LabError::Tls("the system random generator failed".into()))?;
+    let hex: String = bytes.iter().map(|b| format!("{b:02x}")).collect();
+    Ok(format!("{prefix}-{hex}"))
+}
+
+impl Lab {
+    /// Starts the simulators, writes the lab directory, starts the three orchestrators and
+    /// waits until each serves its API, then opens the control endpoint.
+    pub async fn start(o: LabOptions) -> Result<Self, LabError> {
+        let dir = o.dir.clone();
+        if dir.exists() {
+            // A previous lab's orchestrator data would hold another cluster: start clean.
+            for sub in ["dc1-a", "dc2-a", "witness-a", "secrets", "logs"] {
+                let p = dir.join(sub);
+                if p.exists() {
+                    std::fs::remove_dir_all(&p).map_err(io_err(&p))?;
+                }
+            }
+        }
+        std::fs::create_dir_all(&dir).map_err(io_err(&dir))?;
+        let sims = Sims::start().await?;
+        let topology = Topology::pick()?;
+        let config = sims.config_text(&topology.cluster_addresses());
+        let config_path = dir.join("lab.yaml");
+        std::fs::write(&config_path, &config).map_err(io_err(&config_path))?;
+
+        let secrets = dir.join("secrets");
+        std::fs::create_dir_all(&secrets).map_err(io_err(&secrets))?;
+        #[cfg(unix)]
+        {
+            use std::os::unix::fs::PermissionsExt;
+            std::fs::set_permissions(&secrets, std::fs::Permissions::from_mode(0o700))
+                .map_err(io_err(&secrets))?;
+        }
+        for (name, value) in [
+            ("lab-redfish", BMC_PASSWORD),
+            ("lab-proxmox", PVE_TOKEN),
+            ("lab-fortigate", FGT_KEY),
+        ] {
+            write_private(&secrets.join(name), value)?;
+        }
+
+        let tokens = LabTokens {
+            viewer: random_token("viewer")?,
+            operator: random_token("operator")?,
+            admin: random_token("admin")?,
+        };
+        let token_file = dir.join("tokens");
+        let lines = [
+            ("viewer", "lab-viewer", &tokens.viewer),
+            ("operator", "lab-operator", &tokens.operator),
+            ("admin", "lab-admin", &tokens.admin),
+        ]
+        .iter()
+        .map(|(role, name, t)| format!("{role} {name} sha256:{}\n", hex_sha256(t.as_bytes())))
+        .collect::<String>();
+        write_private(&token_file, &lines)?;
+
+        let orchestrators =
+            Orchestrators::start(&o.exe, &dir, &topology, &config_path, &token_file, &secrets)
+                .await?;
+
+        // The env file points at dc2-a's API: it survives `lab fail dc1`, the demo's story.
+        let api = orchestrators
+            .get("dc2-a")
+            .ok_or_else(|| LabError::Orchestrator {
+                name: "dc2-a".into(),
+                reason: "not started".into(),
+            })?;
+        let env = format!(
+            "# qfence lab: `. {}` and the qfence commands need no flags.\n\
+             export QFENCE_API={}\nexport QFENCE_TOKEN={}\nexport QFENCE_API_PIN=sha256:{}\n",
+            dir.join("env").display(),
+            api.api_url(),
+            tokens.operator,
+            api.pin
+        );
+        write_private(&dir.join("env"), &env)?;
+
+        let sims = std::sync::Arc::new(sims);
+        let orchestrators = std::sync::Arc::new(orchestrators);
+        let control =
+            control::ControlServer::start(sims.clone(), orchestrators.clone(), &dir).await?;
+        Ok(Self {
+            control_url: control.url(),
+            sims,
+            orchestrators,
+            tokens,
+            dir,
+            control,
+        })
+    }
+
+    /// Stops the orchestrators (SIGTERM, then SIGKILL), the control endpoint and the
+    /// simulators.
+    pub async fn stop(self) {
+        self.control.stop().await;
+        // A stale control file would send `lab fail` to a port nobody answers on.
+        let _ = std::fs::remove_file(ControlFile::path(&self.dir));
+        self.orchestrators.stop_all().await;
+        if let Ok(sims) = std::sync::Arc::try_unwrap(self.sims) {
+            sims.stop().await;
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::net::SocketAddr;
+    use std::sync::Arc;
+
+    use super::control::ControlServer;
+    use super::*;
+    use crate::faults::Cut;
+    use crate::redfish::AlreadyInState;
+
+    fn addr(s: &str) -> SocketAddr {
+        s.parse().expect("an address")
+    }
+
+    #[tokio::test]
+    async fn the_lab_configuration_pins_every_simulator_and_validates() {
+        let sims = Sims::start().await.expect("simulators start");
+        let text = sims.config_text(&[
+            ("dc1-a", addr("127.0.0.1:17401")),
+            ("dc2-a", addr("127.0.0.2:17402")),
+            ("witness-a", addr("127.0.0.3:17403")),
+        ]);
+        assert!(
+            !text.contains("insecure"),
+            "no simulator is trusted blindly"
+        );
+        for pin in [
+            sims.bmc1.fingerprint(),
+            sims.bmc2.fingerprint(),
+            sims.pve1.fingerprint(),
+            sims.pve2.fingerprint(),
+            sims.fgt_pin.as_str(),
+        ] {
+            assert!(
+                text.contains(&format!("pin: \"sha256:{pin}\"")),
+                "{pin} pinned"
+            );
+        }
+        assert!(text.contains(&format!("endpoint: {}", sims.pve1.base_url())));
+        assert!(text.contains("address: \"127.0.0.2:17402\""));
+        assert!(text.contains("failover_after_seconds: 6"));
+        if let Err(issues) = qfence_model::config::load_str(&text, "lab.yaml") {
+            panic!("the lab configuration validates: {issues:#?}");
+        }
+        sims.stop().await;
+    }
+
+    #[tokio::test]
+    async fn the_control_endpoint_wants_its_token_and_switches_cuts_and_faults() {
+        let dir = std::env::temp_dir().join(format!("qfence-lab-control-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).expect("a temp dir");
+        let sims = Arc::new(Sims::start().await.expect("simulators start"));
+        let orchestrators = Arc::new(Orchestrators { list: Vec::new() });
+        let server = ControlServer::start(sims.clone(), orchestrators, &dir)
+            .await
+            .expect("the control endpoint starts");
+        let file: ControlFile = serde_json::from_str(
+            &std::fs::read_to_string(ControlFile::path(&dir)).expect("control.json"),
+        )
+        .expect("control.json parses");
+        // reqwest is built without a default crypto provider (ring is the project's choice).
+        let _ = rustls::crypto::ring::default_provider().install_default();
+        let client = reqwest::Client::new();
+
+        let refused = client
+            .get(format!("{}/state", file.url))
+            .bearer_auth("wrong")
+            .send()
+            .await
+            .expect("an answer");
+        assert_eq!(refused.status(), 401);
+
+        let state: LabState = client
+            .post(format!("{}/fail/dc1", file.url))
+            .bearer_auth(&file.token)
+            .send()
+            .await
+            .expect("an answer")
+            .json()
+            .await
+            .expect("a lab state");
+        assert_eq!(state.failed, ["dc1"]);
+        assert_eq!(sims.pve1.faults().snapshot().unreachable, Some(Cut::Refuse));
+        assert_eq!(sims.pve2.faults().snapshot().unreachable, None);
+        assert!(
+            sims.bmc1.faults().snapshot().unreachable.is_none(),
+            "the BMC stays reachable"
+        );
+
+        let state: LabState = client
+            .post(format!("{}/heal/dc1", file.url))
+            .bearer_auth(&file.token)
+            .send()
+            .await
+            .expect("an answer")
+            .json()
+            .await
+            .expect("a lab state");
+        assert!(state.failed.is_empty());
+        assert_eq!(sims.pve1.faults().snapshot().unreachable, None);
+
+        let on = client
+            .post(format!("{}/fault", file.url))
+            .bearer_auth(&file.token)
+            .json(&FaultRequest {
+                name: "already-off-409".into(),
+                site: "dc2".into(),
+                on: true,
+            })
+            .send()
+            .await
+            .expect("an answer");
+        assert_eq!(on.status(), 200);
+        assert_eq!(
+            sims.bmc2.snapshot().already_in_state,
+            AlreadyInState::Conflict409
+        );
+        let unknown = client
+            .post(format!("{}/fault", file.url))
+            .bearer_auth(&file.token)
+            .json(&FaultRequest {
+                name: "gremlins".into(),
+                site: "dc1".into(),
+                on: true,
+            })
+            .send()
+            .await
+            .expect("an answer");
+        assert_eq!(unknown.status(), 400);
+        assert!(
+            unknown
+                .text()
+                .await
+                .unwrap_or_default()
+                .contains("slow-bmc")
+        );
+
+        server.stop().await;
+        let _ = std::fs::remove_dir_all(&dir);
+    }
+}
