@@ -62,6 +62,23 @@ pub struct PlanRuntime {
     pub last_recorded: Option<String>,
 }
 
+/// What a sentence says once routine wording is set aside: times of day masked, and the
+/// "no action: " and "checking health (N checks); " openings dropped, since a steady plan
+/// alternates between the two every interval and neither is news.
+pub fn routine_gist(s: &str) -> String {
+    let masked = without_times(s);
+    let mut rest = masked.as_str();
+    if let Some(r) = rest.strip_prefix("no action: ") {
+        rest = r;
+    }
+    if rest.starts_with("checking health (")
+        && let Some((_, r)) = rest.split_once("); ")
+    {
+        rest = r;
+    }
+    rest.to_owned()
+}
+
 /// The sentence with every `HH:MM:SS` replaced by `--:--:--`, to tell a new sentence from the
 /// same one at a later time.
 pub fn without_times(s: &str) -> String {
@@ -443,7 +460,7 @@ impl Engine {
                 .commands
                 .iter()
                 .any(|c| !matches!(c.action, qfence_core::Action::Check { .. }));
-        let gist = without_times(&decision.reason);
+        let gist = routine_gist(&decision.reason);
         let changed = view.last_recorded.as_deref() != Some(gist.as_str());
         if acted || changed {
             tracing::info!(plan = %plan, term = %leadership.term, generation = %state.generation,
@@ -527,6 +544,19 @@ fn prune(
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn routine_checks_and_no_action_openings_are_not_news() {
+        let a = "checking health (1 check); erp-db owned by dc2 at generation 2; dc1 fenced \
+                 (power.off FENCED at 15:17:08)";
+        let b = "no action: erp-db owned by dc2 at generation 2; dc1 fenced (power.off FENCED at \
+                 15:17:10)";
+        assert_eq!(routine_gist(a), routine_gist(b));
+        let c = "no action: erp-db owned by dc2 at generation 2; dc1 reads UNKNOWN";
+        assert_ne!(routine_gist(b), routine_gist(c));
+        let d = "failing erp-db over from dc1 to dc2: health lost";
+        assert_eq!(routine_gist(d), d);
+    }
 
     #[test]
     fn times_of_day_are_masked_and_nothing_else() {
