@@ -77,7 +77,8 @@ pub fn print_status(s: &StatusResponse) {
     table::print(&t);
 }
 
-/// `dc1 owner UNKNOWN, dc2 standby FENCED (maintenance)`.
+/// `dc1 owner, dc2 standby FENCED (maintenance)`. The owner's fences are not watched (it is
+/// meant to run), so its verdict is shown only when it reads FENCED: the owner is down.
 pub fn sites(p: &PlanStatus) -> String {
     p.sites
         .iter()
@@ -92,7 +93,12 @@ pub fn sites(p: &PlanStatus) -> String {
                 VerdictDto::Unknown => "UNKNOWN",
             };
             let maint = if s.maintenance { " (maintenance)" } else { "" };
-            format!("{} {role} {verdict}{maint}", s.site)
+            match (s.role, s.verdict) {
+                (SiteRole::Owner, VerdictDto::Fenced) | (SiteRole::Standby, _) => {
+                    format!("{} {role} {verdict}{maint}", s.site)
+                }
+                (SiteRole::Owner, _) => format!("{} {role}{maint}", s.site),
+            }
         })
         .collect::<Vec<_>>()
         .join(", ")
@@ -188,5 +194,48 @@ async fn watch(api: &Api, every: Duration, format: Format) -> Outcome {
                 println!("{now} {gone}: deleted");
             }
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use qfence_server::dto::{PlanStatus, SiteRole, SiteStatus, VerdictDto};
+
+    use super::sites;
+
+    fn site(name: &str, role: SiteRole, verdict: VerdictDto) -> SiteStatus {
+        SiteStatus {
+            site: name.into(),
+            role,
+            verdict,
+            checked_at_ms: None,
+            maintenance: false,
+        }
+    }
+
+    fn plan(sites: Vec<SiteStatus>) -> PlanStatus {
+        PlanStatus {
+            plan: "erp-db".into(),
+            owner: "dc1".into(),
+            generation: 1,
+            paused: false,
+            phase: "steady".into(),
+            last_reason: String::new(),
+            sites,
+        }
+    }
+
+    #[test]
+    fn the_owner_shows_a_verdict_only_when_it_reads_fenced() {
+        let steady = plan(vec![
+            site("dc1", SiteRole::Owner, VerdictDto::Unknown),
+            site("dc2", SiteRole::Standby, VerdictDto::Fenced),
+        ]);
+        assert_eq!(sites(&steady), "dc1 owner, dc2 standby FENCED");
+        let owner_down = plan(vec![
+            site("dc1", SiteRole::Owner, VerdictDto::Fenced),
+            site("dc2", SiteRole::Standby, VerdictDto::Unknown),
+        ]);
+        assert_eq!(sites(&owner_down), "dc1 owner FENCED, dc2 standby UNKNOWN");
     }
 }
