@@ -399,11 +399,13 @@ impl Cx<'_, '_> {
         self.renew_dead_man(&owner);
         let verdicts = self.fence_watch(&owner);
         self.shield(&owner, &verdicts);
+        let ready = self.readiness_watch(&owner);
         self.notes.push(Note::Steady {
             owner,
             generation: self.state.generation,
             paused: self.state.paused,
             sites: verdicts,
+            ready,
         });
     }
 
@@ -702,6 +704,74 @@ impl Cx<'_, '_> {
         out
     }
 
+    /// Checks the readiness of every site but the owner each interval, so operators see a
+    /// failover target's state at all times and drivers that answer from a cache once their
+    /// source is lost have a warm one. Read-only: it runs while paused, and a reading starts
+    /// nothing by itself. Returns one summary per site that has readiness bindings.
+    fn readiness_watch(&mut self, owner: &SiteId) -> Vec<(SiteId, String)> {
+        let mut out = Vec::new();
+        for site in self.other_sites(owner) {
+            let keys = rules::keys(self.plan, &site, Role::Readiness);
+            if keys.is_empty() {
+                continue;
+            }
+            self.check_due(&keys);
+            out.push((site, self.readiness_summary(&keys)));
+        }
+        out
+    }
+
+    /// "ready (replication.lag at 14:02:06)", "NOT READY (...)", "readiness UNKNOWN (...)":
+    /// ready only when every binding reads ready, fresh.
+    fn readiness_summary(&self, keys: &[BindingKey]) -> String {
+        let mut ready = true;
+        let mut worst = "ready";
+        let mut parts = Vec::new();
+        for k in keys {
+            let cap = self.capability(k);
+            match self.obs(k) {
+                Some(o) if self.fresh(o) => {
+                    if o.value != Observed::Holds {
+                        ready = false;
+                    }
+                    if o.value == Observed::NotHeld {
+                        worst = "NOT READY";
+                    } else if o.value == Observed::Unknown && worst == "ready" {
+                        worst = "readiness UNKNOWN";
+                    }
+                    parts.push(format!("{cap} {} at {}", not_ready(o.value), o.at));
+                }
+                Some(o) => {
+                    ready = false;
+                    if worst == "ready" {
+                        worst = "readiness UNKNOWN";
+                    }
+                    parts.push(format!("{cap} stale, last read at {}", o.at));
+                }
+                None => {
+                    ready = false;
+                    if worst == "ready" {
+                        worst = "readiness UNKNOWN";
+                    }
+                    parts.push(format!("{cap} not read yet"));
+                }
+            }
+        }
+        if ready {
+            // Every part says "ready": keep the clause short.
+            let short: Vec<String> = keys
+                .iter()
+                .filter_map(|k| {
+                    self.obs(k)
+                        .map(|o| format!("{} at {}", self.capability(k), o.at))
+                })
+                .collect();
+            format!("ready ({})", short.join(", "))
+        } else {
+            format!("{worst} ({})", parts.join(", "))
+        }
+    }
+
     /// Raises the owner's shields while another site is not confirmed fenced; lowers them once
     /// every other site is.
     fn shield(&mut self, owner: &SiteId, verdicts: &[SiteVerdict]) {
@@ -877,9 +947,21 @@ impl Cx<'_, '_> {
         let others = self.other_sites(&t.target);
         let mut out = Vec::new();
         match t.stage {
-            Stage::Preflight | Stage::Readiness => {
+            Stage::Preflight => {
                 for k in rules::keys(self.plan, &t.target, Role::Readiness) {
                     out.push(Action::Check { binding: k });
+                }
+            }
+            Stage::Readiness => {
+                // In a failover, a fresh ready reading from the readiness watch stands (the
+                // source may be gone by now); everything else is read again in this step. A
+                // planned switchover always reads again: it wants the state after the owner
+                // stopped.
+                let switchover = matches!(t.kind, TransitionKind::Switchover { .. });
+                for k in rules::keys(self.plan, &t.target, Role::Readiness) {
+                    if switchover || !self.ready_fresh(&k) {
+                        out.push(Action::Check { binding: k });
+                    }
                 }
             }
             Stage::AppFences | Stage::Fences => {
@@ -1147,12 +1229,21 @@ impl Cx<'_, '_> {
         }
     }
 
+    /// Whether `key` reads ready, fresh.
+    fn ready_fresh(&self, key: &BindingKey) -> bool {
+        self.obs(key)
+            .is_some_and(|o| o.value == Observed::Holds && self.fresh(o))
+    }
+
     fn readiness(&self, t: &Transition) -> Result<(), String> {
         let mut bad = Vec::new();
         for k in rules::keys(self.plan, &t.target, Role::Readiness) {
             let cap = self.capability(&k);
+            // What this step checked must be read in this step; what it did not check (a
+            // fresh ready reading of the watch) must still be fresh now.
+            let from_watch = !t.pending.contains_key(&k);
             match self.obs(&k) {
-                Some(o) if o.at >= t.stage_started && self.fresh(o) => {
+                Some(o) if (from_watch || o.at >= t.stage_started) && self.fresh(o) => {
                     if o.value != Observed::Holds {
                         bad.push(format!("{cap} {}", not_ready(o.value)));
                     }

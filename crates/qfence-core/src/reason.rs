@@ -56,6 +56,8 @@ pub(crate) enum Note {
         generation: Generation,
         paused: bool,
         sites: Vec<SiteVerdict>,
+        /// The readiness watch's summary of each other site that has readiness bindings.
+        ready: Vec<(SiteId, String)>,
     },
     CheckingHealth {
         n: usize,
@@ -255,6 +257,7 @@ fn render(plan: &PlanId, n: &Note) -> String {
             generation,
             paused,
             sites,
+            ready,
         } => {
             let mut s = format!("{plan} owned by {owner} at generation {generation}");
             if *paused {
@@ -263,6 +266,10 @@ fn render(plan: &PlanId, n: &Note) -> String {
             for v in sites {
                 s.push_str("; ");
                 s.push_str(&site_summary(v));
+                if let Some((_, r)) = ready.iter().find(|(site, _)| *site == v.site) {
+                    s.push_str(", ");
+                    s.push_str(r);
+                }
             }
             s
         }

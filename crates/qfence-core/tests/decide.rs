@@ -250,9 +250,15 @@ fn an_application_fence_never_proves_a_site_stopped() {
 fn steady_state_checks_health_at_the_owner_and_fences_elsewhere_then_says_no_action() {
     let mut b = Bench::lab();
     let d = b.step();
+    // dc1's health; dc2's fences; dc2's readiness (the readiness watch).
     assert_eq!(
         acts(&d),
-        vec![check("dc1", 3), check("dc2", 0), check("dc2", 1)]
+        vec![
+            check("dc1", 3),
+            check("dc2", 0),
+            check("dc2", 1),
+            check("dc2", 2)
+        ]
     );
     for c in &d.commands {
         assert_eq!((c.generation, c.term), (Generation(1), Term(2)));
@@ -263,13 +269,19 @@ fn steady_state_checks_health_at_the_owner_and_fences_elsewhere_then_says_no_act
     assert_eq!(d.state_change, None);
     assert_eq!(
         d.reason,
-        "no action: erp-db owned by dc1 at generation 1; dc2 fenced (power.off FENCED at 14:02:01)"
+        "no action: erp-db owned by dc1 at generation 1; dc2 fenced (power.off FENCED at \
+         14:02:01), ready (replication.lag at 14:02:01)"
     );
     // Each interval (10 s) the checks run again.
     b.tick(8);
     assert_eq!(
         acts(&b.step()),
-        vec![check("dc1", 3), check("dc2", 0), check("dc2", 1)]
+        vec![
+            check("dc1", 3),
+            check("dc2", 0),
+            check("dc2", 1),
+            check("dc2", 2)
+        ]
     );
 }
 
@@ -361,6 +373,225 @@ fn the_owner_dead_man_switch_is_renewed_each_interval_only_under_a_valid_lease()
         acts(&b.step())
             .iter()
             .any(|a| matches!(a, Action::RenewDeadMan { .. }))
+    );
+}
+
+// ----- the readiness watch -----
+
+/// The readiness checks among `d`'s commands.
+fn readiness_checks(d: &Decision) -> Vec<Action> {
+    acts(d)
+        .into_iter()
+        .filter(|a| matches!(a, Action::Check { binding } if binding.index == 2))
+        .collect()
+}
+
+#[test]
+fn readiness_is_watched_each_interval_at_every_site_but_the_owner() {
+    let mut b = Bench::new("erp-db", fixtures::erp_plan_three(&["dc2", "dc3"]));
+    eprintln!("The first decision reads dc2's and dc3's readiness, never dc1's.");
+    let d = b.step();
+    assert_eq!(readiness_checks(&d), vec![check("dc2", 2), check("dc3", 2)]);
+    eprintln!("Within the interval (10 s) nothing is read again.");
+    for _ in 0..9 {
+        assert_eq!(readiness_checks(&b.step()), vec![]);
+    }
+    eprintln!("One interval after the last reading, both are read again.");
+    let d = b.step();
+    assert_eq!(readiness_checks(&d), vec![check("dc2", 2), check("dc3", 2)]);
+    eprintln!("A check still in flight is not doubled, however late it is.");
+    b.tick(10);
+    let d = b.decide();
+    for c in &d.commands {
+        if let Some(k) = c.action.binding() {
+            b.in_flight.insert(c.op.clone(), k.clone());
+        }
+    }
+    assert_eq!(readiness_checks(&d), vec![check("dc2", 2), check("dc3", 2)]);
+    b.tick(10);
+    assert_eq!(readiness_checks(&b.decide()), vec![]);
+}
+
+#[test]
+fn readiness_is_never_watched_at_the_owner_even_after_ownership_moves() {
+    let mut b = Bench::lab();
+    for _ in 0..25 {
+        let d = b.step();
+        assert!(!acts(&d).contains(&check("dc1", 2)), "{d:?}");
+    }
+    eprintln!("dc2 takes over; from then on dc1 is watched and dc2 is not.");
+    b.intent(IntentKind::Failover { to: site("dc2") });
+    walk(&mut b, 8);
+    assert_eq!(
+        (b.state.owner.clone(), b.state.phase.clone()),
+        (site("dc2"), Phase::Steady)
+    );
+    let mut dc1_read = 0;
+    for _ in 0..25 {
+        let d = b.step();
+        assert!(!acts(&d).contains(&check("dc2", 2)), "{d:?}");
+        dc1_read += readiness_checks(&d).len();
+    }
+    assert!(dc1_read >= 2, "dc1's readiness read {dc1_read} times");
+}
+
+#[test]
+fn a_readiness_reading_starts_nothing_by_itself() {
+    let mut b = Bench::lab();
+    b.step();
+    b.step();
+    let quiet = b.state.clone();
+    eprintln!("dc2 reads NOT READY, then UNKNOWN, then ready: only the sentence changes.");
+    for (v, words) in [
+        (
+            Observed::NotHeld,
+            "NOT READY (replication.lag NOT READY at 14:02:11)",
+        ),
+        (
+            Observed::Unknown,
+            "readiness UNKNOWN (replication.lag UNKNOWN at 14:02:21)",
+        ),
+        (Observed::Holds, "ready (replication.lag at 14:02:31)"),
+    ] {
+        b.world.insert(k("dc2", 2), v);
+        b.tick(8);
+        let d = b.step();
+        assert_eq!(
+            acts(&d),
+            vec![
+                check("dc1", 3),
+                check("dc2", 0),
+                check("dc2", 1),
+                check("dc2", 2)
+            ]
+        );
+        let d = b.step();
+        assert_eq!((acts(&d), d.state_change), (vec![], None));
+        assert!(d.reason.ends_with(words), "{}", d.reason);
+        assert_eq!(b.state, quiet);
+    }
+    eprintln!("A stale reading (its check hangs) says so and still starts nothing.");
+    let old = b.obs[&k("dc2", 2)].at;
+    b.in_flight
+        .insert(OpId("erp-db/hanging-check".into()), k("dc2", 2));
+    b.now = old.plus(Duration::from_secs(31));
+    b.obs
+        .insert(k("dc1", 3), Observation::new(Observed::Holds, b.now));
+    b.obs
+        .insert(k("dc2", 0), Observation::new(Observed::Holds, b.now));
+    b.obs
+        .insert(k("dc2", 1), Observation::new(Observed::Holds, b.now));
+    let d = b.decide();
+    assert_eq!((acts(&d), d.state_change), (vec![], None));
+    assert_eq!(
+        d.reason,
+        "no action: erp-db owned by dc1 at generation 1; dc2 fenced (power.off FENCED at \
+         14:03:02), readiness UNKNOWN (replication.lag stale, last read at 14:02:31)"
+    );
+}
+
+#[test]
+fn the_readiness_watch_goes_on_while_paused() {
+    let mut b = Bench::lab();
+    b.intent(IntentKind::Pause);
+    let d = b.step();
+    assert!(b.state.paused);
+    assert_eq!(
+        acts(&d),
+        vec![
+            check("dc1", 3),
+            check("dc2", 0),
+            check("dc2", 1),
+            check("dc2", 2)
+        ]
+    );
+    b.tick(9);
+    let d = b.step();
+    assert_eq!(readiness_checks(&d), vec![check("dc2", 2)]);
+    let d = b.step();
+    assert_eq!(
+        d.reason,
+        "no action: erp-db owned by dc1 at generation 1 (paused); dc2 fenced (power.off FENCED \
+         at 14:02:11), ready (replication.lag at 14:02:11)"
+    );
+}
+
+/// Brings the lab into a failover whose readiness step is entered when the watch's last
+/// reading of dc2 is `watch_age` seconds old; dc2's readiness then reads `reads`. Returns the
+/// readiness step's commands.
+fn failover_to_readiness(watch_age: u64, reads: Observed) -> (Bench, Vec<Action>) {
+    let mut b = Bench::lab();
+    b.step();
+    b.tick(9);
+    b.step();
+    let watched = b.obs[&k("dc2", 2)].at;
+    assert_eq!(watched, T0.plus(Duration::from_secs(11)));
+    b.intent(IntentKind::Failover { to: site("dc2") });
+    // Fences, then their read-back.
+    assert_eq!(acts(&b.step()), vec![fence("dc1", 0), fence("dc1", 1)]);
+    assert_eq!(acts(&b.step()), vec![check("dc1", 0), check("dc1", 1)]);
+    b.now = watched.plus(Duration::from_secs(watch_age - 1));
+    b.world.insert(k("dc2", 2), reads);
+    let d = b.step();
+    (b, acts(&d))
+}
+
+#[test]
+fn a_fresh_watch_reading_counts_at_a_failovers_readiness_step() {
+    // Read 30 s ago, freshness_seconds is 30: it stands, nothing is read again (dc2 would
+    // read UNKNOWN now), and dc2's own fences are undone.
+    let (b, a) = failover_to_readiness(30, Observed::Unknown);
+    assert_eq!(
+        a,
+        vec![
+            Action::Unfence {
+                binding: k("dc2", 0)
+            },
+            Action::Unfence {
+                binding: k("dc2", 1)
+            }
+        ]
+    );
+    assert_eq!(b.stage(), Some(Stage::Unfence));
+}
+
+#[test]
+fn a_stale_watch_reading_does_not_count_at_the_readiness_step() {
+    // Read 31 s ago: too old, so the step reads dc2 again, and that reading decides.
+    let (mut b, a) = failover_to_readiness(31, Observed::Unknown);
+    assert_eq!(a, vec![check("dc2", 2)]);
+    assert_eq!(b.stage(), Some(Stage::Readiness));
+    let d = b.step();
+    assert_eq!(b.stage(), Some(Stage::Readiness));
+    assert!(
+        d.reason.contains("dc2 not ready: replication.lag UNKNOWN"),
+        "{}",
+        d.reason
+    );
+    eprintln!("Read again ready: the failover goes on.");
+    let (mut b, a) = failover_to_readiness(31, Observed::Holds);
+    assert_eq!(a, vec![check("dc2", 2)]);
+    b.step();
+    assert_eq!(b.stage(), Some(Stage::Unfence));
+}
+
+#[test]
+fn a_switchover_reads_readiness_again_whatever_the_watch_read() {
+    let mut b = Bench::lab();
+    b.step();
+    b.step();
+    b.intent(IntentKind::Switchover { to: site("dc2") });
+    let steps = walk(&mut b, 4);
+    // Preflight reads dc2 although the watch read it a second ago; so does the readiness
+    // step, after the owner is fenced.
+    assert_eq!(
+        steps,
+        vec![
+            vec![check("dc2", 2)],
+            vec![fence("dc1", 0), fence("dc1", 1)],
+            vec![check("dc1", 0), check("dc1", 1)],
+            vec![check("dc2", 2)],
+        ]
     );
 }
 
