@@ -7,6 +7,8 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use async_trait::async_trait;
+use qfence_cluster::forward::CallOutcome;
+use qfence_cluster::routing::{self, Placement, Route};
 use qfence_controllers::SecretStore;
 use qfence_controllers::registration::{self, Registration};
 use qfence_core::dry_run::{MoveKind, dry_run};
@@ -15,6 +17,7 @@ use qfence_model::{ControllerId, Generation, PlanId, SiteId};
 use serde_json::json;
 
 use super::RuntimeError;
+use super::drivers::{WireCall, WireReport};
 use super::engine::{Engine, Inner};
 use crate::auth::Caller;
 use crate::backend::{Backend, BackendError, CheckedController, CheckedPlan};
@@ -25,6 +28,7 @@ use crate::dto::{
     SwitchoverRequest,
 };
 use crate::events::{EventKind, EventPage, EventQuery, NewEvent};
+use crate::metrics::Direction;
 
 /// The real backend.
 #[derive(Debug, Clone)]
@@ -170,6 +174,99 @@ impl RuntimeBackend {
         Ok(())
     }
 }
+
+impl RuntimeBackend {
+    /// Runs the registration check of `name` where routing says its calls run, so what it
+    /// proves is the path a fence will take (issue 4, item 3), and says how it got there.
+    ///
+    /// The rule is [`routing::route`] seen from the orchestrator that received the request:
+    /// it runs the check itself when its site is the controller's own or in its reach, and
+    /// otherwise forwards it to an orchestrator at an allowed site, preferring the
+    /// controller's own site. So `bmc-dc1` (dc1, reach dc2) asked at dc2-a runs at dc2-a:
+    /// reach is what lets dc2's leader fence dc1's host once dc1 is lost, which is when that
+    /// fence matters, so that is the path worth proving. Only the leader can sign a forward:
+    /// the leader sends the check through [`ClusterNode::call`] exactly like an executor
+    /// call (signed, with its term, refused from a deposed leader); a follower whose own site
+    /// is not allowed answers `not_leader` naming the leader, and never runs the check
+    /// from the wrong site.
+    ///
+    /// [`ClusterNode::call`]: qfence_cluster::node::ClusterNode::call
+    async fn route_registration(
+        &self,
+        name: &ControllerId,
+        config: &qfence_model::config::ControllerConfig,
+    ) -> Result<(WireReport, String), BackendError> {
+        let inner = &self.inner;
+        let timeout = REGISTRATION_TIMEOUT;
+        if inner.node.leadership().await.is_ok() {
+            let call = serde_json::to_value(WireCall::register(config.site.clone(), timeout))
+                .map_err(|e| BackendError::Unavailable(e.to_string()))?;
+            // A forwarded hop needs its round trip on top of the check's own deadline.
+            let outer = timeout + Duration::from_secs(5);
+            let outcome = tokio::time::timeout(outer, inner.node.call(name, None, call))
+                .await
+                .map_err(|_| {
+                    BackendError::Unavailable(format!(
+                        "the registration check of {name} did not answer within {outer:?}"
+                    ))
+                })?;
+            return match outcome {
+                CallOutcome::Done { by, result } => {
+                    let report: WireReport = serde_json::from_value(result).map_err(|e| {
+                        BackendError::Unavailable(format!(
+                            "{by} answered the registration check of {name} with something \
+                             unreadable: {e}"
+                        ))
+                    })?;
+                    let how = if by == inner.me {
+                        "here: this leader's site may call it".to_owned()
+                    } else {
+                        inner.metrics.forwarded(Direction::Sent);
+                        format!("forwarded by the leader {} to {by}", inner.me)
+                    };
+                    Ok((report, how))
+                }
+                CallOutcome::Refused { by, refusal } => {
+                    inner.metrics.forward_refusal(&format!("{refusal:?}"));
+                    Err(BackendError::Unavailable(format!(
+                        "{by} refused the registration check of {name}: {refusal:?}"
+                    )))
+                }
+                CallOutcome::Unknown { reason, .. } => Err(BackendError::Unavailable(format!(
+                    "the registration check of {name} was not run: {reason}"
+                ))),
+            };
+        }
+        match routing::route(
+            &Placement::from(config),
+            &inner.node.candidates(),
+            &inner.me,
+        ) {
+            Route::Local => {
+                let known = BTreeMap::new();
+                let report = registration::register(Registration {
+                    config: &inner.config,
+                    controller: name,
+                    orchestrator: &inner.me,
+                    secrets: &self.secrets,
+                    known: &known,
+                    timeout,
+                })
+                .await;
+                let report: WireReport = serde_json::to_value(&report)
+                    .and_then(serde_json::from_value)
+                    .map_err(|e| BackendError::Unavailable(e.to_string()))?;
+                Ok((report, "here: this site may call it".to_owned()))
+            }
+            Route::Forward { .. } | Route::Unreachable { .. } => Err(BackendError::NotLeader {
+                leader: Some(self.leader_info().await),
+            }),
+        }
+    }
+}
+
+/// How long a registration check may take at the orchestrator that runs it.
+const REGISTRATION_TIMEOUT: Duration = Duration::from_secs(10);
 
 fn not_found(what: &'static str, name: &str) -> BackendError {
     BackendError::NotFound {
@@ -418,33 +515,24 @@ impl Backend for RuntimeBackend {
         caller: &Caller,
         name: &ControllerId,
     ) -> Result<ControllerTest, BackendError> {
-        if self.inner.config.controller(name.as_str()).is_none() {
+        let Some(config) = self.inner.config.controller(name.as_str()) else {
             return Err(not_found("controller", name.as_str()));
-        }
-        let known = BTreeMap::new();
-        let report = registration::register(Registration {
-            config: &self.inner.config,
-            controller: name,
-            orchestrator: &self.inner.me,
-            secrets: &self.secrets,
-            known: &known,
-            timeout: Duration::from_secs(10),
-        })
-        .await;
+        };
+        let (report, how) = self.route_registration(name, config).await?;
         self.inner.record(
             NewEvent::new(
                 EventKind::Operator,
                 caller.actor(),
-                format!("Tested controller {name}"),
+                format!("Tested controller {name} at {}", report.orchestrator),
             )
-            .data(json!({"passed": report.passed()})),
+            .data(json!({"passed": report.passed(), "by": report.orchestrator, "route": how})),
         );
-        let message = report
+        let steps = report
             .steps
             .iter()
             .map(|s| {
                 format!(
-                    "{}. {}: {:?} {}",
+                    "{}. {}: {} {}",
                     s.number,
                     s.name,
                     s.status,
@@ -466,7 +554,7 @@ impl Backend for RuntimeBackend {
                     detail: g.reason.clone(),
                 })
                 .collect(),
-            message,
+            message: format!("Run by {} ({how}). {steps}", report.orchestrator),
         })
     }
 

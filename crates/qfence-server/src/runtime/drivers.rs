@@ -4,6 +4,8 @@
 //! it through its own `LocalDrivers`): [`WireCall`] says which driver method, capability,
 //! resource and site, and how long it may take; the answer is a [`WireResult`], a reading or a
 //! driver error with its kind, so the leader can tell "refused" (FAILED) from "state unknown".
+//! A registration check ([`Verb::Register`]) travels the same way, so it runs where routing
+//! says a fence would; its answer is the registration report as JSON ([`WireReport`]).
 
 use std::collections::BTreeMap;
 use std::sync::Arc;
@@ -12,6 +14,7 @@ use std::time::{Duration, SystemTime, UNIX_EPOCH};
 use qfence_cluster::forward::{BoxFuture, CallExecutor};
 use qfence_cluster::state::ControllerRecord;
 use qfence_controllers::driver::{CallContext, Driver, DriverError, Reading, Target};
+use qfence_controllers::registration::{self, Registration};
 use qfence_controllers::{AnyDriver, SecretStore};
 use qfence_model::config::ValidatedConfig;
 use qfence_model::{ControllerId, OrchestratorId, SiteId};
@@ -28,6 +31,9 @@ pub enum Verb {
     Perform,
     Undo,
     Renew,
+    /// The registration check of the whole controller (capability and resource are empty);
+    /// answered with a [`WireReport`], not a [`WireResult`].
+    Register,
 }
 
 /// One controller call as it travels between orchestrators.
@@ -41,6 +47,65 @@ pub struct WireCall {
     pub site: SiteId,
     /// The call's deadline, relative to when the executing orchestrator starts it.
     pub timeout_ms: u64,
+}
+
+impl WireCall {
+    /// The registration check of a controller at `site`, within `timeout`.
+    pub fn register(site: SiteId, timeout: Duration) -> Self {
+        Self {
+            verb: Verb::Register,
+            capability: String::new(),
+            resource: String::new(),
+            params: BTreeMap::new(),
+            site,
+            timeout_ms: u64::try_from(timeout.as_millis()).unwrap_or(u64::MAX),
+        }
+    }
+}
+
+/// The registration report as it comes back (the fields the API shows; the report is sent
+/// whole, see `qfence_controllers::registration::Report`).
+#[derive(Debug, Clone, PartialEq, Eq, Deserialize)]
+pub struct WireReport {
+    /// The orchestrator that ran the check.
+    pub orchestrator: OrchestratorId,
+    pub steps: Vec<WireStep>,
+    pub identity: Option<WireIdentity>,
+    pub grades: Vec<WireGrade>,
+}
+
+/// One registration step as it travels.
+#[derive(Debug, Clone, PartialEq, Eq, Deserialize)]
+pub struct WireStep {
+    pub number: u8,
+    pub name: String,
+    /// `ok`, `warning`, `failed` or `skipped`.
+    pub status: String,
+    #[serde(default)]
+    pub notes: Vec<String>,
+}
+
+/// The identity a registration read, as it travels.
+#[derive(Debug, Clone, PartialEq, Eq, Deserialize)]
+pub struct WireIdentity {
+    pub id: String,
+}
+
+/// One capability's grade as it travels.
+#[derive(Debug, Clone, PartialEq, Eq, Deserialize)]
+pub struct WireGrade {
+    pub capability: String,
+    pub grade: qfence_model::Grade,
+    pub reason: String,
+}
+
+impl WireReport {
+    /// Whether every step passed (a warning passes), as `Report::passed`.
+    pub fn passed(&self) -> bool {
+        self.steps
+            .iter()
+            .all(|s| s.status == "ok" || s.status == "warning")
+    }
 }
 
 /// A reading as it travels.
@@ -101,6 +166,10 @@ impl From<Result<Reading, DriverError>> for WireResult {
 pub struct LocalDrivers {
     me: OrchestratorId,
     drivers: BTreeMap<ControllerId, Result<AnyDriver, String>>,
+    /// What a registration check runs against: the configuration and this orchestrator's own
+    /// secret stores (a forwarded check reads the secrets of the orchestrator that runs it).
+    config: ValidatedConfig,
+    secrets: SecretStore,
 }
 
 fn build_one(
@@ -124,7 +193,12 @@ impl LocalDrivers {
             .iter()
             .map(|(id, c)| (id.clone(), build_one(id, c, secrets)))
             .collect();
-        Self { me, drivers }
+        Self {
+            me,
+            drivers,
+            config: config.clone(),
+            secrets: secrets.clone(),
+        }
     }
 
     /// The controllers whose driver could not be built, and why (for the startup log).
@@ -167,8 +241,32 @@ impl LocalDrivers {
             Verb::Perform => d.perform(&ctx, &target).await,
             Verb::Undo => d.undo(&ctx, &target).await,
             Verb::Renew => d.renew(&ctx, &target).await,
+            Verb::Register => return Err("a registration check is not a driver call".into()),
         };
         Ok(result.into())
+    }
+
+    /// Runs the registration check of `controller` here, as this orchestrator, giving up
+    /// when `cancel` fires.
+    pub async fn register(
+        &self,
+        controller: &ControllerId,
+        timeout: Duration,
+        cancel: CancellationToken,
+    ) -> Result<registration::Report, String> {
+        let known = BTreeMap::new();
+        let check = registration::register(Registration {
+            config: &self.config,
+            controller,
+            orchestrator: &self.me,
+            secrets: &self.secrets,
+            known: &known,
+            timeout,
+        });
+        tokio::select! {
+            () = cancel.cancelled() => Err("cancelled: leadership was lost or the caller gave up".into()),
+            report = check => Ok(report),
+        }
     }
 
     /// Probes a controller here (no side effects on its targets).
@@ -202,6 +300,11 @@ impl CallExecutor for DriverExecutor {
         Box::pin(async move {
             let call: WireCall = serde_json::from_value(call.clone())
                 .map_err(|e| format!("not a qfence controller call: {e}"))?;
+            if call.verb == Verb::Register {
+                let timeout = Duration::from_millis(call.timeout_ms);
+                let report = self.0.register(&controller.id, timeout, cancel).await?;
+                return serde_json::to_value(report).map_err(|e| e.to_string());
+            }
             let result = self.0.run(&controller.id, &call, cancel).await?;
             serde_json::to_value(result).map_err(|e| e.to_string())
         })

@@ -4,6 +4,7 @@
 
 mod daemon;
 mod lab;
+mod routing;
 
 use std::time::Duration;
 
