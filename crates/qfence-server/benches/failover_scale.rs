@@ -643,26 +643,27 @@ impl Orchestrator {
         })
     }
 
-    /// Every plan owned by dc1, steady, dc1's VM seen running and dc2's host seen off.
-    fn steady(&self, plans: &[PlanId]) -> bool {
+    /// How many plans are owned by dc1, steady, with dc1's VM seen running and dc2's host
+    /// seen off.
+    fn steady(&self, plans: &[PlanId]) -> usize {
         let dc1_health = BindingKey::site(&site("dc1"), 3);
         let dc2_fence = BindingKey::site(&site("dc2"), 0);
-        plans.iter().all(|p| {
-            let view = self.engine.runtime(p);
-            let holds = |k: &BindingKey| {
-                view.observations
-                    .get(k)
-                    .is_some_and(|o| o.value == Observed::Holds)
-            };
-            holds(&dc1_health)
-                && holds(&dc2_fence)
-                && self
-                    .engine
-                    .plan_state(p)
-                    .ok()
-                    .flatten()
-                    .is_some_and(|s| s.owner.as_str() == "dc1" && matches!(s.phase, Phase::Steady))
-        })
+        plans
+            .iter()
+            .filter(|p| {
+                let view = self.engine.runtime(p);
+                let holds = |k: &BindingKey| {
+                    view.observations
+                        .get(k)
+                        .is_some_and(|o| o.value == Observed::Holds)
+                };
+                holds(&dc1_health)
+                    && holds(&dc2_fence)
+                    && self.engine.plan_state(p).ok().flatten().is_some_and(|s| {
+                        s.owner.as_str() == "dc1" && matches!(s.phase, Phase::Steady)
+                    })
+            })
+            .count()
     }
 
     async fn shutdown(self) {
@@ -698,9 +699,23 @@ fn one(n: usize, o: &Options) -> Result<Figures> {
     let started = Instant::now();
     let orch = orch_rt.block_on(Orchestrator::start(&text))?;
     let settle_limit = o.limit;
-    while !orch.steady(&plans) {
+    let mut reported = Instant::now();
+    loop {
+        let ready = orch.steady(&plans);
+        if ready == n {
+            break;
+        }
         if started.elapsed() > settle_limit {
-            bail!("the plans were not all steady after {settle_limit:?}");
+            bail!("{ready} of {n} plans steady after {settle_limit:?}");
+        }
+        if reported.elapsed() > Duration::from_secs(10) {
+            reported = Instant::now();
+            let first = orch.engine.runtime(&plans[0]);
+            say(&format!(
+                "{ready} of {n} plans steady so far; {}: {}",
+                plans[0],
+                first.last_reason.as_deref().unwrap_or("no decision yet")
+            ));
         }
         std::thread::sleep(Duration::from_millis(200));
     }
