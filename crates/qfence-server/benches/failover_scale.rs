@@ -30,7 +30,7 @@ use qfence_cluster::node::{ClusterNode, NodeOptions, Timing};
 use qfence_cluster::tls::CertificateAuthority;
 use qfence_controllers::SecretStore;
 use qfence_controllers::secrets::{ENV_PREFIX, SecretSource, env_name};
-use qfence_core::{BindingKey, Observed, Phase};
+use qfence_core::{BindingKey, Observed, Phase, StoredPlanState};
 use qfence_lab::fortios::{self, FortiSim, FortiState, Vip};
 use qfence_lab::proxmox::{
     self, Acl, ApiToken, PveHandle, PveState, ReplicationJob, User, Vm, VmStatus,
@@ -40,6 +40,7 @@ use qfence_lab::{LabTls, TlsIdentity};
 use qfence_model::{OrchestratorId, PlanId, SiteId};
 use qfence_server::Metrics;
 use qfence_server::events::{EventLog, JsonlStore};
+use qfence_server::runtime::engine::PLAN_STATE_SCHEMA;
 use qfence_server::runtime::{DriverExecutor, Engine, EngineOptions, LocalDrivers};
 use tokio_util::sync::CancellationToken;
 
@@ -643,27 +644,36 @@ impl Orchestrator {
         })
     }
 
-    /// How many plans are owned by dc1, steady, with dc1's VM seen running and dc2's host
-    /// seen off.
-    fn steady(&self, plans: &[PlanId]) -> usize {
+    /// Marks the plans seen with dc1's VM running and dc2's host off, and counts those that
+    /// have been, and are now owned by dc1 and steady. A latch, because under load single
+    /// checks time out (UNKNOWN) now and then, and all N are rarely fresh at one instant.
+    fn steady(&self, plans: &[PlanId], seen: &mut [bool]) -> usize {
         let dc1_health = BindingKey::site(&site("dc1"), 3);
         let dc2_fence = BindingKey::site(&site("dc2"), 0);
-        plans
-            .iter()
-            .filter(|p| {
-                let view = self.engine.runtime(p);
-                let holds = |k: &BindingKey| {
-                    view.observations
-                        .get(k)
-                        .is_some_and(|o| o.value == Observed::Holds)
-                };
-                holds(&dc1_health)
-                    && holds(&dc2_fence)
-                    && self.engine.plan_state(p).ok().flatten().is_some_and(|s| {
-                        s.owner.as_str() == "dc1" && matches!(s.phase, Phase::Steady)
-                    })
-            })
-            .count()
+        // One copy of the replicated state for all plans (Engine::plan_state copies it per call).
+        let cluster = self.node.state();
+        let steady_at_dc1 = |p: &PlanId| {
+            cluster
+                .plans
+                .get(p)
+                .and_then(|r| r.state.decode::<StoredPlanState>(PLAN_STATE_SCHEMA).ok())
+                .map(StoredPlanState::into_current)
+                .is_some_and(|s| s.owner.as_str() == "dc1" && matches!(s.phase, Phase::Steady))
+        };
+        let mut ready = 0;
+        for (p, seen) in plans.iter().zip(seen.iter_mut()) {
+            let view = self.engine.runtime(p);
+            let holds = |k: &BindingKey| {
+                view.observations
+                    .get(k)
+                    .is_some_and(|o| o.value == Observed::Holds)
+            };
+            *seen |= holds(&dc1_health) && holds(&dc2_fence);
+            if *seen && steady_at_dc1(p) {
+                ready += 1;
+            }
+        }
+        ready
     }
 
     async fn shutdown(self) {
@@ -700,8 +710,9 @@ fn one(n: usize, o: &Options) -> Result<Figures> {
     let orch = orch_rt.block_on(Orchestrator::start(&text))?;
     let settle_limit = o.limit;
     let mut reported = Instant::now();
+    let mut seen = vec![false; n];
     loop {
-        let ready = orch.steady(&plans);
+        let ready = orch.steady(&plans, &mut seen);
         if ready == n {
             break;
         }
@@ -717,7 +728,7 @@ fn one(n: usize, o: &Options) -> Result<Figures> {
                 first.last_reason.as_deref().unwrap_or("no decision yet")
             ));
         }
-        std::thread::sleep(Duration::from_millis(200));
+        std::thread::sleep(Duration::from_millis(1000));
     }
     let settle_ms = started.elapsed().as_millis() as u64;
     say(&format!(
