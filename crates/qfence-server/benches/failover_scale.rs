@@ -762,7 +762,7 @@ fn one(n: usize, o: &Options) -> Result<Figures> {
             }
         }
         samples += 1;
-        if samples % 50 == 0 {
+        if samples.is_multiple_of(50) {
             rss_max = rss_max.max(status_kib("VmRSS"));
         }
         if left > 0 {
