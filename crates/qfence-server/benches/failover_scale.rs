@@ -1,0 +1,806 @@
+//! `cargo bench -p qfence-server --bench failover_scale [-- N...]`: N plans failing over
+//! together (issue 5). Prints figures; asserts nothing.
+//!
+//! The lab in one process: one Redfish BMC per site, one Proxmox VE per site holding N VMs and
+//! N replication jobs, one FortiOS with N VIPs, all on loopback with pinned certificates, and a
+//! single orchestrator (`dc2-a`, a one-voter cluster at the surviving site) running the real
+//! engine, executor and drivers. Every plan owns one VM at dc1 and one VIP; all plans share the
+//! controllers and the two hosts, as on a real pair of clusters.
+//!
+//! Each N runs in a child process of its own (so VmHWM and RSS are that run's), in phases:
+//! start the simulators (their memory is the baseline), start the orchestrator, wait until
+//! every plan is steady (dc1 healthy, dc2 read FENCED), idle for `--idle-seconds`, then power
+//! dc1's host off at its BMC (which darkens dc1's Proxmox API: the site is lost) and start the
+//! clock. The clock stops for a plan when its VIP on the FortiOS simulator points at its dc2
+//! address (polled every 10 ms); the run ends when every plan's has.
+//!
+//! CPU is read per thread from /proc/self/task: the simulators run on their own Tokio runtime
+//! (threads `lab-sim`), the orchestrator on another (`qfence-orch`), so the orchestrator's CPU
+//! is separated from the lab's. Memory is per process (the simulators included): the report
+//! gives the orchestrator's share as RSS minus the simulators-only baseline.
+
+use std::collections::BTreeMap;
+use std::fmt::Write as _;
+use std::process::Command as Process;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use anyhow::{Context, Result, bail};
+use qfence_cluster::node::{ClusterNode, NodeOptions, Timing};
+use qfence_cluster::tls::CertificateAuthority;
+use qfence_controllers::SecretStore;
+use qfence_controllers::secrets::{ENV_PREFIX, SecretSource, env_name};
+use qfence_core::{BindingKey, Observed, Phase, StoredPlanState};
+use qfence_lab::fortios::{self, FortiSim, FortiState, Vip};
+use qfence_lab::proxmox::{
+    self, Acl, ApiToken, PveHandle, PveState, ReplicationJob, User, Vm, VmStatus,
+};
+use qfence_lab::redfish::{self, Account, BmcHandle, BmcState, PowerState, Role, System};
+use qfence_lab::{LabTls, TlsIdentity};
+use qfence_model::{OrchestratorId, PlanId, SiteId};
+use qfence_server::Metrics;
+use qfence_server::events::{EventLog, JsonlStore};
+use qfence_server::runtime::engine::PLAN_STATE_SCHEMA;
+use qfence_server::runtime::{DriverExecutor, Engine, EngineOptions, LocalDrivers};
+use tokio_util::sync::CancellationToken;
+
+const PVE_TOKEN: &str = "0b6a7c3e-4d1f-4e2a-9c8b-7f6e5d4c3b2a";
+const BMC_PASSWORD: &str = "lab-bmc-pw";
+const FGT_KEY: &str = "admin-key";
+const SIM_THREADS: &str = "lab-sim";
+const ORCH_THREADS: &str = "qfence-orch";
+/// Linux's USER_HZ on every architecture qfence targets (reading sysconf would need unsafe).
+const TICKS_PER_SECOND: f64 = 100.0;
+
+/// What the command line asks for.
+#[derive(Debug, Clone)]
+struct Options {
+    plans: Vec<usize>,
+    idle: Duration,
+    interval_seconds: u64,
+    failover_after_seconds: u64,
+    limit: Duration,
+    /// Run one N in this process (the parent passes it to each child).
+    child: bool,
+}
+
+impl Options {
+    fn parse() -> Result<Self> {
+        let mut o = Self {
+            plans: Vec::new(),
+            idle: Duration::from_secs(10),
+            interval_seconds: 1,
+            failover_after_seconds: 4,
+            limit: Duration::from_secs(900),
+            child: false,
+        };
+        let mut args = std::env::args().skip(1);
+        while let Some(a) = args.next() {
+            let mut value = |name: &str| -> Result<u64> {
+                args.next()
+                    .with_context(|| format!("{name} needs a value"))?
+                    .parse()
+                    .with_context(|| format!("{name} takes a whole number"))
+            };
+            match a.as_str() {
+                // cargo bench passes --bench to every bench binary.
+                "--bench" => {}
+                "--child" => o.child = true,
+                "--idle-seconds" => o.idle = Duration::from_secs(value("--idle-seconds")?),
+                "--interval-seconds" => o.interval_seconds = value("--interval-seconds")?,
+                "--failover-after-seconds" => {
+                    o.failover_after_seconds = value("--failover-after-seconds")?;
+                }
+                "--limit-seconds" => o.limit = Duration::from_secs(value("--limit-seconds")?),
+                n => o.plans.push(n.parse().with_context(|| {
+                    format!(
+                        "{n:?} is not a plan count; usage: failover_scale [--idle-seconds S] \
+                         [--interval-seconds S] [--failover-after-seconds S] \
+                         [--limit-seconds S] [N...]"
+                    )
+                })?),
+            }
+        }
+        if o.plans.is_empty() {
+            o.plans = vec![1, 100, 1000, 5000];
+        }
+        if o.plans.contains(&0) || o.plans.iter().any(|&n| n > 60_000) {
+            bail!("plan counts go from 1 to 60000 (each plan takes two addresses of a /16)");
+        }
+        Ok(o)
+    }
+}
+
+fn main() {
+    if let Err(e) = run() {
+        eprintln!("benchmark failed: {e:#}");
+        std::process::exit(1);
+    }
+}
+
+fn run() -> Result<()> {
+    let o = Options::parse()?;
+    if o.child {
+        let n = *o.plans.first().context("a child runs one plan count")?;
+        let figures = one(n, &o)?;
+        // The parent reads this one line.
+        println!("FIGURES {}", serde_json::to_string(&figures)?);
+        return Ok(());
+    }
+    println!(
+        "failover_scale: {} cores, load average {} at start; interval {} s, failover after {} s, idle window {} s",
+        std::thread::available_parallelism().map_or(0, |n| n.get()),
+        load_average(),
+        o.interval_seconds,
+        o.failover_after_seconds,
+        o.idle.as_secs()
+    );
+    let me = std::env::current_exe()?;
+    let mut rows = Vec::new();
+    for &n in &o.plans {
+        eprintln!("--- {n} plans");
+        let out = Process::new(&me)
+            .args([
+                "--child".to_owned(),
+                "--idle-seconds".to_owned(),
+                o.idle.as_secs().to_string(),
+                "--interval-seconds".to_owned(),
+                o.interval_seconds.to_string(),
+                "--failover-after-seconds".to_owned(),
+                o.failover_after_seconds.to_string(),
+                "--limit-seconds".to_owned(),
+                o.limit.as_secs().to_string(),
+                n.to_string(),
+            ])
+            .stderr(std::process::Stdio::inherit())
+            .output()?;
+        let stdout = String::from_utf8_lossy(&out.stdout);
+        match stdout.lines().find_map(|l| l.strip_prefix("FIGURES ")) {
+            Some(json) => rows.push(serde_json::from_str::<Figures>(json)?),
+            None => eprintln!("{n} plans: the run failed ({})", out.status),
+        }
+    }
+    println!("{}", table(&rows));
+    println!("load average at end: {}", load_average());
+    Ok(())
+}
+
+/// What one run measured.
+#[derive(Debug, serde::Serialize, serde::Deserialize)]
+struct Figures {
+    plans: usize,
+    /// From the orchestrator's start to every plan steady.
+    settle_ms: u64,
+    /// Site lost → every plan's VIP at dc2; `None` when the limit passed first.
+    all_ms: Option<u64>,
+    /// How many VIPs had moved when the run ended.
+    moved: usize,
+    p50_ms: u64,
+    p99_ms: u64,
+    first_ms: u64,
+    sims_rss_kib: u64,
+    idle_rss_kib: u64,
+    failover_rss_max_kib: u64,
+    hwm_kib: u64,
+    idle_seconds: f64,
+    idle_orch_cpu_s: f64,
+    idle_process_cpu_s: f64,
+    failover_seconds: f64,
+    failover_orch_cpu_s: f64,
+    failover_process_cpu_s: f64,
+    load_average: String,
+}
+
+fn table(rows: &[Figures]) -> String {
+    let mut t = String::new();
+    let _ = writeln!(
+        t,
+        "\n{:>6} {:>9} {:>10} {:>8} {:>8} {:>8} | {:>9} {:>9} {:>9} | {:>10} {:>10} | {:>11} {:>11}",
+        "plans",
+        "settle s",
+        "all VIPs s",
+        "first s",
+        "p50 s",
+        "p99 s",
+        "sims MiB",
+        "idle MiB",
+        "peak MiB",
+        "idle cores",
+        "fail cores",
+        "fail CPU s",
+        "proc CPU s"
+    );
+    for r in rows {
+        let secs = |ms: u64| ms as f64 / 1000.0;
+        let mib = |kib: u64| kib as f64 / 1024.0;
+        let all = r.all_ms.map_or_else(
+            || format!("> limit ({}/{})", r.moved, r.plans),
+            |ms| format!("{:.2}", secs(ms)),
+        );
+        let _ = writeln!(
+            t,
+            "{:>6} {:>9.1} {:>10} {:>8.2} {:>8.2} {:>8.2} | {:>9.1} {:>9.1} {:>9.1} | {:>10.3} {:>10.3} | {:>11.2} {:>11.2}",
+            r.plans,
+            secs(r.settle_ms),
+            all,
+            secs(r.first_ms),
+            secs(r.p50_ms),
+            secs(r.p99_ms),
+            mib(r.sims_rss_kib),
+            mib(r.idle_rss_kib),
+            mib(r.failover_rss_max_kib.max(r.hwm_kib)),
+            r.idle_orch_cpu_s / r.idle_seconds,
+            r.failover_orch_cpu_s / r.failover_seconds.max(1e-9),
+            r.failover_orch_cpu_s,
+            r.failover_process_cpu_s,
+        );
+    }
+    let _ = writeln!(
+        t,
+        "settle: orchestrator start → every plan steady; all VIPs / first / p50 / p99: dc1's host \
+         powered off → VIPs at dc2;\nMiB: process RSS (sims only before the orchestrator starts; \
+         idle; peak = VmHWM); cores and fail CPU s: the orchestrator's threads only; proc CPU s: \
+         the whole process (simulators included) during the failover."
+    );
+    t
+}
+
+fn load_average() -> String {
+    std::fs::read_to_string("/proc/loadavg")
+        .map(|s| s.split_whitespace().take(3).collect::<Vec<_>>().join(" "))
+        .unwrap_or_else(|_| "?".into())
+}
+
+/// A field of /proc/self/status in KiB.
+fn status_kib(field: &str) -> u64 {
+    std::fs::read_to_string("/proc/self/status")
+        .ok()
+        .and_then(|s| {
+            s.lines()
+                .find_map(|l| l.strip_prefix(field)?.strip_prefix(':').map(str::to_owned))
+        })
+        .and_then(|v| v.split_whitespace().next()?.parse().ok())
+        .unwrap_or(0)
+}
+
+/// utime + stime in seconds from a stat line (fields after the parenthesised name).
+fn stat_cpu(stat: &str) -> f64 {
+    let Some((_, rest)) = stat.rsplit_once(')') else {
+        return 0.0;
+    };
+    let f: Vec<&str> = rest.split_whitespace().collect();
+    let ticks = |i: usize| f.get(i).and_then(|v| v.parse::<u64>().ok()).unwrap_or(0);
+    // rest starts at field 3 (state); utime is field 14, stime 15.
+    (ticks(11) + ticks(12)) as f64 / TICKS_PER_SECOND
+}
+
+/// CPU seconds so far: the whole process (dead threads included), and the live threads whose
+/// name starts with `prefix`.
+fn cpu(prefix: &str) -> (f64, f64) {
+    let process = std::fs::read_to_string("/proc/self/stat").map_or(0.0, |s| stat_cpu(&s));
+    let mut threads = 0.0;
+    if let Ok(dir) = std::fs::read_dir("/proc/self/task") {
+        for task in dir.flatten() {
+            let comm = std::fs::read_to_string(task.path().join("comm")).unwrap_or_default();
+            if comm.trim_end().starts_with(prefix) {
+                threads +=
+                    std::fs::read_to_string(task.path().join("stat")).map_or(0.0, |s| stat_cpu(&s));
+            }
+        }
+    }
+    (process, threads)
+}
+
+fn runtime(name: &str) -> Result<tokio::runtime::Runtime> {
+    Ok(tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .thread_name(name)
+        .enable_all()
+        .build()?)
+}
+
+fn loopback() -> std::net::SocketAddr {
+    "127.0.0.1:0".parse().expect("an address")
+}
+
+fn vmid(i: usize) -> u32 {
+    1000 + u32::try_from(i).expect("a plan count below 60000")
+}
+
+/// Plan `i`'s address at a site: 10.1.x.y at dc1, 10.2.x.y at dc2.
+fn vip_addr(site: u8, i: usize) -> String {
+    format!("10.{site}.{}.{}", i / 250, i % 250 + 1)
+}
+
+fn vip_name(i: usize) -> String {
+    format!("vip-p{i:05}")
+}
+
+fn plan_name(i: usize) -> String {
+    format!("p{i:05}")
+}
+
+fn pve_state(cluster: &str, node: &str, n: usize, vm: VmStatus, replica_to: &str) -> PveState {
+    let mut s = PveState::single_node(cluster, node, "root-pw");
+    s.users.push(User {
+        userid: "qfence@pve".into(),
+        password: None,
+        acl: vec![Acl::new(
+            "/",
+            &["VM.Audit", "VM.PowerMgmt", "Sys.Audit", "Datastore.Audit"],
+            true,
+        )],
+    });
+    s.tokens.push(ApiToken {
+        userid: "qfence@pve".into(),
+        name: "fence".into(),
+        secret: PVE_TOKEN.into(),
+        privsep: false,
+        acl: vec![],
+    });
+    s.remote_nodes.insert(replica_to.into(), true);
+    for i in 0..n {
+        let id = vmid(i);
+        s.vms.push(Vm::new(id, &plan_name(i), node, vm));
+        s.replication.push(ReplicationJob::new(
+            &format!("{id}-1"),
+            id,
+            replica_to,
+            Duration::from_secs(5),
+        ));
+    }
+    s
+}
+
+fn bmc_state(host: &str, power: PowerState) -> BmcState {
+    let mut system = System::new(host, "5b7e4f10-0001-4c2a-9d5e-000000000001");
+    system.power = power;
+    BmcState::new(
+        vec![system],
+        vec![Account::new("qfence", BMC_PASSWORD, Role::Operator)],
+    )
+}
+
+/// The simulators of both sites and the edge firewall.
+struct Sims {
+    bmc1: BmcHandle,
+    bmc2: BmcHandle,
+    pve1: PveHandle,
+    pve2: PveHandle,
+    fgt: FortiSim,
+    fgt_pin: String,
+}
+
+impl Sims {
+    /// dc1 runs every plan's VM on a powered host whose power is wired to dc1's Proxmox API;
+    /// dc2 is the fenced standby (host off at its BMC, VMs stopped, API up).
+    async fn start(n: usize) -> Result<Self> {
+        let bmc1 = redfish::start(
+            loopback(),
+            TlsIdentity::loopback()?,
+            bmc_state("pve-dc1-01", PowerState::On),
+        )
+        .await?;
+        let bmc2 = redfish::start(
+            loopback(),
+            TlsIdentity::loopback()?,
+            bmc_state("pve-dc2-01", PowerState::Off),
+        )
+        .await?;
+        let pve1 = proxmox::start(
+            loopback(),
+            TlsIdentity::loopback()?,
+            pve_state("pve-dc1", "pve-dc1-01", n, VmStatus::Running, "pve-dc2-01"),
+        )
+        .await?;
+        pve1.attach_power(
+            "pve-dc1-01",
+            bmc1.power_line("pve-dc1-01").context("power line")?,
+        );
+        let pve2 = proxmox::start(
+            loopback(),
+            TlsIdentity::loopback()?,
+            pve_state("pve-dc2", "pve-dc2-01", n, VmStatus::Stopped, "pve-dc1-01"),
+        )
+        .await?;
+        let mut forti = FortiState::example();
+        let root = forti.vdoms.get_mut("root").context("vdom root")?;
+        for i in 0..n {
+            root.vips.insert(
+                vip_name(i),
+                Vip {
+                    extip: format!("198.18.{}.{}", i / 250, i % 250 + 1),
+                    mappedip: vec![vip_addr(1, i)],
+                    extintf: "port1".into(),
+                    enabled: true,
+                },
+            );
+        }
+        let tls = LabTls::self_signed(&["127.0.0.1", "localhost"])?;
+        let fgt_pin = hex_sha256(&tls.cert_der);
+        let fgt = fortios::start(loopback(), Some(tls), forti).await?;
+        Ok(Self {
+            bmc1,
+            bmc2,
+            pve1,
+            pve2,
+            fgt,
+            fgt_pin,
+        })
+    }
+
+    /// For each plan, whether its VIP points at its dc2 address now.
+    fn at_dc2(&self, n: usize) -> Vec<bool> {
+        self.fgt.edit(|s| {
+            let vips = &s.vdoms["root"].vips;
+            (0..n)
+                .map(|i| {
+                    vips.get(&vip_name(i))
+                        .is_some_and(|v| v.mappedip == [vip_addr(2, i)])
+                })
+                .collect()
+        })
+    }
+
+    /// The lab's configuration for `n` plans, pointed at these simulators with pinned
+    /// certificates, on the lab test's fast clock. Every controller is reachable from dc2,
+    /// where the only orchestrator runs.
+    fn config_text(&self, n: usize, o: &Options) -> String {
+        let mut t = String::with_capacity(1200 * n + 4096);
+        let controller = |t: &mut String,
+                          name: &str,
+                          kind: &str,
+                          url: &str,
+                          pin: &str,
+                          site: &str,
+                          extra: &str| {
+            let _ = write!(
+                t,
+                "  {name}:\n    type: {kind}\n    endpoint: {url}\n    site: {site}\n    \
+                 reach: [{other}]\n{extra}    timeout_seconds: 2\n    tls: {{pin: \"sha256:{pin}\"}}\n",
+                other = if site == "dc1" { "dc2" } else { "dc1" },
+            );
+        };
+        t.push_str(
+            "cluster:\n  name: bench\nsites:\n  dc1: {}\n  dc2: {}\n  witness: {witness: true}\n\
+             orchestrators:\n  dc1-a: {site: dc1, address: \"127.0.0.1:7401\"}\n  \
+             dc2-a: {site: dc2, address: \"127.0.0.1:7402\"}\n  \
+             witness-a: {site: witness, address: \"127.0.0.1:7403\"}\ncontrollers:\n",
+        );
+        let redfish_extra = "    secret: lab-redfish\n    username: qfence\n";
+        let pve_extra = "    secret: lab-proxmox\n    token_id: qfence@pve!fence\n";
+        controller(
+            &mut t,
+            "bmc-dc1",
+            "redfish",
+            &self.bmc1.base_url(),
+            self.bmc1.fingerprint(),
+            "dc1",
+            redfish_extra,
+        );
+        controller(
+            &mut t,
+            "bmc-dc2",
+            "redfish",
+            &self.bmc2.base_url(),
+            self.bmc2.fingerprint(),
+            "dc2",
+            redfish_extra,
+        );
+        controller(
+            &mut t,
+            "pve-dc1",
+            "proxmox",
+            &self.pve1.base_url(),
+            self.pve1.fingerprint(),
+            "dc1",
+            pve_extra,
+        );
+        controller(
+            &mut t,
+            "pve-dc2",
+            "proxmox",
+            &self.pve2.base_url(),
+            self.pve2.fingerprint(),
+            "dc2",
+            pve_extra,
+        );
+        controller(
+            &mut t,
+            "fgt-edge",
+            "fortigate",
+            &self.fgt.url(),
+            &self.fgt_pin,
+            "dc1",
+            "    secret: lab-fortigate\n    vdom: root\n",
+        );
+        t.push_str("plans:\n");
+        for i in 0..n {
+            let id = vmid(i);
+            let _ = write!(
+                t,
+                "  {plan}:\n    owner: dc1\n    interval_seconds: {interval}\n    \
+                 recovery_after_seconds: {recovery}\n    failover_after_seconds: {failover}\n    \
+                 fence_timeout_seconds: 3\n    unfence_on_promote: true\n    instances:\n",
+                plan = plan_name(i),
+                interval = o.interval_seconds,
+                recovery = (o.failover_after_seconds / 2).max(1),
+                failover = o.failover_after_seconds,
+            );
+            for site in ["dc1", "dc2"] {
+                let _ = write!(
+                    t,
+                    "      {site}:\n        \
+                     - {{controller: bmc-{site}, capability: power.off, resource: pve-{site}-01, role: fence, required: true}}\n        \
+                     - {{controller: pve-{site}, capability: vm.stop, resource: pve-{site}-01/{id}, role: fence}}\n        \
+                     - {{controller: pve-{site}, capability: replication.lag, resource: {id}-1, role: readiness, params: {{max_age_seconds: 120}}}}\n        \
+                     - {{controller: pve-{site}, capability: vm.status, resource: pve-{site}-01/{id}, role: health}}\n        \
+                     - {{controller: pve-{site}, capability: vm.start, resource: pve-{site}-01/{id}, role: switchover}}\n"
+                );
+            }
+            let _ = write!(
+                t,
+                "    service:\n      - {{controller: fgt-edge, capability: vip.own, resource: {vip}, role: service, \
+                 params: {{dc1: {a}, dc2: {b}}}}}\n",
+                vip = vip_name(i),
+                a = vip_addr(1, i),
+                b = vip_addr(2, i),
+            );
+        }
+        t
+    }
+
+    async fn stop(mut self) {
+        self.fgt.shutdown().await;
+        self.pve1.shutdown().await;
+        self.pve2.shutdown().await;
+        self.bmc1.shutdown().await;
+        self.bmc2.shutdown().await;
+    }
+}
+
+fn hex_sha256(der: &[u8]) -> String {
+    ring::digest::digest(&ring::digest::SHA256, der)
+        .as_ref()
+        .iter()
+        .map(|b| format!("{b:02x}"))
+        .collect()
+}
+
+/// The orchestrator's own secret store, from a map (the process environment stays untouched).
+fn secrets() -> SecretStore {
+    let values: BTreeMap<String, String> = [
+        ("lab-redfish", BMC_PASSWORD),
+        ("lab-proxmox", PVE_TOKEN),
+        ("lab-fortigate", FGT_KEY),
+    ]
+    .into_iter()
+    .map(|(k, v)| (env_name(ENV_PREFIX, k), v.to_owned()))
+    .collect();
+    SecretStore::new(vec![SecretSource::Env {
+        prefix: ENV_PREFIX.into(),
+        lookup: Arc::new(move |k| values.get(k).cloned()),
+    }])
+}
+
+fn site(s: &str) -> SiteId {
+    SiteId::new(s).expect("a site name")
+}
+
+/// One orchestrator at dc2, its cluster node and engine, running.
+struct Orchestrator {
+    engine: Engine,
+    node: ClusterNode,
+    stop: CancellationToken,
+    task: tokio::task::JoinHandle<()>,
+    _dir: tempfile::TempDir,
+}
+
+impl Orchestrator {
+    async fn start(config_text: &str) -> Result<Self> {
+        let loaded = match qfence_model::config::load_str(config_text, "bench.yaml") {
+            Ok(l) => l,
+            Err(issues) => bail!(
+                "the generated configuration does not validate: {:#?}",
+                issues.iter().take(5).collect::<Vec<_>>()
+            ),
+        };
+        let config = loaded.config;
+        let dir = tempfile::tempdir()?;
+        let me = OrchestratorId::new("dc2-a")?;
+        let ca = CertificateAuthority::generate("bench")?;
+        let tls = ca.issue("dc2-a", &["127.0.0.1".into()])?;
+        let drivers = LocalDrivers::build(me.clone(), &config, &secrets());
+        if !drivers.unavailable().is_empty() {
+            bail!("drivers missing: {:?}", drivers.unavailable());
+        }
+        let node = ClusterNode::start(
+            NodeOptions {
+                name: me,
+                site: site("dc2"),
+                witness: false,
+                listen: loopback(),
+                advertise: None,
+                data_dir: dir.path().join("data"),
+                tls,
+                timing: Timing::fast(),
+                admin_api: false,
+            },
+            Arc::new(DriverExecutor(Arc::new(drivers))),
+        )
+        .await?;
+        node.initialize().await?;
+        let log = EventLog::open(JsonlStore::open(dir.path().join("events.jsonl"))?)?;
+        let options = EngineOptions::for_config(&config);
+        let engine = Engine::new(config, node.clone(), log, Metrics::new(), options);
+        let stop = CancellationToken::new();
+        let task = tokio::spawn(engine.clone().run(stop.clone()));
+        Ok(Self {
+            engine,
+            node,
+            stop,
+            task,
+            _dir: dir,
+        })
+    }
+
+    /// Marks the plans seen with dc1's VM running and dc2's host off, and counts those that
+    /// have been, and are now owned by dc1 and steady. A latch, because under load single
+    /// checks time out (UNKNOWN) now and then, and all N are rarely fresh at one instant.
+    fn steady(&self, plans: &[PlanId], seen: &mut [bool]) -> usize {
+        let dc1_health = BindingKey::site(&site("dc1"), 3);
+        let dc2_fence = BindingKey::site(&site("dc2"), 0);
+        // One copy of the replicated state for all plans (Engine::plan_state copies it per call).
+        let cluster = self.node.state();
+        let steady_at_dc1 = |p: &PlanId| {
+            cluster
+                .plans
+                .get(p)
+                .and_then(|r| r.state.decode::<StoredPlanState>(PLAN_STATE_SCHEMA).ok())
+                .map(StoredPlanState::into_current)
+                .is_some_and(|s| s.owner.as_str() == "dc1" && matches!(s.phase, Phase::Steady))
+        };
+        let mut ready = 0;
+        for (p, seen) in plans.iter().zip(seen.iter_mut()) {
+            let view = self.engine.runtime(p);
+            let holds = |k: &BindingKey| {
+                view.observations
+                    .get(k)
+                    .is_some_and(|o| o.value == Observed::Holds)
+            };
+            *seen |= holds(&dc1_health) && holds(&dc2_fence);
+            if *seen && steady_at_dc1(p) {
+                ready += 1;
+            }
+        }
+        ready
+    }
+
+    async fn shutdown(self) {
+        self.stop.cancel();
+        let _ = self.task.await;
+        self.node.shutdown().await;
+    }
+}
+
+fn percentile(sorted: &[u64], p: f64) -> u64 {
+    if sorted.is_empty() {
+        return 0;
+    }
+    let rank = ((p * sorted.len() as f64).ceil() as usize).clamp(1, sorted.len());
+    sorted[rank - 1]
+}
+
+/// One run with `n` plans.
+fn one(n: usize, o: &Options) -> Result<Figures> {
+    let sim_rt = runtime(SIM_THREADS)?;
+    let orch_rt = runtime(ORCH_THREADS)?;
+    let say = |what: &str| eprintln!("[{n} plans] {what}");
+
+    say("starting the simulators");
+    let sims = sim_rt.block_on(Sims::start(n))?;
+    let sims_rss_kib = status_kib("VmRSS");
+    let text = sims.config_text(n, o);
+    let plans: Vec<PlanId> = (0..n)
+        .map(|i| PlanId::new(plan_name(i)))
+        .collect::<Result<_, _>>()?;
+
+    say("starting the orchestrator");
+    let started = Instant::now();
+    let orch = orch_rt.block_on(Orchestrator::start(&text))?;
+    let settle_limit = o.limit;
+    let mut reported = Instant::now();
+    let mut seen = vec![false; n];
+    loop {
+        let ready = orch.steady(&plans, &mut seen);
+        if ready == n {
+            break;
+        }
+        if started.elapsed() > settle_limit {
+            bail!("{ready} of {n} plans steady after {settle_limit:?}");
+        }
+        if reported.elapsed() > Duration::from_secs(10) {
+            reported = Instant::now();
+            let first = orch.engine.runtime(&plans[0]);
+            say(&format!(
+                "{ready} of {n} plans steady so far; {}: {}",
+                plans[0],
+                first.last_reason.as_deref().unwrap_or("no decision yet")
+            ));
+        }
+        std::thread::sleep(Duration::from_millis(1000));
+    }
+    let settle_ms = started.elapsed().as_millis() as u64;
+    say(&format!(
+        "steady after {:.1} s; idle for {} s",
+        settle_ms as f64 / 1000.0,
+        o.idle.as_secs()
+    ));
+
+    let (p0, t0) = cpu(ORCH_THREADS);
+    let idle_start = Instant::now();
+    std::thread::sleep(o.idle);
+    let (p1, t1) = cpu(ORCH_THREADS);
+    let idle_seconds = idle_start.elapsed().as_secs_f64();
+    let idle_rss_kib = status_kib("VmRSS");
+
+    say("powering dc1's host off: the site is lost");
+    let lost = Instant::now();
+    if !sims.bmc1.set_power("pve-dc1-01", PowerState::Off) {
+        bail!("bmc-dc1 has no system pve-dc1-01");
+    }
+    let mut done: Vec<Option<u64>> = vec![None; n];
+    let mut left = n;
+    let mut rss_max = 0;
+    let mut samples = 0u64;
+    while left > 0 && lost.elapsed() < o.limit {
+        let at = lost.elapsed().as_millis() as u64;
+        for (i, moved) in sims.at_dc2(n).into_iter().enumerate() {
+            if moved && done[i].is_none() {
+                done[i] = Some(at);
+                left -= 1;
+            }
+        }
+        samples += 1;
+        if samples.is_multiple_of(50) {
+            rss_max = rss_max.max(status_kib("VmRSS"));
+        }
+        if left > 0 {
+            std::thread::sleep(Duration::from_millis(10));
+        }
+    }
+    let failover_seconds = lost.elapsed().as_secs_f64();
+    let (p2, t2) = cpu(ORCH_THREADS);
+    rss_max = rss_max.max(status_kib("VmRSS"));
+    let hwm_kib = status_kib("VmHWM");
+    let mut times: Vec<u64> = done.iter().flatten().copied().collect();
+    times.sort_unstable();
+    let all_ms = (left == 0).then(|| times.last().copied().unwrap_or(0));
+    say(&format!(
+        "{} of {n} VIPs at dc2 after {failover_seconds:.2} s",
+        n - left
+    ));
+
+    orch_rt.block_on(orch.shutdown());
+    sim_rt.block_on(sims.stop());
+    Ok(Figures {
+        plans: n,
+        settle_ms,
+        all_ms,
+        moved: n - left,
+        p50_ms: percentile(&times, 0.50),
+        p99_ms: percentile(&times, 0.99),
+        first_ms: times.first().copied().unwrap_or(0),
+        sims_rss_kib,
+        idle_rss_kib,
+        failover_rss_max_kib: rss_max,
+        hwm_kib,
+        idle_seconds,
+        idle_orch_cpu_s: t1 - t0,
+        idle_process_cpu_s: p1 - p0,
+        failover_seconds,
+        failover_orch_cpu_s: t2 - t1,
+        failover_process_cpu_s: p2 - p1,
+        load_average: load_average(),
+    })
+}
