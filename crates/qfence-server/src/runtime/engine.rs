@@ -6,10 +6,13 @@ use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::Duration;
 
 use qfence_cluster::node::ClusterNode;
-use qfence_cluster::state::{Command as ClusterCommand, ControllerRecord, PlanStateDoc, Response};
+use qfence_cluster::state::{
+    Command as ClusterCommand, ControllerRecord, PlanStateDoc, Response, STATUS_FORMAT,
+    SiteVerdict, StatusDraft,
+};
 use qfence_core::{
-    BindingKey, Leadership, Observation, OpId, OpResult, PlanState, Snapshot, StoredPlanState,
-    decide,
+    BindingKey, Leadership, Millis, Observation, OpId, OpResult, PlanState, Rules, Snapshot,
+    StoredPlanState, decide,
 };
 use qfence_model::config::ValidatedConfig;
 use qfence_model::{Generation, OrchestratorId, PlanId};
@@ -23,6 +26,11 @@ use crate::metrics::Metrics;
 
 /// The schema number of the plan state the core defines, as stored in the cluster.
 pub const PLAN_STATE_SCHEMA: u32 = 1;
+/// While a transition runs, the leader republishes its status at least this often, so a
+/// follower's `status --watch` moves with the steps.
+pub const PUBLISH_DURING_TRANSITION: Duration = Duration::from_secs(2);
+/// In steady state an unchanged status is republished this often (check times move on).
+pub const PUBLISH_WHEN_STEADY: Duration = Duration::from_secs(30);
 
 /// Timers of the engine.
 #[derive(Debug, Clone)]
@@ -60,6 +68,44 @@ pub struct PlanRuntime {
     pub last_reason: Option<String>,
     /// The last sentence recorded in the event log, times of day masked.
     pub last_recorded: Option<String>,
+    /// What this orchestrator last published as the plan's status (term, verdicts and the
+    /// sentence with times masked) and when.
+    pub last_published: Option<(String, Millis)>,
+}
+
+/// Each site's verdict and newest proving-fence check time, from this orchestrator's
+/// observations: what the leader shows and publishes.
+pub(crate) fn site_verdicts(
+    config: &ValidatedConfig,
+    plan: &qfence_model::config::PlanConfig,
+    state: &PlanState,
+    view: &PlanRuntime,
+    now: Millis,
+) -> Vec<SiteVerdict> {
+    let rules = Rules::default();
+    plan.sites()
+        .map(|site| {
+            let v = rules.site_verdict(
+                config,
+                plan,
+                state,
+                &view.observations,
+                site,
+                now,
+                None,
+                state.transition().map(|t| t.started),
+            );
+            let checked_at_ms = qfence_core::rules::proving_fences(config, plan, site)
+                .iter()
+                .filter_map(|k| view.observations.get(k).map(|o| o.at.0))
+                .max();
+            SiteVerdict {
+                site: site.clone(),
+                verdict: v.verdict,
+                checked_at_ms,
+            }
+        })
+        .collect()
 }
 
 /// The sentence with every `HH:MM:SS` replaced by `--:--:--`, to tell a new sentence from the
@@ -491,6 +537,7 @@ impl Engine {
                 );
             }
         }
+        self.publish(plan, leadership.term, &decision.reason).await;
         if inner.draining.load(Ordering::SeqCst) {
             return Ok(());
         }
@@ -502,6 +549,72 @@ impl Engine {
             self.executor.start(command, token);
         }
         Ok(())
+    }
+}
+
+impl Engine {
+    /// Publishes the plan's status (the leader's verdicts and sentence) into the replicated
+    /// state when it changed, or when the last publication is old (see
+    /// [`PUBLISH_DURING_TRANSITION`], [`PUBLISH_WHEN_STEADY`]), so any orchestrator can answer
+    /// a status request. A failed write is logged and retried on the next tick; it never
+    /// stops the cycle.
+    async fn publish(&self, plan: &PlanId, term: qfence_model::Term, reason: &str) {
+        let inner = &self.inner;
+        let Some(cfg) = inner.config.plan(plan.as_str()) else {
+            return;
+        };
+        let state = match inner.plan_state(plan) {
+            Ok(Some(s)) => s,
+            _ => return,
+        };
+        let now = inner.clock.now();
+        let view = self.runtime(plan);
+        let sites = site_verdicts(&inner.config, cfg, &state, &view, now);
+        let gist = format!(
+            "{term} {} {}",
+            sites
+                .iter()
+                .map(|s| format!("{}={}", s.site, s.verdict.as_str()))
+                .collect::<Vec<_>>()
+                .join(","),
+            without_times(reason)
+        );
+        let every = if state.transition().is_some() {
+            PUBLISH_DURING_TRANSITION
+        } else {
+            PUBLISH_WHEN_STEADY
+        };
+        if let Some((last, at)) = &view.last_published
+            && *last == gist
+            && now.since(*at) < every
+        {
+            return;
+        }
+        let status = StatusDraft {
+            format: STATUS_FORMAT,
+            plan: plan.clone(),
+            sites,
+            reason: reason.to_owned(),
+            at_unix_ms: now.0,
+            by: inner.me.clone(),
+        };
+        match inner
+            .node
+            .write(ClusterCommand::PublishStatus { status })
+            .await
+        {
+            Ok(Response::Applied) => {
+                if let Some(entry) = inner.runtime().get_mut(plan) {
+                    entry.last_published = Some((gist, now));
+                }
+            }
+            Ok(other) => {
+                tracing::warn!(plan = %plan, term = %term, "The cluster refused the plan's status: {other:?}");
+            }
+            Err(e) => {
+                tracing::warn!(plan = %plan, term = %term, error = %e, "Could not publish the plan's status");
+            }
+        }
     }
 }
 
