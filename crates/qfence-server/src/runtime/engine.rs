@@ -29,6 +29,8 @@ pub const PLAN_STATE_SCHEMA: u32 = 1;
 /// While a transition runs, the leader republishes its status at least this often, so a
 /// follower's `status --watch` moves with the steps.
 pub const PUBLISH_DURING_TRANSITION: Duration = Duration::from_secs(2);
+/// The longest a status write may hold up a cycle.
+pub const PUBLISH_TIMEOUT: Duration = Duration::from_secs(1);
 /// In steady state an unchanged status is republished this often (check times move on).
 pub const PUBLISH_WHEN_STEADY: Duration = Duration::from_secs(30);
 
@@ -395,7 +397,11 @@ impl Engine {
     /// Runs ticks until `stop` is cancelled.
     pub async fn run(self, stop: CancellationToken) {
         loop {
-            self.tick().await;
+            // A tick can wait on the cluster (a leader that lost its quorum); stopping must not.
+            tokio::select! {
+                () = stop.cancelled() => break,
+                () = self.tick() => {}
+            }
             tokio::select! {
                 () = stop.cancelled() => break,
                 () = tokio::time::sleep(self.inner.options.tick) => {}
@@ -425,7 +431,17 @@ impl Engine {
     /// One tick: decide every plan (when leading), commit, execute.
     pub async fn tick(&self) {
         let inner = &self.inner;
-        let lead = inner.node.leadership().await;
+        // A leader without a quorum may never get its lease confirmed (openraft waits for the
+        // read index to apply): bounded, and then it is not leading.
+        let lead = match tokio::time::timeout(
+            inner.options.lease.max(PUBLISH_TIMEOUT) * 2,
+            inner.node.leadership(),
+        )
+        .await
+        {
+            Ok(lead) => lead,
+            Err(_) => Err(qfence_cluster::ClusterError::NotLeader { leader: None }),
+        };
         let now = inner.clock.now();
         let (leadership, token) = match &lead {
             Ok(l) if !l.token.is_cancelled() => (
@@ -537,7 +553,8 @@ impl Engine {
                 );
             }
         }
-        self.publish(plan, leadership.term, &decision.reason).await;
+        self.publish(plan, leadership.term, &decision.reason, token)
+            .await;
         if inner.draining.load(Ordering::SeqCst) {
             return Ok(());
         }
@@ -558,7 +575,13 @@ impl Engine {
     /// [`PUBLISH_DURING_TRANSITION`], [`PUBLISH_WHEN_STEADY`]), so any orchestrator can answer
     /// a status request. A failed write is logged and retried on the next tick; it never
     /// stops the cycle.
-    async fn publish(&self, plan: &PlanId, term: qfence_model::Term, reason: &str) {
+    async fn publish(
+        &self,
+        plan: &PlanId,
+        term: qfence_model::Term,
+        reason: &str,
+        token: &CancellationToken,
+    ) {
         let inner = &self.inner;
         let Some(cfg) = inner.config.plan(plan.as_str()) else {
             return;

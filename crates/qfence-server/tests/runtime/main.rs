@@ -542,6 +542,7 @@ async fn with_an_orchestrator_per_site_dc2_calls_are_forwarded_and_the_failover_
         "a follower decides (and says it does not lead) but executes nothing of its own"
     );
 
+    phase("shut down the follower, then the leader (now without a quorum: must not hang)");
     dc2.shutdown().await;
     dc1.shutdown().await;
     sims.stop().await;
