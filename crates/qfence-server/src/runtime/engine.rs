@@ -621,11 +621,18 @@ impl Engine {
             at_unix_ms: now.0,
             by: inner.me.clone(),
         };
-        match inner
-            .node
-            .write(ClusterCommand::PublishStatus { status })
-            .await
-        {
+        // A leader that has lost its quorum must not hang its cycle on a view: the write is
+        // bounded and dropped with the leadership.
+        let write = inner.node.write(ClusterCommand::PublishStatus { status });
+        let outcome = tokio::select! {
+            () = token.cancelled() => return,
+            r = tokio::time::timeout(PUBLISH_TIMEOUT, write) => r,
+        };
+        let Ok(outcome) = outcome else {
+            tracing::warn!(plan = %plan, term = %term, "Publishing the plan's status timed out");
+            return;
+        };
+        match outcome {
             Ok(Response::Applied) => {
                 if let Some(entry) = inner.runtime().get_mut(plan) {
                     entry.last_published = Some((gist, now));
