@@ -17,6 +17,7 @@
 
 use std::collections::{BTreeMap, VecDeque};
 
+use qfence_model::domain::Verdict;
 use qfence_model::ids::{ControllerId, Generation, OrchestratorId, PlanId, SiteId, Term};
 use serde::de::DeserializeOwned;
 use serde::{Deserialize, Serialize};
@@ -25,6 +26,8 @@ use serde::{Deserialize, Serialize};
 pub const COMMAND_FORMAT: u32 = 1;
 /// The state (and snapshot) encoding this build writes and understands.
 pub const STATE_FORMAT: u32 = 1;
+/// The encoding of a published plan status ([`StatusDraft::format`]).
+pub const STATUS_FORMAT: u32 = 1;
 /// How many events the replicated event log keeps; older ones are dropped first.
 pub const EVENT_LOG_CAPACITY: usize = 10_000;
 
@@ -91,6 +94,9 @@ pub enum Command {
     },
     /// Appends one event to the replicated event log.
     AppendEvent { event: EventDraft },
+    /// Replaces a plan's published status: the leader's view (verdicts, last sentence), so
+    /// that every orchestrator can answer a status request. One record per plan, overwritten.
+    PublishStatus { status: StatusDraft },
     /// Publishes an orchestrator's Ed25519 public key (forwarded calls are signed with it).
     SetNodeKey {
         orchestrator: OrchestratorId,
@@ -109,6 +115,7 @@ impl Command {
             Command::PlanStateCas { .. } => "plan_state_cas",
             Command::OrchestratorState { .. } => "orchestrator_state",
             Command::AppendEvent { .. } => "append_event",
+            Command::PublishStatus { .. } => "publish_status",
             Command::SetNodeKey { .. } => "set_node_key",
         }
     }
@@ -249,6 +256,40 @@ pub struct Event {
     pub draft: EventDraft,
 }
 
+/// A plan's status as the leader saw it, as it proposes it.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct StatusDraft {
+    /// The encoding of this record ([`STATUS_FORMAT`]); a node refuses one it does not know.
+    pub format: u32,
+    pub plan: PlanId,
+    /// Each site's verdict.
+    pub sites: Vec<SiteVerdict>,
+    /// The plan's last one-sentence reason.
+    pub reason: String,
+    /// Wall-clock time at the leader when it saw this, milliseconds since the Unix epoch.
+    pub at_unix_ms: u64,
+    /// The orchestrator that saw it (the leader that proposed it).
+    pub by: OrchestratorId,
+}
+
+/// One site's verdict in a published status.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct SiteVerdict {
+    pub site: SiteId,
+    pub verdict: Verdict,
+    /// When the newest check of a fence that proves this site was read, Unix ms.
+    pub checked_at_ms: Option<u64>,
+}
+
+/// A published status in the replicated state.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct PublishedStatus {
+    /// The term of the leader that wrote it (from the log entry, not the proposer's word).
+    pub term: Term,
+    #[serde(flatten)]
+    pub status: StatusDraft,
+}
+
 /// The whole replicated state.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct ClusterState {
@@ -263,6 +304,10 @@ pub struct ClusterState {
     pub events: VecDeque<Event>,
     /// The sequence number the next event gets.
     pub next_event_seq: u64,
+    /// Each plan's status as its last leader published it. Absent from snapshots written before
+    /// it existed, hence the default.
+    #[serde(default)]
+    pub statuses: BTreeMap<PlanId, PublishedStatus>,
 }
 
 impl Default for ClusterState {
@@ -275,6 +320,7 @@ impl Default for ClusterState {
             node_keys: BTreeMap::new(),
             events: VecDeque::new(),
             next_event_seq: 1,
+            statuses: BTreeMap::new(),
         }
     }
 }
@@ -380,6 +426,24 @@ impl ClusterState {
                 while self.events.len() > EVENT_LOG_CAPACITY {
                     self.events.pop_front();
                 }
+                Response::Applied
+            }
+            Command::PublishStatus { status } => {
+                if status.format != STATUS_FORMAT {
+                    return Response::Rejected {
+                        reason: format!(
+                            "status format {} is not known to this build (it reads format {STATUS_FORMAT})",
+                            status.format
+                        ),
+                    };
+                }
+                self.statuses.insert(
+                    status.plan.clone(),
+                    PublishedStatus {
+                        term,
+                        status: status.clone(),
+                    },
+                );
                 Response::Applied
             }
             Command::SetNodeKey {
@@ -624,6 +688,88 @@ mod tests {
         );
         let back: Request = serde_json::from_value(text).unwrap();
         assert_eq!(back, request);
+    }
+
+    fn status(verdict: Verdict, reason: &str) -> StatusDraft {
+        StatusDraft {
+            format: STATUS_FORMAT,
+            plan: plan(),
+            sites: vec![SiteVerdict {
+                site: SiteId::new("dc2").unwrap(),
+                verdict,
+                checked_at_ms: Some(7),
+            }],
+            reason: reason.into(),
+            at_unix_ms: 9,
+            by: OrchestratorId::new("dc1-a").unwrap(),
+        }
+    }
+
+    #[test]
+    fn a_published_status_is_stored_with_its_term_and_overwritten() {
+        let mut state = ClusterState::default();
+        let first = status(Verdict::Unknown, "checking");
+        let r = state.apply(
+            &Command::PublishStatus {
+                status: first.clone(),
+            },
+            Term(2),
+        );
+        assert_eq!(r, Response::Applied);
+        assert_eq!(
+            state.statuses[&plan()],
+            PublishedStatus {
+                term: Term(2),
+                status: first
+            }
+        );
+        let second = status(Verdict::Fenced, "no action: dc2 fenced");
+        state.apply(
+            &Command::PublishStatus {
+                status: second.clone(),
+            },
+            Term(3),
+        );
+        assert_eq!(state.statuses.len(), 1, "one record per plan");
+        assert_eq!(state.statuses[&plan()].term, Term(3));
+        assert_eq!(state.statuses[&plan()].status, second);
+    }
+
+    #[test]
+    fn a_status_of_an_unknown_format_is_refused_and_changes_nothing() {
+        let mut state = ClusterState::default();
+        let r = state.apply(
+            &Command::PublishStatus {
+                status: StatusDraft {
+                    format: STATUS_FORMAT + 1,
+                    ..status(Verdict::Fenced, "x")
+                },
+            },
+            Term(1),
+        );
+        assert!(matches!(r, Response::Rejected { .. }), "{r:?}");
+        assert!(state.statuses.is_empty());
+    }
+
+    #[test]
+    fn publish_status_has_a_stable_encoding_and_old_snapshots_still_read() {
+        let request = Request::new(Command::PublishStatus {
+            status: status(Verdict::Fenced, "no action"),
+        });
+        let text = serde_json::to_value(&request).unwrap();
+        assert_eq!(
+            text,
+            json!({"format": 1, "command": {"type": "publish_status", "status": {
+                "format": 1, "plan": "erp-db",
+                "sites": [{"site": "dc2", "verdict": "FENCED", "checked_at_ms": 7}],
+                "reason": "no action", "at_unix_ms": 9, "by": "dc1-a"}}})
+        );
+        let back: Request = serde_json::from_value(text).unwrap();
+        assert_eq!(back, request);
+        let mut old = serde_json::to_value(ClusterState::default()).unwrap();
+        old.as_object_mut().unwrap().remove("statuses");
+        let read: ClusterState = serde_json::from_value(old).unwrap();
+        assert!(read.statuses.is_empty());
     }
 
     #[test]

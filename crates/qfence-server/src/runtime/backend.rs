@@ -9,16 +9,17 @@ use std::time::Duration;
 use async_trait::async_trait;
 use qfence_cluster::forward::CallOutcome;
 use qfence_cluster::routing::{self, Placement, Route};
+use qfence_cluster::state::{PublishedStatus, SiteVerdict};
 use qfence_controllers::SecretStore;
 use qfence_controllers::registration::{self, Registration};
 use qfence_core::dry_run::{MoveKind, dry_run};
-use qfence_core::{Intent, IntentKind, Phase, PlanState, Rules};
-use qfence_model::{ControllerId, Generation, PlanId, SiteId};
+use qfence_core::{Intent, IntentKind, Millis, Phase, PlanState};
+use qfence_model::{ControllerId, Generation, PlanId, SiteId, Verdict};
 use serde_json::json;
 
 use super::RuntimeError;
 use super::drivers::{WireCall, WireReport};
-use super::engine::{Engine, Inner};
+use super::engine::{Engine, Inner, site_verdicts};
 use crate::auth::Caller;
 use crate::backend::{Backend, BackendError, CheckedController, CheckedPlan};
 use crate::dto::{
@@ -296,6 +297,24 @@ fn map_err(plan: &PlanId, e: RuntimeError) -> BackendError {
     }
 }
 
+/// The published sentence, said to be the leader's view as of when it saw it; a record from an
+/// older term than the one this orchestrator knows is marked stale.
+fn follower_reason(p: &PublishedStatus, term_now: u64) -> String {
+    let at = Millis(p.status.at_unix_ms);
+    let stale = if p.term.0 < term_now {
+        format!(
+            "; STALE: written in term {}, the cluster is in term {term_now}",
+            p.term
+        )
+    } else {
+        String::new()
+    };
+    format!(
+        "{} [leader {}'s view as of {at}, term {}{stale}]",
+        p.status.reason, p.status.by, p.term
+    )
+}
+
 fn phase_name(state: &PlanState) -> String {
     match &state.phase {
         Phase::Steady => "steady".into(),
@@ -315,28 +334,38 @@ impl Backend for RuntimeBackend {
     async fn status(&self) -> Result<StatusResponse, BackendError> {
         let leader = self.leader_info().await;
         let now = self.inner.clock.now();
-        let rules = Rules::default();
+        // A follower reads nothing itself: it shows what the leader last published.
+        let published = (!leader.is_self).then(|| self.inner.node.state().statuses);
         let mut plans = Vec::new();
         for (id, cfg) in self.inner.config.plans() {
             let state = self.state(id)?;
-            let view = self.inner.runtime().get(id).cloned().unwrap_or_default();
+            let (verdicts, last_reason) = match &published {
+                None => {
+                    let view = self.inner.runtime().get(id).cloned().unwrap_or_default();
+                    let verdicts = site_verdicts(&self.inner.config, cfg, &state, &view, now);
+                    (verdicts, view.last_reason.unwrap_or_default())
+                }
+                Some(all) => match all.get(id) {
+                    Some(p) => (p.status.sites.clone(), follower_reason(p, leader.term)),
+                    None => (
+                        cfg.sites()
+                            .map(|site| SiteVerdict {
+                                site: site.clone(),
+                                verdict: Verdict::Unknown,
+                                checked_at_ms: None,
+                            })
+                            .collect(),
+                        format!(
+                            "no status published by a leader yet (this is {}, a follower in term {})",
+                            self.inner.me, leader.term
+                        ),
+                    ),
+                },
+            };
             let sites = cfg
                 .sites()
                 .map(|site| {
-                    let v = rules.site_verdict(
-                        &self.inner.config,
-                        cfg,
-                        &state,
-                        &view.observations,
-                        site,
-                        now,
-                        None,
-                        state.transition().map(|t| t.started),
-                    );
-                    let checked = qfence_core::rules::proving_fences(&self.inner.config, cfg, site)
-                        .iter()
-                        .filter_map(|k| view.observations.get(k).map(|o| o.at.0))
-                        .max();
+                    let v = verdicts.iter().find(|v| v.site == *site);
                     SiteStatus {
                         site: site.to_string(),
                         role: if *site == state.owner {
@@ -344,8 +373,9 @@ impl Backend for RuntimeBackend {
                         } else {
                             SiteRole::Standby
                         },
-                        verdict: v.verdict.into(),
-                        checked_at_ms: checked,
+                        // A site the record does not name was not seen: UNKNOWN, never FENCED.
+                        verdict: v.map_or(Verdict::Unknown, |v| v.verdict).into(),
+                        checked_at_ms: v.and_then(|v| v.checked_at_ms),
                         maintenance: false,
                     }
                 })
@@ -356,7 +386,7 @@ impl Backend for RuntimeBackend {
                 generation: state.generation.0,
                 paused: state.paused,
                 phase: phase_name(&state),
-                last_reason: view.last_reason.unwrap_or_default(),
+                last_reason,
                 sites,
             });
         }

@@ -6,10 +6,13 @@ use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::Duration;
 
 use qfence_cluster::node::ClusterNode;
-use qfence_cluster::state::{Command as ClusterCommand, ControllerRecord, PlanStateDoc, Response};
+use qfence_cluster::state::{
+    Command as ClusterCommand, ControllerRecord, PlanStateDoc, Response, STATUS_FORMAT,
+    SiteVerdict, StatusDraft,
+};
 use qfence_core::{
-    BindingKey, Leadership, Observation, OpId, OpResult, PlanState, Snapshot, StoredPlanState,
-    decide,
+    BindingKey, Leadership, Millis, Observation, OpId, OpResult, PlanState, Rules, Snapshot,
+    StoredPlanState, decide,
 };
 use qfence_model::config::ValidatedConfig;
 use qfence_model::{Generation, OrchestratorId, PlanId};
@@ -23,6 +26,13 @@ use crate::metrics::Metrics;
 
 /// The schema number of the plan state the core defines, as stored in the cluster.
 pub const PLAN_STATE_SCHEMA: u32 = 1;
+/// While a transition runs, the leader republishes its status at least this often, so a
+/// follower's `status --watch` moves with the steps.
+pub const PUBLISH_DURING_TRANSITION: Duration = Duration::from_secs(2);
+/// The longest a status write may hold up a cycle.
+pub const PUBLISH_TIMEOUT: Duration = Duration::from_secs(1);
+/// In steady state an unchanged status is republished this often (check times move on).
+pub const PUBLISH_WHEN_STEADY: Duration = Duration::from_secs(30);
 
 /// Timers of the engine.
 #[derive(Debug, Clone)]
@@ -60,6 +70,44 @@ pub struct PlanRuntime {
     pub last_reason: Option<String>,
     /// The last sentence recorded in the event log, times of day masked.
     pub last_recorded: Option<String>,
+    /// What this orchestrator last published as the plan's status (term, verdicts and the
+    /// sentence with times masked) and when.
+    pub last_published: Option<(String, Millis)>,
+}
+
+/// Each site's verdict and newest proving-fence check time, from this orchestrator's
+/// observations: what the leader shows and publishes.
+pub(crate) fn site_verdicts(
+    config: &ValidatedConfig,
+    plan: &qfence_model::config::PlanConfig,
+    state: &PlanState,
+    view: &PlanRuntime,
+    now: Millis,
+) -> Vec<SiteVerdict> {
+    let rules = Rules::default();
+    plan.sites()
+        .map(|site| {
+            let v = rules.site_verdict(
+                config,
+                plan,
+                state,
+                &view.observations,
+                site,
+                now,
+                None,
+                state.transition().map(|t| t.started),
+            );
+            let checked_at_ms = qfence_core::rules::proving_fences(config, plan, site)
+                .iter()
+                .filter_map(|k| view.observations.get(k).map(|o| o.at.0))
+                .max();
+            SiteVerdict {
+                site: site.clone(),
+                verdict: v.verdict,
+                checked_at_ms,
+            }
+        })
+        .collect()
 }
 
 /// What a sentence says once routine wording is set aside: times of day masked, and the
@@ -366,7 +414,11 @@ impl Engine {
     /// Runs ticks until `stop` is cancelled.
     pub async fn run(self, stop: CancellationToken) {
         loop {
-            self.tick().await;
+            // A tick can wait on the cluster (a leader that lost its quorum); stopping must not.
+            tokio::select! {
+                () = stop.cancelled() => break,
+                () = self.tick() => {}
+            }
             tokio::select! {
                 () = stop.cancelled() => break,
                 () = tokio::time::sleep(self.inner.options.tick) => {}
@@ -396,7 +448,17 @@ impl Engine {
     /// One tick: decide every plan (when leading), commit, execute.
     pub async fn tick(&self) {
         let inner = &self.inner;
-        let lead = inner.node.leadership().await;
+        // A leader without a quorum may never get its lease confirmed (openraft waits for the
+        // read index to apply): bounded, and then it is not leading.
+        let lead = match tokio::time::timeout(
+            inner.options.lease.max(PUBLISH_TIMEOUT) * 2,
+            inner.node.leadership(),
+        )
+        .await
+        {
+            Ok(lead) => lead,
+            Err(_) => Err(qfence_cluster::ClusterError::NotLeader { leader: None }),
+        };
         let now = inner.clock.now();
         let (leadership, token) = match &lead {
             Ok(l) if !l.token.is_cancelled() => (
@@ -508,6 +570,8 @@ impl Engine {
                 );
             }
         }
+        self.publish(plan, leadership.term, &decision.reason, token)
+            .await;
         if inner.draining.load(Ordering::SeqCst) {
             return Ok(());
         }
@@ -519,6 +583,85 @@ impl Engine {
             self.executor.start(command, token);
         }
         Ok(())
+    }
+}
+
+impl Engine {
+    /// Publishes the plan's status (the leader's verdicts and sentence) into the replicated
+    /// state when it changed, or when the last publication is old (see
+    /// [`PUBLISH_DURING_TRANSITION`], [`PUBLISH_WHEN_STEADY`]), so any orchestrator can answer
+    /// a status request. A failed write is logged and retried on the next tick; it never
+    /// stops the cycle.
+    async fn publish(
+        &self,
+        plan: &PlanId,
+        term: qfence_model::Term,
+        reason: &str,
+        token: &CancellationToken,
+    ) {
+        let inner = &self.inner;
+        let Some(cfg) = inner.config.plan(plan.as_str()) else {
+            return;
+        };
+        let state = match inner.plan_state(plan) {
+            Ok(Some(s)) => s,
+            _ => return,
+        };
+        let now = inner.clock.now();
+        let view = self.runtime(plan);
+        let sites = site_verdicts(&inner.config, cfg, &state, &view, now);
+        let gist = format!(
+            "{term} {} {}",
+            sites
+                .iter()
+                .map(|s| format!("{}={}", s.site, s.verdict.as_str()))
+                .collect::<Vec<_>>()
+                .join(","),
+            without_times(reason)
+        );
+        let every = if state.transition().is_some() {
+            PUBLISH_DURING_TRANSITION
+        } else {
+            PUBLISH_WHEN_STEADY
+        };
+        if let Some((last, at)) = &view.last_published
+            && *last == gist
+            && now.since(*at) < every
+        {
+            return;
+        }
+        let status = StatusDraft {
+            format: STATUS_FORMAT,
+            plan: plan.clone(),
+            sites,
+            reason: reason.to_owned(),
+            at_unix_ms: now.0,
+            by: inner.me.clone(),
+        };
+        // A leader that has lost its quorum must not hang its cycle on a view: the write is
+        // bounded and dropped with the leadership.
+        let write = inner.node.write(ClusterCommand::PublishStatus { status });
+        let outcome = tokio::select! {
+            () = token.cancelled() => return,
+            r = tokio::time::timeout(PUBLISH_TIMEOUT, write) => r,
+        };
+        let Ok(outcome) = outcome else {
+            tracing::warn!(plan = %plan, term = %term, "Publishing the plan's status timed out");
+            return;
+        };
+        match outcome {
+            Ok(Response::Applied) => {
+                if let Some(entry) = inner.runtime().get_mut(plan) {
+                    entry.last_published = Some((gist, now));
+                }
+            }
+            Ok(other) => {
+                tracing::warn!(plan = %plan, term = %term, "The cluster refused the plan's status: {other:?}");
+            }
+            Err(e) => {
+                tracing::warn!(plan = %plan, term = %term, error = %e, "Could not publish the plan's status");
+            }
+        }
     }
 }
 

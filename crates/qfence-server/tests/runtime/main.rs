@@ -447,6 +447,47 @@ async fn with_an_orchestrator_per_site_dc2_calls_are_forwarded_and_the_failover_
     )
     .await
     .inspect_err(|_| dump(&dc1))?;
+
+    phase("the follower dc2-a answers status with the leader's verdicts and sentence");
+    let leader_api = RuntimeBackend::new(&dc1.engine, text.clone(), lab::secrets());
+    let follower_api = RuntimeBackend::new(&dc2.engine, text.clone(), lab::secrets());
+    let seen = eventually(
+        Duration::from_secs(20),
+        "dc2 FENCED in the follower's status",
+        || async {
+            let s = follower_api.status().await.ok()?;
+            (verdict(&s, "dc2") == Some(VerdictDto::Fenced)).then_some(s)
+        },
+    )
+    .await
+    .inspect_err(|_| dump(&dc1))?;
+    assert!(!seen.leader.is_self);
+    assert_eq!(seen.leader.leader.as_deref(), Some("dc1-a"));
+    let reason = &seen.plans[0].last_reason;
+    assert!(
+        reason.contains("[leader dc1-a's view as of ") && !reason.contains("STALE"),
+        "{reason}"
+    );
+    assert!(
+        !reason.contains("not the leader"),
+        "the follower's own sentence is not shown: {reason}"
+    );
+    let leader_reason = leader_api.status().await?.plans[0].last_reason.clone();
+    let published = reason.split(" [leader ").next().unwrap_or_default();
+    assert_eq!(
+        without_times(published).split(':').next(),
+        without_times(&leader_reason).split(':').next(),
+        "the follower shows the leader's sentence"
+    );
+    assert!(
+        seen.plans[0]
+            .sites
+            .iter()
+            .find(|s| s.site == "dc2")
+            .and_then(|s| s.checked_at_ms)
+            .is_some(),
+        "the proving check's time travels with the verdict"
+    );
     assert!(sims.bmc1.set_power("pve-dc1-01", PowerState::Off));
 
     phase("the leader at dc1 fails over; dc2's own orchestrator promotes the VM");
@@ -480,6 +521,20 @@ async fn with_an_orchestrator_per_site_dc2_calls_are_forwarded_and_the_failover_
         Some(2),
         "dc2-a's replica has the new owner"
     );
+    phase("after the failover the follower shows dc1 FENCED, as the leader saw it");
+    eventually(
+        Duration::from_secs(20),
+        "dc1 FENCED in the follower's status",
+        || async {
+            let s = follower_api.status().await.ok()?;
+            (s.plans[0].owner == "dc2"
+                && verdict(&s, "dc1") == Some(VerdictDto::Fenced)
+                && s.plans[0].last_reason.contains("[leader dc1-a's view"))
+            .then_some(())
+        },
+    )
+    .await
+    .inspect_err(|_| dump(&dc1))?;
     assert!(
         dc2.engine
             .events()
@@ -488,6 +543,7 @@ async fn with_an_orchestrator_per_site_dc2_calls_are_forwarded_and_the_failover_
         "a follower decides (and says it does not lead) but executes nothing of its own"
     );
 
+    phase("shut down the follower, then the leader (now without a quorum: must not hang)");
     dc2.shutdown().await;
     dc1.shutdown().await;
     sims.stop().await;
