@@ -426,6 +426,11 @@ impl Cx<'_, '_> {
                     Observed::NotHeld => bad = Some(format!("{cap} unhealthy at {}", o.at)),
                     Observed::Unknown => lost = Some(format!("{cap} unreadable at {}", o.at)),
                 },
+                // A stale reading with a check on its way is waited for: the check's own
+                // deadline turns a lost site into UNKNOWN soon enough, while an orchestrator
+                // that is merely late (its checks queued behind others) must not read as a lost
+                // owner and fail a healthy site over.
+                Some(_) if self.busy(k) => pending = true,
                 Some(o) => lost = Some(format!("{cap} last read at {}", o.at)),
                 // A check that ended without a reading counts as unreadable.
                 None if self.last_result(k).is_some() => {

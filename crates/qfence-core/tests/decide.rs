@@ -1431,3 +1431,66 @@ fn the_dry_run_shows_where_a_move_would_stop() {
         "site \"dc9\" is not a site of plan \"erp-db\" (its sites: dc1, dc2)"
     );
 }
+
+/// Regression (found by the failover_scale benchmark): an orchestrator whose health checks were
+/// queued behind hundreds of others saw the owner's last reading go stale and failed a healthy
+/// site over. A stale reading with its check still on the way is waited for; only the check's
+/// own answer (UNKNOWN when the site is gone) makes the owner lost.
+#[test]
+fn a_late_orchestrator_does_not_read_a_healthy_owner_as_lost() {
+    let mut b = Bench::full();
+    for _ in 0..3 {
+        b.step();
+    }
+    assert!(b.state.transition().is_none());
+    eprintln!(
+        "The runtime falls behind on the owner's health check, which stays queued for two \
+         minutes, while the other sites' checks are answered."
+    );
+    let mut all = Vec::new();
+    for _ in 0..120 {
+        b.tick(1);
+        let d = b.decide();
+        for c in &d.commands {
+            match (&c.action, c.action.binding()) {
+                (_, Some(key)) if *key == k("dc1", 3) => {
+                    b.in_flight.insert(c.op.clone(), key.clone());
+                }
+                (Action::Check { binding }, _) => {
+                    let v = b.world.get(binding).copied().unwrap_or(Observed::Holds);
+                    b.obs.insert(binding.clone(), Observation::new(v, b.now));
+                }
+                _ => {}
+            }
+        }
+        assert!(!d.reason.contains("health bad"), "{}", d.reason);
+        all.extend(acts(&d));
+    }
+    assert!(b.state.transition().is_none(), "{:?}", b.state.transition());
+    assert!(
+        !all.iter().any(|a| matches!(
+            a,
+            Action::Fence { .. }
+                | Action::Unfence { .. }
+                | Action::Recover { .. }
+                | Action::Switchover { .. }
+                | Action::Service { .. }
+        )),
+        "nothing but routine work while late: {all:?}"
+    );
+    eprintln!("The owner's health check finally answers UNKNOWN: now the owner is lost.");
+    b.in_flight.clear();
+    b.world.insert(k("dc1", 3), Observed::Unknown);
+    for _ in 0..75 {
+        b.step();
+        if b.state.transition().is_some() {
+            break;
+        }
+    }
+    match &b.state.transition().expect("a lost owner fails over").kind {
+        TransitionKind::Failover { cause } => {
+            assert!(cause.starts_with("owner site dc1 lost"), "{cause}")
+        }
+        k => panic!("{k:?}"),
+    }
+}
