@@ -79,13 +79,19 @@ impl Pair {
                 }
                 // The port was taken meanwhile: pick others.
                 Some(4) => continue,
+                // A server that could not start may have lost a port race the script cannot
+                // see (another test bound it between our check and the server's bind): stop
+                // what was started and try again with other ports, keeping the reason.
                 _ => {
                     last = format!(
                         "{}{}",
                         String::from_utf8_lossy(&out.stdout),
                         String::from_utf8_lossy(&out.stderr)
                     );
-                    break;
+                    let _ = Command::new("bash")
+                        .arg(emulators().join("stop.sh"))
+                        .env("QFENCE_EMU_RUN", run.0.path())
+                        .output();
                 }
             }
         }
