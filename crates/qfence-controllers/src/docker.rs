@@ -70,10 +70,7 @@ pub fn build(
 ) -> Result<DockerDriver, DriverError> {
     let bad = |msg: String| DriverError::new(ErrorKind::Unsupported, &id, "build", msg, false);
     let ControllerKind::Docker { endpoint } = &config.kind else {
-        return Err(bad(format!(
-            "controller is of type {}, not docker",
-            config.controller_type()
-        )));
+        return Err(DriverError::wrong_type(&id, config, ControllerType::Docker));
     };
     let endpoint = match endpoint.scheme() {
         "unix" => Endpoint::Unix(endpoint.path().to_owned()),

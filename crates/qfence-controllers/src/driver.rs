@@ -185,6 +185,24 @@ pub struct DriverError {
 }
 
 impl DriverError {
+    /// The error every driver's `build` gives a configuration of another type.
+    pub fn wrong_type(
+        controller: &ControllerId,
+        config: &qfence_model::config::ControllerConfig,
+        expected: ControllerType,
+    ) -> Self {
+        Self::new(
+            ErrorKind::Unsupported,
+            controller,
+            "build",
+            format!(
+                "controller is of type {}, not {expected}",
+                config.controller_type()
+            ),
+            false,
+        )
+    }
+
     /// Makes an error.
     pub fn new(
         kind: ErrorKind,

@@ -108,12 +108,10 @@ pub fn build(
 ) -> Result<PostgresDriver, DriverError> {
     let bad = |kind, msg: String| DriverError::new(kind, &id, "build", msg, false);
     let ControllerKind::Postgres { endpoint, username } = &config.kind else {
-        return Err(bad(
-            ErrorKind::Unsupported,
-            format!(
-                "controller is of type {}, not postgres",
-                config.controller_type()
-            ),
+        return Err(DriverError::wrong_type(
+            &id,
+            config,
+            ControllerType::Postgres,
         ));
     };
     if endpoint.username() != "" || endpoint.password().is_some() {

@@ -91,15 +91,10 @@ pub fn build(
     secret: Option<SecretString>,
 ) -> Result<ProxmoxDriver, DriverError> {
     let ControllerKind::Proxmox { endpoint, auth } = &config.kind else {
-        return Err(DriverError::new(
-            ErrorKind::Unsupported,
+        return Err(DriverError::wrong_type(
             &id,
-            "build",
-            format!(
-                "controller is of type {}, not proxmox",
-                config.controller_type()
-            ),
-            false,
+            config,
+            ControllerType::Proxmox,
         ));
     };
     let Some(secret) = secret else {

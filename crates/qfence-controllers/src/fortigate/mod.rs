@@ -66,15 +66,10 @@ pub fn build(
     secret: Option<SecretString>,
 ) -> Result<FortigateDriver, DriverError> {
     let ControllerKind::Fortigate { endpoint, vdom } = &config.kind else {
-        return Err(DriverError::new(
-            ErrorKind::Unsupported,
+        return Err(DriverError::wrong_type(
             &id,
-            "build",
-            format!(
-                "controller is of type {}, not fortigate",
-                config.controller_type()
-            ),
-            false,
+            config,
+            ControllerType::Fortigate,
         ));
     };
     let Some(key) = secret else {
