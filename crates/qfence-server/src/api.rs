@@ -58,8 +58,8 @@ impl Default for ApiConfig {
 /// What every handler shares.
 #[derive(Clone)]
 pub struct AppState {
-    backend: Arc<dyn Backend>,
-    tokens: Arc<TokenStore>,
+    pub(crate) backend: Arc<dyn Backend>,
+    pub(crate) tokens: Arc<TokenStore>,
     metrics: Metrics,
     openapi: Arc<String>,
 }
@@ -94,6 +94,8 @@ pub fn router(
     let timeout = config.call_timeout;
     routes
         .route("/openapi.json", axum::routing::get(serve_openapi))
+        // The web console: the same backend, rendered as HTML; not part of the OpenAPI document.
+        .merge(crate::console::routes())
         .fallback(|| async {
             ApiError::not_found("no such path; the API is described at /openapi.json")
         })

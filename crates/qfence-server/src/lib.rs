@@ -21,6 +21,7 @@
 pub mod api;
 pub mod auth;
 pub mod backend;
+pub mod console;
 pub mod dto;
 pub mod error;
 pub mod events;
