@@ -294,6 +294,8 @@ fn view(name: &PlanId, p: &Plan) -> PlanView {
         spec: p.spec.clone(),
         paused: p.paused,
         staged: p.staged.clone(),
+        // Every plan of the double is managed through the API, erp-db included.
+        source: PlanSource::Api,
     }
 }
 
@@ -693,6 +695,7 @@ impl Backend for MemoryBackend {
             spec: plan.spec,
             base_generation: p.generation,
             staged_by: caller.name.clone(),
+            staged_at_ms: Some(self.clock_ms.load(Ordering::SeqCst)),
             warnings: plan.warnings.iter().map(IssueDto::from).collect(),
         });
         let (v, g) = (view(&plan.name, p), p.generation);
