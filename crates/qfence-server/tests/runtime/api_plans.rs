@@ -541,6 +541,39 @@ async fn every_orchestrator_sees_api_plans_and_a_new_leader_decides_them() -> Re
         Some(4)
     );
 
+    phase("a controller registered at dc2-a that only dc1 may call: dc1-a builds it when asked");
+    let pve = json!({"type": "proxmox", "endpoint": sims.pve1.base_url(), "site": "dc1",
+        "secret": "lab-proxmox", "token_id": "qfence@pve!fence", "timeout_seconds": 2,
+        "tls": {"pin": format!("sha256:{}", sims.pve1.fingerprint())}});
+    let (st, body) = at_dc2
+        .post(
+            "/api/v1/controllers",
+            json!({"name": "pve-dc1-api", "spec": pve}),
+        )
+        .await;
+    assert_eq!(st, StatusCode::CREATED, "{body}");
+    let mut bound = spec("bmc-dc2");
+    bound["instances"]["dc1"][1]["controller"] = json!("pve-dc1-api");
+    let (st, body) = at_dc2
+        .post("/api/v1/plans", json!({"name": "web2", "spec": bound}))
+        .await;
+    assert_eq!(st, StatusCode::CREATED, "{body}");
+    let web2 = PlanId::new("web2")?;
+    let read = eventually(
+        Duration::from_secs(20),
+        "web2's dc1 health read at dc1-a",
+        || async {
+            dc2.engine
+                .runtime(&web2)
+                .observations
+                .get(&BindingKey::site(&lab::site("dc1"), 1))
+                .filter(|o| o.value == Observed::Holds)
+                .cloned()
+        },
+    )
+    .await?;
+    assert!(read.detail.contains("read by dc1-a"), "{}", read.detail);
+
     dc1.shutdown().await;
     dc2.shutdown().await;
     sims.stop().await;
