@@ -746,13 +746,35 @@ impl Backend for RuntimeBackend {
 
     async fn plans(&self) -> Result<Vec<PlanView>, BackendError> {
         let cfg = self.cfg();
-        cfg.plans()
+        let mut out = cfg
+            .plans()
             .map(|(id, _)| self.plan_view(&cfg, id))
-            .collect()
+            .collect::<Result<Vec<_>, _>>()?;
+        // Plans the API created that are not in force (they no longer validate) are listed
+        // too, from their records, so an operator sees them and can fix or delete them.
+        let left_out: Vec<PlanId> = self.inner.node.read_state(|s| {
+            s.plans
+                .iter()
+                .filter(|(id, r)| {
+                    cfg.plan(id.as_str()).is_none() && ApiPlanRecord::read(&r.config).is_some()
+                })
+                .map(|(id, _)| id.clone())
+                .collect()
+        });
+        for id in left_out {
+            out.push(self.api_plan_view(&id)?);
+        }
+        out.sort_by(|a, b| a.name.cmp(&b.name));
+        Ok(out)
     }
 
     async fn plan(&self, name: &PlanId) -> Result<PlanView, BackendError> {
-        self.plan_view(&self.cfg(), name)
+        let cfg = self.cfg();
+        if cfg.plan(name.as_str()).is_some() {
+            self.plan_view(&cfg, name)
+        } else {
+            self.api_plan_view(name)
+        }
     }
 
     async fn create_plan(
