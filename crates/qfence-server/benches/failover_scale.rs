@@ -32,9 +32,8 @@ use qfence_controllers::SecretStore;
 use qfence_controllers::secrets::{ENV_PREFIX, SecretSource, env_name};
 use qfence_core::{BindingKey, Observed, Phase, StoredPlanState};
 use qfence_lab::fortios::{self, FortiSim, FortiState, Vip};
-use qfence_lab::proxmox::{
-    self, Acl, ApiToken, PveHandle, PveState, ReplicationJob, User, Vm, VmStatus,
-};
+use qfence_lab::lab::{self, PveVm};
+use qfence_lab::proxmox::{self, PveHandle, PveState, VmStatus};
 use qfence_lab::redfish::{self, Account, BmcHandle, BmcState, PowerState, Role, System};
 use qfence_lab::{LabTls, TlsIdentity};
 use qfence_model::{OrchestratorId, PlanId, SiteId};
@@ -44,7 +43,7 @@ use qfence_server::runtime::engine::PLAN_STATE_SCHEMA;
 use qfence_server::runtime::{DriverExecutor, Engine, EngineOptions, LocalDrivers};
 use tokio_util::sync::CancellationToken;
 
-const PVE_TOKEN: &str = "0b6a7c3e-4d1f-4e2a-9c8b-7f6e5d4c3b2a";
+use qfence_lab::lab::PVE_TOKEN;
 const BMC_PASSWORD: &str = "lab-bmc-pw";
 const FGT_KEY: &str = "admin-key";
 const SIM_THREADS: &str = "lab-sim";
@@ -320,36 +319,21 @@ fn plan_name(i: usize) -> String {
     format!("p{i:05}")
 }
 
-fn pve_state(cluster: &str, node: &str, n: usize, vm: VmStatus, replica_to: &str) -> PveState {
-    let mut s = PveState::single_node(cluster, node, "root-pw");
-    s.users.push(User {
-        userid: "qfence@pve".into(),
-        password: None,
-        acl: vec![Acl::new(
-            "/",
-            &["VM.Audit", "VM.PowerMgmt", "Sys.Audit", "Datastore.Audit"],
-            true,
-        )],
-    });
-    s.tokens.push(ApiToken {
-        userid: "qfence@pve".into(),
-        name: "fence".into(),
-        secret: PVE_TOKEN.into(),
-        privsep: false,
-        acl: vec![],
-    });
-    s.remote_nodes.insert(replica_to.into(), true);
-    for i in 0..n {
-        let id = vmid(i);
-        s.vms.push(Vm::new(id, &plan_name(i), node, vm));
-        s.replication.push(ReplicationJob::new(
-            &format!("{id}-1"),
-            id,
-            replica_to,
-            Duration::from_secs(5),
-        ));
-    }
-    s
+/// The scenario of one Proxmox VE cluster holding the `names`' VMs (ids from [`vmid`]), each
+/// replicated to `replica_to` every 5 s: the lab's, with N VMs.
+fn pve_state(
+    cluster: &str,
+    node: &str,
+    names: &[String],
+    vm: VmStatus,
+    replica_to: &str,
+) -> PveState {
+    let vms: Vec<PveVm<'_>> = names
+        .iter()
+        .enumerate()
+        .map(|(i, name)| PveVm { id: vmid(i), name })
+        .collect();
+    lab::pve_state(cluster, node, &vms, vm, replica_to, Duration::from_secs(5))
 }
 
 fn bmc_state(host: &str, power: PowerState) -> BmcState {
@@ -387,10 +371,17 @@ impl Sims {
             bmc_state("pve-dc2-01", PowerState::Off),
         )
         .await?;
+        let names: Vec<String> = (0..n).map(plan_name).collect();
         let pve1 = proxmox::start(
             loopback(),
             TlsIdentity::loopback()?,
-            pve_state("pve-dc1", "pve-dc1-01", n, VmStatus::Running, "pve-dc2-01"),
+            pve_state(
+                "pve-dc1",
+                "pve-dc1-01",
+                &names,
+                VmStatus::Running,
+                "pve-dc2-01",
+            ),
         )
         .await?;
         pve1.attach_power(
@@ -400,7 +391,13 @@ impl Sims {
         let pve2 = proxmox::start(
             loopback(),
             TlsIdentity::loopback()?,
-            pve_state("pve-dc2", "pve-dc2-01", n, VmStatus::Stopped, "pve-dc1-01"),
+            pve_state(
+                "pve-dc2",
+                "pve-dc2-01",
+                &names,
+                VmStatus::Stopped,
+                "pve-dc1-01",
+            ),
         )
         .await?;
         let mut forti = FortiState::example();
