@@ -156,7 +156,7 @@ impl RuntimeBackend {
             .generation(next.generation.0)
             .data(json!({"intent": kind})),
         );
-        self.inner.wake.notify_one();
+        self.inner.wake_all();
         Ok(OperationAccepted {
             plan: plan.to_string(),
             operation: operation.to_owned(),
@@ -335,7 +335,7 @@ impl Backend for RuntimeBackend {
         let leader = self.leader_info().await;
         let now = self.inner.clock.now();
         // A follower reads nothing itself: it shows what the leader last published.
-        let published = (!leader.is_self).then(|| self.inner.node.state().statuses);
+        let published = (!leader.is_self).then(|| self.inner.node.read(|s| s.statuses.clone()));
         let mut plans = Vec::new();
         for (id, cfg) in self.inner.config.plans() {
             let state = self.state(id)?;

@@ -114,7 +114,7 @@ impl Executor {
                 command.term
             ));
         }
-        if let Some(g) = inner.node.state().plan_generation(&command.plan)
+        if let Some(g) = inner.node.read(|s| s.plan_generation(&command.plan))
             && g > command.generation
         {
             return unknown(format!(
@@ -360,6 +360,6 @@ impl Executor {
         if news {
             inner.record(event);
         }
-        inner.wake.notify_one();
+        inner.wake_plan(&command.plan);
     }
 }
