@@ -7,8 +7,9 @@
 //! A registration check ([`Verb::Register`]) travels the same way, so it runs where routing
 //! says a fence would; its answer is the registration report as JSON ([`WireReport`]).
 
-use std::collections::BTreeMap;
-use std::sync::Arc;
+use std::collections::{BTreeMap, HashMap};
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex};
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use qfence_cluster::forward::{BoxFuture, CallExecutor};
@@ -19,9 +20,99 @@ use qfence_controllers::{AnyDriver, SecretStore};
 use qfence_model::config::ValidatedConfig;
 use qfence_model::{ControllerId, OrchestratorId, SiteId};
 use serde::{Deserialize, Serialize};
+use tokio::sync::{Semaphore, oneshot};
 use tokio_util::sync::CancellationToken;
 
 use super::RuntimeError;
+
+/// Checks one controller runs at once from this orchestrator. Controllers have few sessions
+/// (the lab's BMCs eight, as many real ones) and a burst of hundreds of concurrent calls only
+/// opens hundreds of TLS connections that then time out; queued calls wait within their own
+/// deadline instead.
+pub const CHECKS_PER_CONTROLLER: usize = 3;
+/// Calls that may change a target (perform, undo, renew) one controller runs at once; kept
+/// apart from checks so a fence never waits behind a queue of routine reads.
+pub const CHANGES_PER_CONTROLLER: usize = 2;
+
+/// What a shared check's waiters receive.
+type Shared = Result<WireResult, String>;
+
+/// One controller's lane: bounded concurrency, and identical checks coalesced.
+#[derive(Debug)]
+struct Lane {
+    checks: Semaphore,
+    changes: Semaphore,
+    /// Bumped when a call that may change a target starts and when it ends.
+    epoch: AtomicU64,
+    /// Such calls running now.
+    changing: AtomicUsize,
+    /// Checks in flight by what they read, with the epoch they started in and who waits for
+    /// their answer.
+    in_flight: Mutex<HashMap<String, (u64, Vec<oneshot::Sender<Shared>>)>>,
+}
+
+impl Default for Lane {
+    fn default() -> Self {
+        Self {
+            checks: Semaphore::new(CHECKS_PER_CONTROLLER),
+            changes: Semaphore::new(CHANGES_PER_CONTROLLER),
+            epoch: AtomicU64::new(0),
+            changing: AtomicUsize::new(0),
+            in_flight: Mutex::new(HashMap::new()),
+        }
+    }
+}
+
+/// Marks a changing call for its lifetime.
+struct Changing<'a>(&'a Lane);
+
+impl<'a> Changing<'a> {
+    fn start(lane: &'a Lane) -> Self {
+        lane.changing.fetch_add(1, Ordering::SeqCst);
+        lane.epoch.fetch_add(1, Ordering::SeqCst);
+        Self(lane)
+    }
+}
+
+impl Drop for Changing<'_> {
+    fn drop(&mut self) {
+        self.0.epoch.fetch_add(1, Ordering::SeqCst);
+        self.0.changing.fetch_sub(1, Ordering::SeqCst);
+    }
+}
+
+/// The check that others joined: when it ends (or is dropped), its waiters get its answer (or
+/// nothing, which reads UNKNOWN).
+struct Leading<'a> {
+    lane: &'a Lane,
+    key: String,
+}
+
+impl Leading<'_> {
+    fn finish(self, answer: &Shared) {
+        let waiters = self.take();
+        for w in waiters {
+            let _ = w.send(answer.clone());
+        }
+    }
+
+    fn take(&self) -> Vec<oneshot::Sender<Shared>> {
+        self.lane
+            .in_flight
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .remove(&self.key)
+            .map(|(_, w)| w)
+            .unwrap_or_default()
+    }
+}
+
+impl Drop for Leading<'_> {
+    fn drop(&mut self) {
+        // Abandoned (cancelled): the waiters' receivers see a closed channel.
+        drop(self.take());
+    }
+}
 
 /// Which driver method a call runs.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
@@ -166,6 +257,7 @@ impl From<Result<Reading, DriverError>> for WireResult {
 pub struct LocalDrivers {
     me: OrchestratorId,
     drivers: BTreeMap<ControllerId, Result<AnyDriver, String>>,
+    lanes: BTreeMap<ControllerId, Lane>,
     /// What a registration check runs against: the configuration and this orchestrator's own
     /// secret stores (a forwarded check reads the secrets of the orchestrator that runs it).
     config: ValidatedConfig,
@@ -193,9 +285,16 @@ impl LocalDrivers {
             .iter()
             .map(|(id, c)| (id.clone(), build_one(id, c, secrets)))
             .collect();
+        let lanes = config
+            .config()
+            .controllers
+            .keys()
+            .map(|id| (id.clone(), Lane::default()))
+            .collect();
         Self {
             me,
             drivers,
+            lanes,
             config: config.clone(),
             secrets: secrets.clone(),
         }
@@ -217,7 +316,15 @@ impl LocalDrivers {
         }
     }
 
-    /// Runs one call here.
+    /// Runs one call here, in the controller's lane: at most [`CHECKS_PER_CONTROLLER`] checks
+    /// and [`CHANGES_PER_CONTROLLER`] other calls at once, waiting for a turn within the
+    /// call's own deadline.
+    ///
+    /// A check identical to one in flight (same capability, resource, parameters and site:
+    /// many plans reading one host's power) shares its answer instead of asking again, but
+    /// only if no call that may change a target has started on this controller since that
+    /// check started, and none is running: a reading that began before a fence, an undo or a
+    /// renewal is never taken as evidence after it.
     pub async fn run(
         &self,
         controller: &ControllerId,
@@ -225,8 +332,76 @@ impl LocalDrivers {
         cancel: CancellationToken,
     ) -> Result<WireResult, String> {
         let d = self.driver(controller)?;
+        let deadline = tokio::time::Instant::now() + Duration::from_millis(call.timeout_ms);
+        let lane = self.lanes.get(controller);
+        let (Some(lane), Verb::Check) = (lane, call.verb) else {
+            let _changing = lane.map(Changing::start);
+            let _turn = match lane {
+                Some(lane) => match wait_turn(&lane.changes, deadline, call, &cancel).await {
+                    Ok(turn) => Some(turn),
+                    // Nothing was sent: the target is as it was, so this is a refusal.
+                    Err(message) => {
+                        return Ok(WireResult::Error(WireError {
+                            kind: "timeout".into(),
+                            message,
+                            state_unknown: false,
+                        }));
+                    }
+                },
+                None => None,
+            };
+            return Ok(self.call_driver(d, call, deadline, cancel).await);
+        };
+        let key = format!(
+            "{}\u{0}{}\u{0}{:?}\u{0}{}",
+            call.capability, call.resource, call.params, call.site
+        );
+        let joined = {
+            let mut flights = lane.in_flight.lock().unwrap_or_else(|p| p.into_inner());
+            let epoch = lane.epoch.load(Ordering::SeqCst);
+            let quiet = lane.changing.load(Ordering::SeqCst) == 0;
+            match flights.get_mut(&key) {
+                Some((started, waiters)) if *started == epoch && quiet => {
+                    let (tx, rx) = oneshot::channel();
+                    waiters.push(tx);
+                    Some(rx)
+                }
+                // A flight from before a change: this check goes on its own, and later
+                // checks join this one instead.
+                _ => {
+                    flights.insert(key.clone(), (epoch, Vec::new()));
+                    None
+                }
+            }
+        };
+        if let Some(rx) = joined {
+            return tokio::select! {
+                () = cancel.cancelled() => Err("cancelled: leadership was lost or the caller gave up".into()),
+                r = tokio::time::timeout_at(deadline, rx) => match r {
+                    Ok(Ok(answer)) => answer,
+                    Ok(Err(_)) => Err("the identical check this one joined was abandoned".into()),
+                    Err(_) => Err(format!("no answer within {} ms (joined an identical check)", call.timeout_ms)),
+                },
+            };
+        }
+        let leading = Leading { lane, key };
+        let answer = match wait_turn(&lane.checks, deadline, call, &cancel).await {
+            Ok(_turn) => Ok(self.call_driver(d, call, deadline, cancel).await),
+            Err(e) => Err(e),
+        };
+        leading.finish(&answer);
+        answer
+    }
+
+    async fn call_driver(
+        &self,
+        d: &AnyDriver,
+        call: &WireCall,
+        deadline: tokio::time::Instant,
+        cancel: CancellationToken,
+    ) -> WireResult {
         let ctx = CallContext {
-            deadline: tokio::time::Instant::now() + Duration::from_millis(call.timeout_ms),
+            deadline,
             cancel,
             orchestrator: self.me.clone(),
         };
@@ -241,9 +416,15 @@ impl LocalDrivers {
             Verb::Perform => d.perform(&ctx, &target).await,
             Verb::Undo => d.undo(&ctx, &target).await,
             Verb::Renew => d.renew(&ctx, &target).await,
-            Verb::Register => return Err("a registration check is not a driver call".into()),
+            Verb::Register => {
+                return WireResult::Error(WireError {
+                    kind: "rejected".into(),
+                    message: "a registration check is not a driver call".into(),
+                    state_unknown: false,
+                });
+            }
         };
-        Ok(result.into())
+        result.into()
     }
 
     /// Runs the registration check of `controller` here, as this orchestrator, giving up
@@ -282,6 +463,27 @@ impl LocalDrivers {
         d.probe(&ctx)
             .await
             .map_err(|e| RuntimeError::Driver(e.to_string()))
+    }
+}
+
+/// Waits for a turn in `slots` until the call's deadline or its cancellation (nothing has
+/// been sent to the controller when it gives up).
+async fn wait_turn<'a>(
+    slots: &'a Semaphore,
+    deadline: tokio::time::Instant,
+    call: &WireCall,
+    cancel: &CancellationToken,
+) -> Result<tokio::sync::SemaphorePermit<'a>, String> {
+    tokio::select! {
+        () = cancel.cancelled() => Err("cancelled: leadership was lost or the caller gave up".into()),
+        r = tokio::time::timeout_at(deadline, slots.acquire()) => match r {
+            Ok(Ok(permit)) => Ok(permit),
+            Ok(Err(_)) => Err("the controller's call slots are closed".into()),
+            Err(_) => Err(format!(
+                "not sent: the controller had no free call slot within {} ms",
+                call.timeout_ms
+            )),
+        },
     }
 }
 

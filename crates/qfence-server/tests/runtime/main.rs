@@ -5,6 +5,7 @@
 mod daemon;
 mod lab;
 mod routing;
+mod scale;
 
 use std::time::Duration;
 
