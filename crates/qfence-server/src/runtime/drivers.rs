@@ -33,9 +33,16 @@ pub const CHECKS_PER_CONTROLLER: usize = 3;
 /// Calls that may change a target (perform, undo, renew) one controller runs at once; kept
 /// apart from checks so a fence never waits behind a queue of routine reads.
 pub const CHANGES_PER_CONTROLLER: usize = 2;
+/// How long a check may wait for its turn before it is sent; its own timeout starts when it
+/// is sent. A queued check is not a reading: the decision core waits for a check on its way
+/// rather than read a site as lost because this orchestrator is busy (a change, by contrast,
+/// waits within its own deadline).
+pub const CHECK_QUEUE_LIMIT: Duration = Duration::from_secs(60);
 
 /// What a shared check's waiters receive.
 type Shared = Result<WireResult, String>;
+/// Who waits for a check's answer.
+type Waiters = Arc<Mutex<Vec<oneshot::Sender<Shared>>>>;
 
 /// One controller's lane: bounded concurrency, and identical checks coalesced.
 #[derive(Debug)]
@@ -46,9 +53,8 @@ struct Lane {
     epoch: AtomicU64,
     /// Such calls running now.
     changing: AtomicUsize,
-    /// Checks in flight by what they read, with the epoch they started in and who waits for
-    /// their answer.
-    in_flight: Mutex<HashMap<String, (u64, Vec<oneshot::Sender<Shared>>)>>,
+    /// The joinable check in flight for each reading, with the epoch it started in.
+    in_flight: Mutex<HashMap<String, (u64, Waiters)>>,
 }
 
 impl Default for Lane {
@@ -60,6 +66,32 @@ impl Default for Lane {
             changing: AtomicUsize::new(0),
             in_flight: Mutex::new(HashMap::new()),
         }
+    }
+}
+
+impl Lane {
+    /// Joins the check in flight for `key` if it started in this epoch and nothing that may
+    /// change a target is running; otherwise this check leads (and later ones may join it).
+    fn join_or_lead(&self, key: String) -> Result<oneshot::Receiver<Shared>, Leading<'_>> {
+        let mut flights = self.in_flight.lock().unwrap_or_else(|p| p.into_inner());
+        let epoch = self.epoch.load(Ordering::SeqCst);
+        let quiet = self.changing.load(Ordering::SeqCst) == 0;
+        if let Some((started, waiters)) = flights.get(&key)
+            && *started == epoch
+            && quiet
+        {
+            let (tx, rx) = oneshot::channel();
+            waiters.lock().unwrap_or_else(|p| p.into_inner()).push(tx);
+            return Ok(rx);
+        }
+        // A flight from before a change keeps its own waiters; it just cannot be joined.
+        let waiters = Waiters::default();
+        flights.insert(key.clone(), (epoch, waiters.clone()));
+        Err(Leading {
+            lane: self,
+            key,
+            waiters,
+        })
     }
 }
 
@@ -81,29 +113,36 @@ impl Drop for Changing<'_> {
     }
 }
 
-/// The check that others joined: when it ends (or is dropped), its waiters get its answer (or
-/// nothing, which reads UNKNOWN).
+/// The check that others may join: when it ends (or is dropped), its waiters get its answer
+/// (or a closed channel, which reads UNKNOWN).
 struct Leading<'a> {
     lane: &'a Lane,
     key: String,
+    waiters: Waiters,
 }
 
 impl Leading<'_> {
     fn finish(self, answer: &Shared) {
-        let waiters = self.take();
-        for w in waiters {
+        for w in self.take() {
             let _ = w.send(answer.clone());
         }
     }
 
     fn take(&self) -> Vec<oneshot::Sender<Shared>> {
-        self.lane
-            .in_flight
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
-            .remove(&self.key)
-            .map(|(_, w)| w)
-            .unwrap_or_default()
+        {
+            let mut flights = self
+                .lane
+                .in_flight
+                .lock()
+                .unwrap_or_else(|p| p.into_inner());
+            if flights
+                .get(&self.key)
+                .is_some_and(|(_, w)| Arc::ptr_eq(w, &self.waiters))
+            {
+                flights.remove(&self.key);
+            }
+        }
+        std::mem::take(&mut *self.waiters.lock().unwrap_or_else(|p| p.into_inner()))
     }
 }
 
@@ -356,37 +395,22 @@ impl LocalDrivers {
             "{}\u{0}{}\u{0}{:?}\u{0}{}",
             call.capability, call.resource, call.params, call.site
         );
-        let joined = {
-            let mut flights = lane.in_flight.lock().unwrap_or_else(|p| p.into_inner());
-            let epoch = lane.epoch.load(Ordering::SeqCst);
-            let quiet = lane.changing.load(Ordering::SeqCst) == 0;
-            match flights.get_mut(&key) {
-                Some((started, waiters)) if *started == epoch && quiet => {
-                    let (tx, rx) = oneshot::channel();
-                    waiters.push(tx);
-                    Some(rx)
-                }
-                // A flight from before a change: this check goes on its own, and later
-                // checks join this one instead.
-                _ => {
-                    flights.insert(key.clone(), (epoch, Vec::new()));
-                    None
-                }
+        let leading = match lane.join_or_lead(key) {
+            Ok(rx) => {
+                return tokio::select! {
+                    () = cancel.cancelled() => Err("cancelled: leadership was lost or the caller gave up".into()),
+                        // The check joined ends within its own queue limit and deadline.
+                    r = rx => r.unwrap_or_else(|_| Err("the identical check this one joined was abandoned".into())),
+                };
             }
+            Err(leading) => leading,
         };
-        if let Some(rx) = joined {
-            return tokio::select! {
-                () = cancel.cancelled() => Err("cancelled: leadership was lost or the caller gave up".into()),
-                r = tokio::time::timeout_at(deadline, rx) => match r {
-                    Ok(Ok(answer)) => answer,
-                    Ok(Err(_)) => Err("the identical check this one joined was abandoned".into()),
-                    Err(_) => Err(format!("no answer within {} ms (joined an identical check)", call.timeout_ms)),
-                },
-            };
-        }
-        let leading = Leading { lane, key };
-        let answer = match wait_turn(&lane.checks, deadline, call, &cancel).await {
-            Ok(_turn) => Ok(self.call_driver(d, call, deadline, cancel).await),
+        let queued_until = tokio::time::Instant::now() + CHECK_QUEUE_LIMIT;
+        let answer = match wait_turn(&lane.checks, queued_until, call, &cancel).await {
+            Ok(_turn) => {
+                let deadline = tokio::time::Instant::now() + Duration::from_millis(call.timeout_ms);
+                Ok(self.call_driver(d, call, deadline, cancel).await)
+            }
             Err(e) => Err(e),
         };
         leading.finish(&answer);
@@ -480,8 +504,11 @@ async fn wait_turn<'a>(
             Ok(Ok(permit)) => Ok(permit),
             Ok(Err(_)) => Err("the controller's call slots are closed".into()),
             Err(_) => Err(format!(
-                "not sent: the controller had no free call slot within {} ms",
-                call.timeout_ms
+                "not sent: no free call slot for this controller in time ({} a time)",
+                match call.verb {
+                    Verb::Check => CHECKS_PER_CONTROLLER,
+                    _ => CHANGES_PER_CONTROLLER,
+                }
             )),
         },
     }
@@ -517,4 +544,84 @@ impl CallExecutor for DriverExecutor {
 pub(crate) fn unix_ms(t: SystemTime) -> u64 {
     t.duration_since(UNIX_EPOCH)
         .map_or(0, |d| u64::try_from(d.as_millis()).unwrap_or(u64::MAX))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn reading(holds: bool) -> Shared {
+        Ok(WireResult::Reading(WireReading {
+            holds,
+            detail: format!("holds={holds}"),
+            at_unix_ms: 1,
+            by: "dc1-a".into(),
+        }))
+    }
+
+    #[tokio::test]
+    async fn identical_checks_share_one_answer() {
+        let lane = Lane::default();
+        let Err(first) = lane.join_or_lead("power".into()) else {
+            panic!("the first check leads");
+        };
+        let Ok(second) = lane.join_or_lead("power".into()) else {
+            panic!("an identical check joins");
+        };
+        let Err(other) = lane.join_or_lead("vm".into()) else {
+            panic!("another reading leads its own");
+        };
+        first.finish(&reading(true));
+        assert_eq!(second.await.unwrap(), reading(true));
+        drop(other);
+        // Once answered, the next check asks again.
+        assert!(lane.join_or_lead("power".into()).is_err());
+    }
+
+    #[tokio::test]
+    async fn a_check_never_joins_one_that_started_before_a_change() {
+        let lane = Lane::default();
+        let Err(before) = lane.join_or_lead("power".into()) else {
+            panic!("leads");
+        };
+        let Ok(early) = lane.join_or_lead("power".into()) else {
+            panic!("joins");
+        };
+        {
+            let _fence = Changing::start(&lane);
+            // While a change runs, nothing joins: each check reads for itself.
+            let Err(during) = lane.join_or_lead("power".into()) else {
+                panic!("a check during a change must not join");
+            };
+            drop(during);
+        }
+        // After the change: the flight from before it cannot be joined either.
+        let Err(after) = lane.join_or_lead("power".into()) else {
+            panic!("a check after a change must not join one from before it");
+        };
+        let Ok(late) = lane.join_or_lead("power".into()) else {
+            panic!("but later checks join the one after the change");
+        };
+        // Each flight answers its own waiters, even once replaced in the map.
+        before.finish(&reading(false));
+        after.finish(&reading(true));
+        assert_eq!(early.await.unwrap(), reading(false));
+        assert_eq!(late.await.unwrap(), reading(true));
+    }
+
+    #[tokio::test]
+    async fn an_abandoned_check_leaves_its_waiters_unknown_not_hanging() {
+        let lane = Lane::default();
+        let Err(leader) = lane.join_or_lead("power".into()) else {
+            panic!("leads");
+        };
+        let Ok(waiter) = lane.join_or_lead("power".into()) else {
+            panic!("joins");
+        };
+        drop(leader);
+        assert!(
+            waiter.await.is_err(),
+            "a closed channel: the caller reads UNKNOWN"
+        );
+    }
 }

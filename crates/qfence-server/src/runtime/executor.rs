@@ -253,7 +253,11 @@ impl Executor {
             Some((command.plan.clone(), command.generation)),
             call_json,
         );
-        let outer = Duration::from_millis(call.timeout_ms) + Duration::from_secs(2);
+        let mut outer = Duration::from_millis(call.timeout_ms) + Duration::from_secs(2);
+        if call.verb == Verb::Check {
+            // A check may queue for its turn at the controller before its own timeout starts.
+            outer += super::drivers::CHECK_QUEUE_LIMIT;
+        }
         let outcome = tokio::select! {
             () = token.cancelled() => {
                 return Err("cancelled: leadership was lost or the runtime stopped".into())
