@@ -168,6 +168,9 @@ fn run() -> Result<()> {
 #[derive(Debug, serde::Serialize, serde::Deserialize)]
 struct Figures {
     plans: usize,
+    /// Decisions recorded as "left alone" for want of a lease during the whole run.
+    #[serde(default)]
+    left_alone: usize,
     /// From the orchestrator's start to every plan steady.
     settle_ms: u64,
     /// Site lost → every plan's VIP at dc2; `None` when the limit passed first.
@@ -194,7 +197,7 @@ fn table(rows: &[Figures]) -> String {
     let mut t = String::new();
     let _ = writeln!(
         t,
-        "\n{:>6} {:>9} {:>10} {:>8} {:>8} {:>8} | {:>9} {:>9} {:>9} | {:>10} {:>10} | {:>11} {:>11}",
+        "\n{:>6} {:>9} {:>10} {:>8} {:>8} {:>8} | {:>9} {:>9} {:>9} | {:>10} {:>10} | {:>11} {:>11} | {:>6}",
         "plans",
         "settle s",
         "all VIPs s",
@@ -207,7 +210,8 @@ fn table(rows: &[Figures]) -> String {
         "idle cores",
         "fail cores",
         "fail CPU s",
-        "proc CPU s"
+        "proc CPU s",
+        "alone"
     );
     for r in rows {
         let secs = |ms: u64| ms as f64 / 1000.0;
@@ -218,7 +222,7 @@ fn table(rows: &[Figures]) -> String {
         );
         let _ = writeln!(
             t,
-            "{:>6} {:>9.1} {:>10} {:>8.2} {:>8.2} {:>8.2} | {:>9.1} {:>9.1} {:>9.1} | {:>10.3} {:>10.3} | {:>11.2} {:>11.2}",
+            "{:>6} {:>9.1} {:>10} {:>8.2} {:>8.2} {:>8.2} | {:>9.1} {:>9.1} {:>9.1} | {:>10.3} {:>10.3} | {:>11.2} {:>11.2} | {:>6}",
             r.plans,
             secs(r.settle_ms),
             all,
@@ -232,6 +236,7 @@ fn table(rows: &[Figures]) -> String {
             r.failover_orch_cpu_s / r.failover_seconds.max(1e-9),
             r.failover_orch_cpu_s,
             r.failover_process_cpu_s,
+            r.left_alone,
         );
     }
     let _ = writeln!(
@@ -239,7 +244,8 @@ fn table(rows: &[Figures]) -> String {
         "settle: orchestrator start → every plan steady; all VIPs / first / p50 / p99: dc1's host \
          powered off → VIPs at dc2;\nMiB: process RSS (sims only before the orchestrator starts; \
          idle; peak = VmHWM); cores and fail CPU s: the orchestrator's threads only; proc CPU s: \
-         the whole process (simulators included) during the failover."
+         the whole process (simulators included) during the failover;\nalone: decisions recorded as \
+         \"left alone\" for want of a lease over the whole run (one orchestrator: should be 0)."
     );
     t
 }
@@ -778,10 +784,18 @@ fn one(n: usize, o: &Options) -> Result<Figures> {
         n - left
     ));
 
+    // Decisions recorded as "left alone" (no lease) while this, the only orchestrator, led.
+    let left_alone = orch
+        .engine
+        .events()
+        .iter()
+        .filter(|e| e.message.contains("left alone"))
+        .count();
     orch_rt.block_on(orch.shutdown());
     sim_rt.block_on(sims.stop());
     Ok(Figures {
         plans: n,
+        left_alone,
         settle_ms,
         all_ms,
         moved: n - left,

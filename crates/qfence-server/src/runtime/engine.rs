@@ -629,7 +629,9 @@ impl Engine {
     async fn tick_plans(&self, only: Option<BTreeSet<PlanId>>) {
         let inner = &self.inner;
         let mut lease = self.confirm().await;
-        if lease.token.is_some()
+        // Plans with news are registered already: only a full tick looks for new ones.
+        if only.is_none()
+            && lease.token.is_some()
             && let Err(e) = inner.register_plans().await
         {
             tracing::warn!(error = %e, "Could not register the configured plans");
