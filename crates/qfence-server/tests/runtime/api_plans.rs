@@ -372,6 +372,20 @@ async fn plans_and_controllers_are_created_changed_and_deleted_through_the_api()
         .await;
     assert_eq!(st, StatusCode::OK, "{test}");
     assert_eq!(test["reachable"], true, "{test}");
+    let (_, list) = api.get("/api/v1/controllers").await;
+    let listed = list
+        .as_array()
+        .and_then(|l| l.iter().find(|c| c["name"] == "bmc-dc2-api").cloned())
+        .expect("listed");
+    assert_eq!(
+        listed["grades"], test["grades"],
+        "the list shows the last test's grades"
+    );
+    assert!(listed["tested_at_ms"].is_u64(), "{listed}");
+    assert!(
+        !listed["grades"].as_array().is_some_and(Vec::is_empty),
+        "{listed}"
+    );
     let (st, found) = api.get("/api/v1/controllers/bmc-dc2-api/resources").await;
     assert_eq!(st, StatusCode::OK, "{found}");
     assert!(
@@ -623,6 +637,28 @@ async fn every_orchestrator_sees_api_plans_and_a_new_leader_decides_them() -> Re
     )
     .await?;
     assert!(read.detail.contains("read by dc1-a"), "{}", read.detail);
+
+    phase("the leader tests it (run at dc1-a); the follower lists the grades");
+    let (st, test) = at_dc2
+        .post("/api/v1/controllers/pve-dc1-api/test", json!({}))
+        .await;
+    assert_eq!(st, StatusCode::OK, "{test}");
+    assert!(
+        test["message"]
+            .as_str()
+            .unwrap_or("")
+            .starts_with("Run by dc1-a"),
+        "{test}"
+    );
+    let listed = eventually(Duration::from_secs(10), "grades at dc1-a", || async {
+        let (_, list) = at_dc1.get("/api/v1/controllers").await;
+        list.as_array()?
+            .iter()
+            .find(|c| c["name"] == "pve-dc1-api" && c["tested_at_ms"].is_u64())
+            .cloned()
+    })
+    .await?;
+    assert_eq!(listed["grades"], test["grades"]);
 
     dc1.shutdown().await;
     dc2.shutdown().await;
