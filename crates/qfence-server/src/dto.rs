@@ -177,6 +177,9 @@ pub struct PlanView {
     pub paused: bool,
     /// A change that waits to be applied.
     pub staged: Option<StagedPlan>,
+    /// The sites in maintenance: never failed or switched over to, checked without alarms.
+    #[serde(default)]
+    pub maintenance: Vec<String>,
 }
 
 /// A staged change of a plan.

@@ -294,6 +294,11 @@ fn view(name: &PlanId, p: &Plan) -> PlanView {
         spec: p.spec.clone(),
         paused: p.paused,
         staged: p.staged.clone(),
+        maintenance: p
+            .maintenance
+            .iter()
+            .map(|s| s.as_str().to_owned())
+            .collect(),
     }
 }
 

@@ -281,6 +281,21 @@ impl Inner {
         expected: Option<Generation>,
         f: impl FnOnce(&mut PlanState),
     ) -> Result<PlanState, RuntimeError> {
+        self.try_update(plan, expected, |s| {
+            f(s);
+            Ok(())
+        })
+        .await
+    }
+
+    /// Like [`Inner::update`], but `f` may refuse on the state it is given (the current one,
+    /// read under the write lock), and then nothing is written.
+    pub async fn try_update(
+        &self,
+        plan: &PlanId,
+        expected: Option<Generation>,
+        f: impl FnOnce(&mut PlanState) -> Result<(), RuntimeError>,
+    ) -> Result<PlanState, RuntimeError> {
         let _one_writer = self.write_lock.lock().await;
         let current = self.plan_state(plan)?.ok_or_else(|| RuntimeError::Plan {
             plan: plan.to_string(),
@@ -296,7 +311,7 @@ impl Inner {
             });
         }
         let mut next = current.clone();
-        f(&mut next);
+        f(&mut next)?;
         next.revision = current.revision + 1;
         self.cas(plan, current.generation, &next).await?;
         Ok(next)
