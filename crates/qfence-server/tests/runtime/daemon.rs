@@ -32,6 +32,8 @@ async fn start(sims: &Sims, data: &std::path::Path) -> Result<Daemon> {
         cluster_listen: Some("127.0.0.1:0".parse()?),
         secrets: lab::secrets(),
         timing: Timing::fast(),
+        join: None,
+        write_join_tokens: false,
     })
     .await?)
 }
