@@ -1005,9 +1005,7 @@ impl Backend for MemoryBackend {
         } else {
             p.maintenance.remove(site)
         };
-        if changed {
-            p.generation += 1;
-        }
+        // As in the daemon: no owner changes, so the generation stays.
         let g = p.generation;
         if changed {
             self.record(
