@@ -305,6 +305,10 @@ impl Daemon {
             &o.name,
             &me.address,
         )?;
+        // Before the node starts: an orchestrator without the CA fails here, changing nothing.
+        if o.write_join_tokens {
+            write_join_tokens(&o.data_dir, &o.config, &o.name)?;
+        }
         let drivers = LocalDrivers::build(o.name.clone(), &o.config, &o.secrets);
         let unavailable = drivers.unavailable();
         for (c, why) in &unavailable {
@@ -364,9 +368,6 @@ impl Daemon {
                 }
             }
         };
-        if o.write_join_tokens {
-            write_join_tokens(&o.data_dir, &o.config, &o.name)?;
-        }
 
         let events_path = o.data_dir.join("events.jsonl");
         if events_path.exists()
