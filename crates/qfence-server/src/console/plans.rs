@@ -19,7 +19,7 @@ use crate::api::AppState;
 use crate::auth::Caller;
 use crate::backend::BackendError;
 use crate::dto::{
-    ConfirmFencedRequest, DryRun, DryRunResult, FailoverRequest, PlanStatus, PlanView,
+    ConfirmFencedRequest, DryRun, DryRunResult, FailoverRequest, LeaderInfo, PlanStatus, PlanView,
     SwitchoverRequest,
 };
 use crate::events::{Event, EventKind, EventQuery, MAX_PAGE};
@@ -47,6 +47,9 @@ pub(crate) struct PlanLive {
     pub plan: String,
     pub status: Option<PlanStatus>,
     pub history: Vec<HistoryRow>,
+    /// Who leads, as this orchestrator sees it: each orchestrator keeps its own event log, so
+    /// the history here is what this one recorded.
+    pub leader: LeaderInfo,
 }
 
 /// The status panel alone.
@@ -62,23 +65,20 @@ pub(crate) struct PlanStatusPart<'a> {
 #[template(path = "console/plan_history.html")]
 pub(crate) struct PlanHistoryPart<'a> {
     pub history: &'a [HistoryRow],
+    pub leader: &'a LeaderInfo,
 }
 
 impl PlanLive {
     /// Loads what the live part shows.
     pub async fn load(s: &AppState, plan: &str) -> Result<Self, BackendError> {
-        let status = s
-            .backend
-            .status()
-            .await?
-            .plans
-            .into_iter()
-            .find(|p| p.plan == plan);
+        let all = s.backend.status().await?;
+        let status = all.plans.into_iter().find(|p| p.plan == plan);
         let history = history(s, plan).await?;
         Ok(Self {
             plan: plan.to_owned(),
             status,
             history,
+            leader: all.leader,
         })
     }
 
@@ -97,6 +97,7 @@ impl PlanLive {
                 "plan-history",
                 PlanHistoryPart {
                     history: &self.history,
+                    leader: &self.leader,
                 }
                 .render()?,
             ),
@@ -104,13 +105,28 @@ impl PlanLive {
     }
 }
 
+/// How far back in the event log the history looks, in records (of every plan).
+const HISTORY_WINDOW: u64 = 20_000;
+
 /// The records of the event log that tell the plan's failovers: operator requests, decisions
-/// that changed its state, committed changes of owner, alarms. Newest first, at most 30.
+/// that changed its state, committed changes of owner, alarms. Newest first, at most 30, from
+/// the log's last [`HISTORY_WINDOW`] records.
 async fn history(s: &AppState, plan: &str) -> Result<Vec<HistoryRow>, BackendError> {
+    let head = s
+        .backend
+        .events(&EventQuery {
+            after: None,
+            limit: Some(1),
+            kind: None,
+            plan: None,
+            site: None,
+        })
+        .await?
+        .head_seq;
     let mut rows = Vec::new();
-    let mut after = None;
-    // The log is paged; a plan's records are read to the end (bounded: 50 pages).
-    for _ in 0..50 {
+    let mut after = Some(head.saturating_sub(HISTORY_WINDOW)).filter(|a| *a > 0);
+    // The log is paged, oldest first: read the window to its end (bounded).
+    for _ in 0..(HISTORY_WINDOW / u64::from(MAX_PAGE) + 1) {
         let page = s
             .backend
             .events(&EventQuery {
@@ -359,6 +375,10 @@ struct ConfirmPage {
     form: ActionForm,
     /// What is asked, in words: "Switch erp-db over to dc2".
     question: String,
+    /// The confirm button's text.
+    button: String,
+    /// What the operator takes on by confirming, when it is more than the dry run shows.
+    warning: Option<String>,
     /// What the dry run says would happen (switchover, failover).
     dry: Option<DryRunResult>,
     dry_error: Option<String>,
@@ -430,12 +450,33 @@ async fn action(
             form.site
         ),
     };
+    let (button, warning) = match form.op.as_str() {
+        "switchover" => (format!("Switch over to {}", form.site), None),
+        "failover" => (
+            "Fail over".to_owned(),
+            Some(format!(
+                "A failover fences {}'s copy first, whatever its health: use it when the \
+                 owner is lost or must go now; a switchover is the planned move.",
+                plan
+            )),
+        ),
+        _ => (
+            format!("Confirm {} stopped", form.site),
+            Some(format!(
+                "qfence will count {} as FENCED on your word, with your reason in the event \
+                 log. If its copy of {plan} still runs, two sites may serve it.",
+                form.site
+            )),
+        ),
+    };
     let mut confirm = ConfirmPage {
         who: Some(session.caller.clone()),
         title: format!("Confirm: {plan}"),
         plan: plan.clone(),
         form: form.clone(),
         question,
+        button,
+        warning,
         dry: None,
         dry_error: None,
         field_error: None,

@@ -297,6 +297,20 @@ async fn an_action_is_confirmed_first_then_carried_out_with_the_generation_seen(
     assert!(h.contains("name=\"confirmed\" value=\"yes\""));
     assert!(h.contains("value=\"patching dc1\""), "the reason is kept");
     assert!(h.contains("id=\"dry-result\""));
+    assert!(h.contains(">Switch over to dc2</button>"));
+    assert_eq!(api.snapshot().await, before, "nothing changed");
+
+    phase("confirming a site fenced by hand says what the operator takes on");
+    let r = form(
+        &api,
+        "/plans/erp-db/actions",
+        OPERATOR,
+        "op=confirm_fenced&site=dc2&reason=unplugged&expected_generation=1",
+    )
+    .await;
+    assert_eq!(r.status, StatusCode::OK);
+    assert!(html(&r).contains("FENCED on your word"), "{}", html(&r));
+    assert!(html(&r).contains(">Confirm dc2 stopped</button>"));
     assert_eq!(api.snapshot().await, before, "nothing changed");
 
     phase("a stale generation is refused on the confirmation page, reason kept");
