@@ -506,7 +506,7 @@ mod tests {
             ]))
             .is_err()
         );
-        assert!(same_origin(&h(&[host.clone()])).is_err());
+        assert!(same_origin(&h(std::slice::from_ref(&host))).is_err());
         assert!(same_origin(&h(&[(header::ORIGIN, "https://127.0.0.1:8443")])).is_err());
     }
 
