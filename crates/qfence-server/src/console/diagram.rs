@@ -9,9 +9,9 @@ use serde_json::Value;
 
 use crate::dto::{ControllerView, PlanStatus, SiteRole};
 
-const BOX_W: u32 = 150;
+const BOX_W: u32 = 132;
 const BOX_H: u32 = 58;
-const GAP_X: u32 = 14;
+const GAP_X: u32 = 10;
 const GAP_Y: u32 = 46;
 const MARGIN: u32 = 10;
 

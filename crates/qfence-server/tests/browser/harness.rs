@@ -218,6 +218,20 @@ impl Browser {
         Ok(path)
     }
 
+    /// Saves a PNG of the element `css` only (scrolled into view) as `NAME-STEP.png`.
+    pub async fn screenshot_of(&self, css: &str, step: &str) -> Result<PathBuf> {
+        let dir = screenshot_dir();
+        std::fs::create_dir_all(&dir).with_context(|| format!("creating {}", dir.display()))?;
+        let path = dir.join(format!("{}-{step}.png", self.name));
+        let e = self.wait_for(css).await?;
+        e.scroll_into_view().await?;
+        let png = e.screenshot_as_png().await?;
+        anyhow::ensure!(png.starts_with(b"\x89PNG"), "the screenshot is not a PNG");
+        std::fs::write(&path, png).with_context(|| format!("writing {}", path.display()))?;
+        eprintln!("    screenshot {}", path.display());
+        Ok(path)
+    }
+
     /// The element `css`, once it is present.
     pub async fn wait_for(&self, css: &str) -> Result<WebElement> {
         let start = Instant::now();

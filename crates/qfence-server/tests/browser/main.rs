@@ -294,6 +294,7 @@ async fn a_switchover_is_confirmed_with_its_dry_run_then_followed_live() -> Resu
     b.click("#overview a[href='/plans/erp-db']").await?;
     b.wait_for("#diagram").await?;
     b.screenshot("1-plan").await?;
+    b.screenshot_of(".diagram", "1-diagram").await?;
     b.driver
         .find(By::Css("#dry option[value='switchover']"))
         .await?
