@@ -172,7 +172,28 @@ fn cookie(headers: &HeaderMap, name: &str) -> Option<String> {
         .flat_map(|v| v.split(';'))
         .filter_map(|kv| kv.trim().split_once('='))
         .find(|(k, _)| *k == name)
-        .map(|(_, v)| v.to_owned())
+        .map(|(_, v)| decode(v))
+}
+
+/// Undoes [`encode`] (a cookie's value is kept percent-encoded: a token may hold characters
+/// a cookie may not, such as `;` or a space). A malformed escape is kept as written.
+fn decode(s: &str) -> String {
+    let bytes = s.as_bytes();
+    let mut out = Vec::with_capacity(bytes.len());
+    let mut i = 0;
+    while i < bytes.len() {
+        if bytes[i] == b'%'
+            && let Some(hex) = s.get(i + 1..i + 3)
+            && let Ok(b) = u8::from_str_radix(hex, 16)
+        {
+            out.push(b);
+            i += 3;
+            continue;
+        }
+        out.push(bytes[i]);
+        i += 1;
+    }
+    String::from_utf8_lossy(&out).into_owned()
 }
 
 /// Percent-encodes everything but unreserved characters (for a `next=` parameter).
@@ -395,7 +416,10 @@ async fn login(
         };
         return (StatusCode::UNAUTHORIZED, page(&t)).into_response();
     }
-    let cookie = format!("{SESSION_COOKIE}={token}; Path=/; HttpOnly; SameSite=Strict; Secure");
+    let cookie = format!(
+        "{SESSION_COOKIE}={}; Path=/; HttpOnly; SameSite=Strict; Secure",
+        encode(token)
+    );
     (
         StatusCode::SEE_OTHER,
         [(header::SET_COOKIE, cookie), (header::LOCATION, next)],
@@ -451,6 +475,26 @@ mod tests {
         );
         assert_eq!(cookie(&h, SESSION_COOKIE).as_deref(), Some("tok"));
         assert_eq!(cookie(&h, "c"), None);
+    }
+
+    #[test]
+    fn a_token_survives_the_cookie_whatever_it_holds() {
+        for token in [
+            "plain-token_1",
+            "with space;semi,comma=eq%",
+            "ünïcode/slash",
+        ] {
+            let mut h = HeaderMap::new();
+            h.insert(
+                header::COOKIE,
+                format!("a=1; {SESSION_COOKIE}={}", encode(token))
+                    .parse()
+                    .unwrap(),
+            );
+            assert_eq!(cookie(&h, SESSION_COOKIE).as_deref(), Some(token));
+        }
+        assert_eq!(decode("100%"), "100%");
+        assert_eq!(decode("%zz"), "%zz");
     }
 
     #[test]

@@ -585,7 +585,12 @@ async fn action(
                 )
                 .await
         }
-        _ => unreachable!("a site was required above"),
+        // The site was checked above for every action but a failover; kept as a refusal
+        // rather than a panic should that ever change.
+        (_, None) => Err(BackendError::Invalid {
+            message: "pick a site".into(),
+            issues: vec![],
+        }),
     };
     match done {
         Ok(accepted) => {
