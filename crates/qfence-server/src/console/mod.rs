@@ -53,6 +53,30 @@ pub(crate) fn routes() -> Router<AppState> {
         .merge(plans::routes())
         .merge(pages::routes())
         .merge(live::routes())
+        // Last, so it covers every console route above.
+        .layer(axum::middleware::from_fn(browser_headers))
+}
+
+/// What every console response tells the browser: run only this server's own script and
+/// style (no inline script, nothing from elsewhere), never inside another site's frame (a
+/// "Fail over" button must not be clickable through a disguise), send no referrer to other
+/// sites, and trust the declared content types.
+pub(crate) const CONTENT_SECURITY_POLICY: &str = "default-src 'self'; script-src 'self'; \
+     style-src 'self'; img-src 'self' data:; connect-src 'self'; form-action 'self'; \
+     frame-ancestors 'none'; base-uri 'none'; object-src 'none'";
+
+async fn browser_headers(req: axum::extract::Request, next: axum::middleware::Next) -> Response {
+    let mut resp = next.run(req).await;
+    let h = resp.headers_mut();
+    for (name, value) in [
+        (header::CONTENT_SECURITY_POLICY, CONTENT_SECURITY_POLICY),
+        (header::X_FRAME_OPTIONS, "DENY"),
+        (header::REFERRER_POLICY, "same-origin"),
+        (header::X_CONTENT_TYPE_OPTIONS, "nosniff"),
+    ] {
+        h.insert(name, header::HeaderValue::from_static(value));
+    }
+    resp
 }
 
 // ---- session ----

@@ -212,6 +212,18 @@ async fn the_overview_lists_every_plan_with_verdicts_in_words() {
     assert!(h.contains("dc1 owner"));
     assert!(h.contains("data-live=\"/live/overview\""));
     assert!(h.contains("grafana") && h.contains("(viewer)"));
+
+    // Not to be framed by another site (its buttons fail plans over), only its own script.
+    for path in ["/", "/login", "/plans/erp-db", "/events", "/orchestrators"] {
+        let r = page(&api, path, VIEWER).await;
+        assert_eq!(r.headers[header::X_FRAME_OPTIONS], "DENY", "{path}");
+        let csp = r.headers[header::CONTENT_SECURITY_POLICY].to_str().unwrap();
+        assert!(
+            csp.contains("frame-ancestors 'none'") && csp.contains("script-src 'self'"),
+            "{path}: {csp}"
+        );
+        assert_eq!(r.headers[header::X_CONTENT_TYPE_OPTIONS], "nosniff");
+    }
 }
 
 #[tokio::test]
