@@ -232,7 +232,7 @@ impl RealLab {
     async fn start() -> Result<Self> {
         let sims = lab::Sims::start().await?;
         let o = lab::Orchestrator::start(&sims.config_text(), true).await?;
-        let backend = RuntimeBackend::new(&o.engine, sims.config_text(), lab::secrets());
+        let backend = RuntimeBackend::new(&o.engine, lab::secrets());
         let app = qfence_server::router(
             Arc::new(backend),
             tokens(),
