@@ -19,8 +19,8 @@ use crate::api::AppState;
 use crate::auth::Caller;
 use crate::backend::BackendError;
 use crate::dto::{
-    ConfirmFencedRequest, DryRun, DryRunResult, FailoverRequest, LeaderInfo, PlanStatus, PlanView,
-    SwitchoverRequest,
+    ConfirmFencedRequest, DryRun, DryRunResult, FailoverRequest, LeaderInfo, PauseRequest,
+    PlanStatus, PlanView, SwitchoverRequest,
 };
 use crate::events::{Event, EventKind, EventQuery, MAX_PAGE};
 
@@ -408,12 +408,15 @@ async fn action(
         "switchover" => "switch over",
         "failover" => "fail over",
         "confirm_fenced" => "confirm a site fenced",
+        "pause" => "pause automatic actions",
+        "resume" => "resume automatic actions",
         other => {
             return error_page(
                 Some(&session),
                 &BackendError::Invalid {
                     message: format!(
-                        "{other:?} is not an action: switchover, failover, confirm_fenced"
+                        "{other:?} is not an action: switchover, failover, confirm_fenced, \
+                         pause, resume"
                     ),
                     issues: vec![],
                 },
@@ -445,6 +448,8 @@ async fn action(
             format!("Fail {plan} over (to the site its priority picks)")
         }
         "failover" => format!("Fail {plan} over to {}", form.site),
+        "pause" => format!("Pause automatic actions on {plan}"),
+        "resume" => format!("Resume automatic actions on {plan}"),
         _ => format!(
             "Confirm that {} of {plan} is stopped (no fence can show it)",
             form.site
@@ -452,6 +457,20 @@ async fn action(
     };
     let (button, warning) = match form.op.as_str() {
         "switchover" => (format!("Switch over to {}", form.site), None),
+        "pause" => (
+            "Pause".to_owned(),
+            Some(format!(
+                "While {plan} is paused, qfence keeps checking and reporting but starts no \
+                 failover, recovery or fence on its own; operators still can."
+            )),
+        ),
+        "resume" => (
+            "Resume".to_owned(),
+            Some(format!(
+                "qfence acts on {plan} on its own again, from the next cycle: a failover \
+                 that is due starts."
+            )),
+        ),
         "failover" => (
             "Fail over".to_owned(),
             Some(format!(
@@ -481,7 +500,7 @@ async fn action(
         dry_error: None,
         field_error: None,
         error: None,
-        danger: form.op != "switchover",
+        danger: !matches!(form.op.as_str(), "switchover" | "resume"),
     };
 
     // The form's own checks, each next to its field, before anything is asked of the backend.
@@ -498,17 +517,18 @@ async fn action(
             None
         }
     };
-    let site = if form.site.is_empty() && form.op == "failover" {
-        None
-    } else {
-        match SiteId::new(&form.site) {
-            Ok(site) => Some(site),
-            Err(e) => {
-                confirm.field_error = Some(("site".into(), format!("pick a site ({e})")));
-                None
+    let site =
+        if form.site.is_empty() && matches!(form.op.as_str(), "failover" | "pause" | "resume") {
+            None
+        } else {
+            match SiteId::new(&form.site) {
+                Ok(site) => Some(site),
+                Err(e) => {
+                    confirm.field_error = Some(("site".into(), format!("pick a site ({e})")));
+                    None
+                }
             }
-        }
-    };
+        };
     if form.op == "confirm_fenced" && form.reason.trim().is_empty() {
         confirm.field_error = Some((
             "reason".into(),
@@ -583,6 +603,12 @@ async fn action(
                         reason: reason.unwrap_or_default(),
                     },
                 )
+                .await
+        }
+        ("pause", _) => s.backend.pause(caller, &id, &PauseRequest { reason }).await,
+        ("resume", _) => {
+            s.backend
+                .resume(caller, &id, &PauseRequest { reason })
                 .await
         }
         // The site was checked above for every action but a failover; kept as a refusal

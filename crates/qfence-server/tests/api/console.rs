@@ -357,6 +357,61 @@ async fn an_action_is_confirmed_first_then_carried_out_with_the_generation_seen(
 }
 
 #[tokio::test]
+async fn automatic_actions_are_paused_and_resumed_with_confirmation() {
+    let api = Api::new();
+    let r = page(&api, "/plans/erp-db", OPERATOR).await;
+    assert!(html(&r).contains("id=\"pause\""));
+    assert!(!html(&r).contains("id=\"resume\""));
+
+    let r = form(
+        &api,
+        "/plans/erp-db/actions",
+        OPERATOR,
+        "op=pause&site=&reason=storage+firmware&expected_generation=1",
+    )
+    .await;
+    assert_eq!(r.status, StatusCode::OK);
+    assert!(html(&r).contains("Pause automatic actions on erp-db?"));
+    assert!(html(&r).contains("starts no failover"));
+    assert!(!html(&r).contains("id=\"c-site\""), "no site to show");
+    let plans = api.get("/api/v1/plans/erp-db", OPERATOR).await;
+    assert_eq!(plans.body["paused"], false, "not before confirming");
+
+    let r = form(
+        &api,
+        "/plans/erp-db/actions",
+        OPERATOR,
+        "op=pause&site=&reason=storage+firmware&expected_generation=1&confirmed=yes",
+    )
+    .await;
+    assert_eq!(r.status, StatusCode::SEE_OTHER, "{}", html(&r));
+    let plans = api.get("/api/v1/plans/erp-db", OPERATOR).await;
+    assert_eq!(plans.body["paused"], true);
+    let r = page(&api, "/plans/erp-db", OPERATOR).await;
+    assert!(html(&r).contains("id=\"resume\"") && !html(&r).contains("id=\"pause\""));
+
+    let r = form(
+        &api,
+        "/plans/erp-db/actions",
+        OPERATOR,
+        "op=resume&site=&expected_generation=1&confirmed=yes",
+    )
+    .await;
+    assert_eq!(r.status, StatusCode::SEE_OTHER, "{}", html(&r));
+    let plans = api.get("/api/v1/plans/erp-db", OPERATOR).await;
+    assert_eq!(plans.body["paused"], false);
+
+    let r = form(
+        &api,
+        "/plans/erp-db/actions",
+        VIEWER,
+        "op=pause&site=&expected_generation=1&confirmed=yes",
+    )
+    .await;
+    assert_eq!(r.status, StatusCode::FORBIDDEN);
+}
+
+#[tokio::test]
 async fn actions_are_refused_to_viewers_other_sites_and_bad_fields() {
     let api = Api::new();
     let before = api.snapshot().await;
