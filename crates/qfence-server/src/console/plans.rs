@@ -19,8 +19,8 @@ use crate::api::AppState;
 use crate::auth::Caller;
 use crate::backend::BackendError;
 use crate::dto::{
-    ConfirmFencedRequest, DryRun, DryRunResult, FailoverRequest, LeaderInfo, PauseRequest,
-    PlanStatus, PlanView, SwitchoverRequest,
+    ConfirmFencedRequest, DryRun, DryRunResult, FailoverRequest, LeaderInfo, MaintenanceRequest,
+    PauseRequest, PlanStatus, PlanView, SwitchoverRequest,
 };
 use crate::events::{Event, EventKind, EventQuery, MAX_PAGE};
 
@@ -363,6 +363,9 @@ struct ActionForm {
     reason: String,
     #[serde(default)]
     expected_generation: String,
+    /// With `maintenance`: `on` takes the site into maintenance, `off` out of it.
+    #[serde(default)]
+    enabled: String,
     confirmed: Option<String>,
 }
 
@@ -410,13 +413,14 @@ async fn action(
         "confirm_fenced" => "confirm a site fenced",
         "pause" => "pause automatic actions",
         "resume" => "resume automatic actions",
+        "maintenance" => "take a site in or out of maintenance",
         other => {
             return error_page(
                 Some(&session),
                 &BackendError::Invalid {
                     message: format!(
                         "{other:?} is not an action: switchover, failover, confirm_fenced, \
-                         pause, resume"
+                         pause, resume, maintenance"
                     ),
                     issues: vec![],
                 },
@@ -450,6 +454,10 @@ async fn action(
         "failover" => format!("Fail {plan} over to {}", form.site),
         "pause" => format!("Pause automatic actions on {plan}"),
         "resume" => format!("Resume automatic actions on {plan}"),
+        "maintenance" if form.enabled == "off" => {
+            format!("Take {} of {plan} out of maintenance", form.site)
+        }
+        "maintenance" => format!("Take {} of {plan} into maintenance", form.site),
         _ => format!(
             "Confirm that {} of {plan} is stopped (no fence can show it)",
             form.site
@@ -462,6 +470,21 @@ async fn action(
             Some(format!(
                 "While {plan} is paused, qfence keeps checking and reporting but starts no \
                  failover, recovery or fence on its own; operators still can."
+            )),
+        ),
+        "maintenance" if form.enabled == "off" => (
+            "Leave maintenance".to_owned(),
+            Some(format!(
+                "qfence may fail {plan} over to {} again, and alarms about its health.",
+                form.site
+            )),
+        ),
+        "maintenance" => (
+            "Enter maintenance".to_owned(),
+            Some(format!(
+                "While {} is in maintenance, qfence neither fails {plan} over to it nor alarms \
+                 about its health; its fences are still checked.",
+                form.site
             )),
         ),
         "resume" => (
@@ -529,6 +552,12 @@ async fn action(
                 }
             }
         };
+    if form.op == "maintenance" && !matches!(form.enabled.as_str(), "on" | "off") {
+        confirm.field_error = Some((
+            "enabled".into(),
+            format!("{:?} is neither on nor off", form.enabled),
+        ));
+    }
     if form.op == "confirm_fenced" && form.reason.trim().is_empty() {
         confirm.field_error = Some((
             "reason".into(),
@@ -592,7 +621,7 @@ async fn action(
                 )
                 .await
         }
-        (_, Some(site)) => {
+        ("confirm_fenced", Some(site)) => {
             s.backend
                 .confirm_fenced(
                     caller,
@@ -605,15 +634,29 @@ async fn action(
                 )
                 .await
         }
+        ("maintenance", Some(site)) => {
+            s.backend
+                .set_maintenance(
+                    caller,
+                    &id,
+                    &site,
+                    &MaintenanceRequest {
+                        enabled: form.enabled == "on",
+                        expected_generation: generation,
+                        reason,
+                    },
+                )
+                .await
+        }
         ("pause", _) => s.backend.pause(caller, &id, &PauseRequest { reason }).await,
         ("resume", _) => {
             s.backend
                 .resume(caller, &id, &PauseRequest { reason })
                 .await
         }
-        // The site was checked above for every action but a failover; kept as a refusal
-        // rather than a panic should that ever change.
-        (_, None) => Err(BackendError::Invalid {
+        // Every action is named explicitly above, so a new one cannot fall into another's
+        // arm; the site was checked above for every action that needs one.
+        _ => Err(BackendError::Invalid {
             message: "pick a site".into(),
             issues: vec![],
         }),

@@ -412,6 +412,72 @@ async fn automatic_actions_are_paused_and_resumed_with_confirmation() {
 }
 
 #[tokio::test]
+async fn a_standby_site_goes_into_maintenance_and_back_with_the_generation_seen() {
+    let api = Api::new();
+    let r = page(&api, "/plans/erp-db", OPERATOR).await;
+    assert!(html(&r).contains("id=\"maintenance\""));
+
+    let r = form(
+        &api,
+        "/plans/erp-db/actions",
+        OPERATOR,
+        "op=maintenance&site=dc2&enabled=on&reason=firmware&expected_generation=1",
+    )
+    .await;
+    assert_eq!(r.status, StatusCode::OK);
+    assert!(html(&r).contains("Take dc2 of erp-db into maintenance?"));
+    assert!(html(&r).contains("neither fails erp-db over to it"));
+
+    let r = form(
+        &api,
+        "/plans/erp-db/actions",
+        OPERATOR,
+        "op=maintenance&site=dc2&enabled=maybe&expected_generation=1&confirmed=yes",
+    )
+    .await;
+    assert_eq!(r.status, StatusCode::UNPROCESSABLE_ENTITY);
+    assert!(html(&r).contains("is neither on nor off"));
+
+    let r = form(
+        &api,
+        "/plans/erp-db/actions",
+        OPERATOR,
+        "op=maintenance&site=dc2&enabled=on&reason=firmware&expected_generation=1&confirmed=yes",
+    )
+    .await;
+    assert_eq!(r.status, StatusCode::SEE_OTHER, "{}", html(&r));
+    let r = page(&api, "/", VIEWER).await;
+    assert!(html(&r).contains("· maintenance"), "{}", html(&r));
+
+    phase("the owner cannot go into maintenance: refused on the confirmation page");
+    let generation = api.generation("erp-db").await;
+    let r = form(
+        &api,
+        "/plans/erp-db/actions",
+        OPERATOR,
+        &format!(
+            "op=maintenance&site=dc1&enabled=on&expected_generation={generation}&confirmed=yes"
+        ),
+    )
+    .await;
+    assert_eq!(r.status, StatusCode::CONFLICT, "{}", html(&r));
+    assert!(html(&r).contains("id=\"action-error\""));
+
+    let r = form(
+        &api,
+        "/plans/erp-db/actions",
+        OPERATOR,
+        &format!(
+            "op=maintenance&site=dc2&enabled=off&expected_generation={generation}&confirmed=yes"
+        ),
+    )
+    .await;
+    assert_eq!(r.status, StatusCode::SEE_OTHER, "{}", html(&r));
+    let r = page(&api, "/", VIEWER).await;
+    assert!(!html(&r).contains("· maintenance"));
+}
+
+#[tokio::test]
 async fn actions_are_refused_to_viewers_other_sites_and_bad_fields() {
     let api = Api::new();
     let before = api.snapshot().await;
