@@ -665,6 +665,40 @@ async fn first_event(api: &Api, path: &str) -> String {
 }
 
 #[tokio::test]
+async fn a_live_stream_ends_when_the_server_shuts_down() {
+    // A graceful shutdown waits for the calls in flight: an open console tab must not be one
+    // of them forever.
+    let shutdown = tokio_util::sync::CancellationToken::new();
+    let api = Api::with_config(&qfence_server::ApiConfig {
+        shutdown: shutdown.clone(),
+        ..qfence_server::ApiConfig::default()
+    });
+    let resp = tower::ServiceExt::oneshot(
+        api.app.clone(),
+        Request::builder()
+            .uri("/live/overview")
+            .header(header::COOKIE, format!("qfence_session={VIEWER}"))
+            .body(Body::empty())
+            .unwrap(),
+    )
+    .await
+    .unwrap();
+    let mut body = resp.into_body().into_data_stream();
+    let first = tokio::time::timeout(std::time::Duration::from_secs(5), body.next())
+        .await
+        .expect("the first event at once");
+    assert!(first.is_some());
+    shutdown.cancel();
+    let end = tokio::time::timeout(std::time::Duration::from_secs(5), async {
+        while let Some(chunk) = body.next().await {
+            chunk.expect("no error");
+        }
+    })
+    .await;
+    assert!(end.is_ok(), "the stream ended once the server shut down");
+}
+
+#[tokio::test]
 async fn the_live_streams_send_the_page_parts_at_once() {
     let api = Api::new();
     let text = first_event(&api, "/live/overview").await;
