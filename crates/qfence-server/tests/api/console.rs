@@ -248,6 +248,10 @@ async fn the_plan_page_offers_actions_by_role_and_draws_the_plan() {
         "a viewer gets no action form"
     );
     assert!(h.contains("need an operator token"));
+    assert!(
+        h.contains("href=\"/events?plan=erp-db\""),
+        "the plan's records are a click away"
+    );
 
     for token in [OPERATOR, ADMIN] {
         let r = page(&api, "/plans/erp-db", token).await;
