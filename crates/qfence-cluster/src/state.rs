@@ -121,6 +121,16 @@ pub enum Command {
     /// Replaces a plan's published status: the leader's view (verdicts, last sentence), so
     /// that every orchestrator can answer a status request. One record per plan, overwritten.
     PublishStatus { status: StatusDraft },
+    /// Replaces the published status of many plans at once, as [`Command::PublishStatus`]
+    /// does for each: one consensus write per tick instead of one per plan. All or nothing: a
+    /// draft of an unknown format refuses the whole batch. Each draft carries its own format.
+    PublishStatuses { statuses: Vec<StatusDraft> },
+    /// Replaces the record of a controller's last test (its grades), so every orchestrator
+    /// lists them.
+    RecordControllerTest {
+        controller: ControllerId,
+        test: ControllerTestRecord,
+    },
     /// Publishes an orchestrator's Ed25519 public key (forwarded calls are signed with it).
     SetNodeKey {
         orchestrator: OrchestratorId,
@@ -143,6 +153,8 @@ impl Command {
             Command::OrchestratorState { .. } => "orchestrator_state",
             Command::AppendEvent { .. } => "append_event",
             Command::PublishStatus { .. } => "publish_status",
+            Command::PublishStatuses { .. } => "publish_statuses",
+            Command::RecordControllerTest { .. } => "record_controller_test",
             Command::SetNodeKey { .. } => "set_node_key",
         }
     }
@@ -335,6 +347,20 @@ pub struct ClusterState {
     /// it existed, hence the default.
     #[serde(default)]
     pub statuses: BTreeMap<PlanId, PublishedStatus>,
+    /// Each controller's last test. Absent from snapshots written before it existed.
+    #[serde(default)]
+    pub controller_tests: BTreeMap<ControllerId, ControllerTestRecord>,
+}
+
+/// A controller's last test, as the orchestrator that ran it recorded it.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct ControllerTestRecord {
+    /// Wall-clock time of the test, milliseconds since the Unix epoch.
+    pub at_unix_ms: u64,
+    /// The orchestrator that ran it.
+    pub by: OrchestratorId,
+    /// The grades, as the API encodes them (opaque here).
+    pub grades: serde_json::Value,
 }
 
 impl Default for ClusterState {
@@ -348,6 +374,7 @@ impl Default for ClusterState {
             events: VecDeque::new(),
             next_event_seq: 1,
             statuses: BTreeMap::new(),
+            controller_tests: BTreeMap::new(),
         }
     }
 }
@@ -356,6 +383,16 @@ impl ClusterState {
     /// The generation of a plan, if it is registered.
     pub fn plan_generation(&self, plan: &PlanId) -> Option<Generation> {
         self.plans.get(plan).map(|p| p.state.generation)
+    }
+
+    fn publish(&mut self, status: &StatusDraft, term: Term) {
+        self.statuses.insert(
+            status.plan.clone(),
+            PublishedStatus {
+                term,
+                status: status.clone(),
+            },
+        );
     }
 
     /// Applies one committed request, written by the leader of `term`.
@@ -381,6 +418,7 @@ impl ClusterState {
             }
             Command::RemoveController { controller } => {
                 self.controllers.remove(controller);
+                self.controller_tests.remove(controller);
                 Response::Applied
             }
             Command::RegisterPlan {
@@ -532,21 +570,29 @@ impl ClusterState {
                 Response::Applied
             }
             Command::PublishStatus { status } => {
-                if status.format != STATUS_FORMAT {
+                if let Some(refused) = unknown_status_format(status) {
+                    return refused;
+                }
+                self.publish(status, term);
+                Response::Applied
+            }
+            Command::PublishStatuses { statuses } => {
+                if let Some(refused) = statuses.iter().find_map(unknown_status_format) {
+                    return refused;
+                }
+                for status in statuses {
+                    self.publish(status, term);
+                }
+                Response::Applied
+            }
+            Command::RecordControllerTest { controller, test } => {
+                if !self.controllers.contains_key(controller) {
                     return Response::Rejected {
-                        reason: format!(
-                            "status format {} is not known to this build (it reads format {STATUS_FORMAT})",
-                            status.format
-                        ),
+                        reason: format!("controller {controller:?} is not registered"),
                     };
                 }
-                self.statuses.insert(
-                    status.plan.clone(),
-                    PublishedStatus {
-                        term,
-                        status: status.clone(),
-                    },
-                );
+                self.controller_tests
+                    .insert(controller.clone(), test.clone());
                 Response::Applied
             }
             Command::SetNodeKey {
@@ -566,6 +612,16 @@ impl ClusterState {
             },
         }
     }
+}
+
+/// The refusal of a status draft whose format this build does not read.
+fn unknown_status_format(status: &StatusDraft) -> Option<Response> {
+    (status.format != STATUS_FORMAT).then(|| Response::Rejected {
+        reason: format!(
+            "status format {} of plan {} is not known to this build (it reads format {STATUS_FORMAT})",
+            status.format, status.plan
+        ),
+    })
 }
 
 #[cfg(test)]
@@ -1073,6 +1129,133 @@ mod tests {
             json!({"format": 1, "command": {"type": "remove_plan", "plan": "erp-db",
                 "expected_generation": 2}})
         );
+    }
+
+    #[test]
+    fn a_batch_of_statuses_publishes_each_plan_with_the_entry_term() {
+        let mut state = ClusterState::default();
+        let other = PlanId::new("crm").unwrap();
+        state.apply(
+            &Command::PublishStatus {
+                status: status(Verdict::Unknown, "checking"),
+            },
+            Term(2),
+        );
+        let a = status(Verdict::Fenced, "no action");
+        let b = StatusDraft {
+            plan: other.clone(),
+            ..status(Verdict::Failed, "fencing")
+        };
+        let r = state.apply(
+            &Command::PublishStatuses {
+                statuses: vec![a.clone(), b.clone()],
+            },
+            Term(4),
+        );
+        assert_eq!(r, Response::Applied);
+        assert_eq!(state.statuses.len(), 2);
+        assert_eq!(
+            state.statuses[&plan()],
+            PublishedStatus {
+                term: Term(4),
+                status: a
+            }
+        );
+        assert_eq!(state.statuses[&other].status, b);
+        assert_eq!(state.statuses[&other].term, Term(4));
+    }
+
+    #[test]
+    fn a_batch_with_one_status_of_an_unknown_format_changes_nothing() {
+        let mut state = ClusterState::default();
+        let r = state.apply(
+            &Command::PublishStatuses {
+                statuses: vec![
+                    status(Verdict::Fenced, "no action"),
+                    StatusDraft {
+                        format: STATUS_FORMAT + 1,
+                        plan: PlanId::new("crm").unwrap(),
+                        ..status(Verdict::Fenced, "x")
+                    },
+                ],
+            },
+            Term(1),
+        );
+        let Response::Rejected { reason } = r else {
+            panic!("{r:?}");
+        };
+        assert!(reason.contains("plan crm"), "{reason}");
+        assert!(state.statuses.is_empty(), "all or nothing");
+    }
+
+    #[test]
+    fn publish_statuses_has_a_stable_encoding() {
+        let request = Request::new(Command::PublishStatuses {
+            statuses: vec![status(Verdict::Fenced, "no action")],
+        });
+        let text = serde_json::to_value(&request).unwrap();
+        assert_eq!(
+            text,
+            json!({"format": 1, "command": {"type": "publish_statuses", "statuses": [{
+                "format": 1, "plan": "erp-db",
+                "sites": [{"site": "dc2", "verdict": "FENCED", "checked_at_ms": 7}],
+                "reason": "no action", "at_unix_ms": 9, "by": "dc1-a"}]}})
+        );
+        let back: Request = serde_json::from_value(text).unwrap();
+        assert_eq!(back, request);
+    }
+
+    #[test]
+    fn a_controller_test_is_kept_per_registered_controller_and_goes_with_it() {
+        let mut state = ClusterState::default();
+        let c = ControllerId::new("bmc-dc1").unwrap();
+        let test = |at: u64| ControllerTestRecord {
+            at_unix_ms: at,
+            by: OrchestratorId::new("dc1-a").unwrap(),
+            grades: json!([{"capability": "power.off", "grade": "proven"}]),
+        };
+        let unknown = state.apply(
+            &Command::RecordControllerTest {
+                controller: c.clone(),
+                test: test(1),
+            },
+            Term(1),
+        );
+        assert!(matches!(unknown, Response::Rejected { .. }));
+        assert!(state.controller_tests.is_empty());
+        state.apply(
+            &Command::RegisterController {
+                controller: ControllerRecord {
+                    id: c.clone(),
+                    site: SiteId::new("dc1").unwrap(),
+                    reach: vec![],
+                    config: json!({}),
+                },
+            },
+            Term(1),
+        );
+        for at in [1, 2] {
+            let r = state.apply(
+                &Command::RecordControllerTest {
+                    controller: c.clone(),
+                    test: test(at),
+                },
+                Term(1),
+            );
+            assert_eq!(r, Response::Applied);
+        }
+        assert_eq!(state.controller_tests[&c], test(2), "the last one is kept");
+        state.apply(
+            &Command::RemoveController {
+                controller: c.clone(),
+            },
+            Term(1),
+        );
+        assert!(state.controller_tests.is_empty());
+        let mut old = serde_json::to_value(ClusterState::default()).unwrap();
+        old.as_object_mut().unwrap().remove("controller_tests");
+        let read: ClusterState = serde_json::from_value(old).unwrap();
+        assert!(read.controller_tests.is_empty());
     }
 
     #[test]
