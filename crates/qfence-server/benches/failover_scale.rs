@@ -769,6 +769,23 @@ fn one(n: usize, o: &Options) -> Result<Figures> {
         if samples.is_multiple_of(50) {
             rss_max = rss_max.max(status_kib("VmRSS"));
         }
+        if reported.elapsed() > Duration::from_secs(10) {
+            reported = Instant::now();
+            // The first plan still waiting, and what it last said.
+            if let Some(i) = done.iter().position(Option::is_none) {
+                let view = orch.engine.runtime(&plans[i]);
+                let dc1_fence = view
+                    .observations
+                    .get(&BindingKey::site(&site("dc1"), 0))
+                    .map_or_else(|| "never read".to_owned(), |o| o.detail.clone());
+                say(&format!(
+                    "{} of {n} VIPs at dc2 so far; {}: {} [dc1 power.off read: {dc1_fence}]",
+                    n - left,
+                    plans[i],
+                    view.last_reason.as_deref().unwrap_or("no decision yet")
+                ));
+            }
+        }
         if left > 0 {
             std::thread::sleep(Duration::from_millis(10));
         }

@@ -26,14 +26,18 @@ use tokio_util::sync::CancellationToken;
 use super::RuntimeError;
 use super::effective::ConfigCell;
 
-/// Checks one controller runs at once from this orchestrator. Controllers have few sessions
-/// (the lab's BMCs eight, as many real ones) and a burst of hundreds of concurrent calls only
-/// opens hundreds of TLS connections that then time out; queued calls wait within their own
-/// deadline instead.
-pub const CHECKS_PER_CONTROLLER: usize = 3;
+/// Checks one controller runs at once from this orchestrator. A burst of hundreds of
+/// concurrent calls only opens hundreds of TLS connections (and, on a BMC, sessions) that then
+/// time out; queued calls wait for their turn instead.
+pub const CHECKS_PER_CONTROLLER: usize = 8;
 /// Calls that may change a target (perform, undo, renew) one controller runs at once; kept
 /// apart from checks so a fence never waits behind a queue of routine reads.
-pub const CHANGES_PER_CONTROLLER: usize = 2;
+pub const CHANGES_PER_CONTROLLER: usize = 8;
+/// The same for a BMC (Redfish, IPMI, fence agents): BMCs have few sessions (eight is common,
+/// and the lab's), so together they leave one for an operator or another orchestrator.
+pub const BMC_CHECKS: usize = 3;
+/// See [`BMC_CHECKS`].
+pub const BMC_CHANGES: usize = 4;
 /// How long a check may wait for its turn before it is sent; its own timeout starts when it
 /// is sent. A queued check is not a reading: the decision core waits for a check on its way
 /// rather than read a site as lost because this orchestrator is busy (a change, by contrast,
@@ -60,17 +64,30 @@ struct Lane {
 
 impl Default for Lane {
     fn default() -> Self {
+        Self::new(CHECKS_PER_CONTROLLER, CHANGES_PER_CONTROLLER)
+    }
+}
+
+impl Lane {
+    fn new(checks: usize, changes: usize) -> Self {
         Self {
-            checks: Semaphore::new(CHECKS_PER_CONTROLLER),
-            changes: Semaphore::new(CHANGES_PER_CONTROLLER),
+            checks: Semaphore::new(checks),
+            changes: Semaphore::new(changes),
             epoch: AtomicU64::new(0),
             changing: AtomicUsize::new(0),
             in_flight: Mutex::new(HashMap::new()),
         }
     }
-}
 
-impl Lane {
+    /// The lane of a controller of type `kind`.
+    fn for_type(kind: qfence_model::catalog::ControllerType) -> Self {
+        use qfence_model::catalog::ControllerType as T;
+        match kind {
+            T::Redfish | T::Ipmi | T::FenceAgent => Self::new(BMC_CHECKS, BMC_CHANGES),
+            _ => Self::default(),
+        }
+    }
+
     /// Joins the check in flight for `key` if it started in this epoch and nothing that may
     /// change a target is running; otherwise this check leads (and later ones may join it).
     fn join_or_lead(&self, key: String) -> Result<oneshot::Receiver<Shared>, Leading<'_>> {
@@ -403,14 +420,14 @@ impl LocalDrivers {
         built.map_err(|e| format!("controller {id} has no driver here: {e}"))
     }
 
-    /// The lane of `id`, made on its first call (a controller registered through the API has
-    /// none before).
-    fn lane(&self, id: &ControllerId) -> Arc<Lane> {
+    /// The lane of `id`, sized for its type and made on its first call (a controller
+    /// registered through the API has none before).
+    fn lane(&self, id: &ControllerId, kind: qfence_model::catalog::ControllerType) -> Arc<Lane> {
         self.lanes
             .lock()
             .unwrap_or_else(|p| p.into_inner())
             .entry(id.clone())
-            .or_default()
+            .or_insert_with(|| Arc::new(Lane::for_type(kind)))
             .clone()
     }
 
@@ -431,7 +448,7 @@ impl LocalDrivers {
     ) -> Result<WireResult, String> {
         let d = self.driver(controller)?;
         let deadline = tokio::time::Instant::now() + Duration::from_millis(call.timeout_ms);
-        let lane = Some(self.lane(controller));
+        let lane = Some(self.lane(controller, d.controller_type()));
         let lane = lane.as_deref();
         let (Some(lane), Verb::Check) = (lane, call.verb) else {
             let _changing = lane.map(Changing::start);
@@ -587,11 +604,8 @@ async fn wait_turn<'a>(
             Ok(Ok(permit)) => Ok(permit),
             Ok(Err(_)) => Err("the controller's call slots are closed".into()),
             Err(_) => Err(format!(
-                "not sent: no free call slot for this controller in time ({} a time)",
-                match call.verb {
-                    Verb::Check => CHECKS_PER_CONTROLLER,
-                    _ => CHANGES_PER_CONTROLLER,
-                }
+                "not sent: no free call slot for this controller within {} ms",
+                call.timeout_ms
             )),
         },
     }
