@@ -21,6 +21,8 @@ use crate::auth::{Access, Caller};
 use crate::backend::BackendError;
 use crate::dto::{PlanStatus, StatusResponse, VerdictDto};
 
+mod editor;
+
 /// The cookie holding the session's token.
 pub const SESSION_COOKIE: &str = "qfence_session";
 
@@ -33,6 +35,7 @@ pub(crate) fn routes() -> Router<AppState> {
         .route("/login", get(login_form).post(login))
         .route("/logout", post(logout))
         .route("/console.css", get(css))
+        .merge(editor::routes())
 }
 
 // ---- session ----
