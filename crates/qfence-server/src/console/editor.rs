@@ -207,11 +207,12 @@ pub(super) struct Row {
 }
 
 impl Row {
-    fn is_blank(&self) -> bool {
+    /// Whether nothing was typed in it (a role the form pre-set does not count).
+    fn is_blank_in(&self, group: &str) -> bool {
         self.controller.trim().is_empty()
             && self.capability.trim().is_empty()
             && self.resource.trim().is_empty()
-            && self.role.trim().is_empty()
+            && (self.role.trim().is_empty() || self.role == default_role(group))
             && self.params.trim().is_empty()
             && !self.required
     }
@@ -388,7 +389,7 @@ impl PlanForm {
         for g in groups {
             let rows: Vec<Row> = rows
                 .iter()
-                .filter(|((rg, _), r)| *rg == g && !r.is_blank())
+                .filter(|((rg, _), r)| *rg == g && !r.is_blank_in(&g))
                 .map(|(_, r)| r.clone())
                 .collect();
             f.groups.push(Group { name: g, rows });
@@ -474,7 +475,7 @@ impl PlanForm {
             let bindings: Vec<Value> = g
                 .rows
                 .iter()
-                .filter(|r| !r.is_blank())
+                .filter(|r| !r.is_blank_in(&g.name))
                 .map(|r| {
                     let mut b = Map::new();
                     for (k, v) in [

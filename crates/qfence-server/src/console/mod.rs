@@ -22,6 +22,7 @@ use crate::backend::BackendError;
 use crate::dto::{PlanStatus, StatusResponse, VerdictDto};
 
 mod editor;
+mod register;
 
 /// The cookie holding the session's token.
 pub const SESSION_COOKIE: &str = "qfence_session";
@@ -36,6 +37,7 @@ pub(crate) fn routes() -> Router<AppState> {
         .route("/logout", post(logout))
         .route("/console.css", get(css))
         .merge(editor::routes())
+        .merge(register::routes())
 }
 
 // ---- session ----

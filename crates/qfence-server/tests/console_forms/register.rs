@@ -1,0 +1,196 @@
+//! `/controllers`, `/controllers/new` (four steps) and `/controllers/{name}/test`.
+
+use axum::http::StatusCode;
+
+use super::*;
+
+/// Step 1 of a new Redfish BMC at dc1 that dc2 may call too.
+fn step1() -> Vec<(&'static str, &'static str)> {
+    vec![
+        ("step", "1"),
+        ("name", "bmc-dc3"),
+        ("type", "redfish"),
+        ("site", "dc1"),
+        ("reach", "dc2"),
+        ("endpoint", "https://127.0.0.1:9443"),
+        ("username", "qfence"),
+        ("tls_mode", "insecure"),
+    ]
+}
+
+/// The hidden fields a page carries, as the browser sends them back.
+fn hidden(p: &Page) -> Vec<(String, String)> {
+    let mut out = Vec::new();
+    for (i, _) in p.body.match_indices("<input type=\"hidden\" name=\"") {
+        let rest = &p.body[i + "<input type=\"hidden\" name=\"".len()..];
+        let name = &rest[..rest.find('"').unwrap()];
+        let v = &rest[rest.find("value=\"").unwrap() + 7..];
+        let value = unescape(&v[..v.find('"').unwrap()]);
+        if name != "step" {
+            out.push((name.to_owned(), value));
+        }
+    }
+    out
+}
+
+async fn controller_names(c: &Console) -> Vec<String> {
+    use qfence_server::Backend;
+    c.backend
+        .controllers()
+        .await
+        .unwrap()
+        .into_iter()
+        .map(|v| v.name)
+        .collect()
+}
+
+#[tokio::test]
+async fn only_admins_register_and_test() {
+    let c = Console::new();
+    for t in [VIEWER, OPERATOR] {
+        let p = c.get("/controllers/new", t).await;
+        assert_eq!(p.status, StatusCode::FORBIDDEN);
+        let p = c.post("/controllers/new", t, &step1()).await;
+        assert_eq!(p.status, StatusCode::FORBIDDEN);
+        let p = c.post("/controllers/bmc-dc1/test", t, &[]).await;
+        assert_eq!(p.status, StatusCode::FORBIDDEN);
+        phase("The list is for everyone, without the admin's buttons");
+        let p = c.get("/controllers", t).await;
+        assert_eq!(p.status, StatusCode::OK);
+        assert!(p.body.contains("data-controller=\"bmc-dc1\""));
+        assert!(!p.body.contains("/controllers/bmc-dc1/test"));
+        assert!(!p.body.contains("/controllers/new"));
+    }
+    let p = c.get("/controllers", ADMIN).await;
+    assert!(p.body.contains("action=\"/controllers/bmc-dc1/test\""));
+    assert!(p.has("lab-redfish"), "the secret's name, never its value");
+    assert_eq!(controller_names(&c).await.len(), 5);
+}
+
+#[tokio::test]
+async fn step_1_offers_types_and_sites() {
+    let c = Console::new();
+    let p = c.get("/controllers/new", ADMIN).await;
+    assert_eq!(p.status, StatusCode::OK);
+    assert!(
+        p.body
+            .contains("aria-current=\"step\">1. Type and connection")
+    );
+    assert_eq!(
+        p.options_of("type"),
+        vec![
+            "redfish",
+            "ipmi",
+            "proxmox",
+            "fortigate",
+            "docker",
+            "postgres",
+            "fence-agent",
+            "nova"
+        ]
+    );
+    assert_eq!(p.options_of("site"), vec!["dc1", "dc2"]);
+    assert!(p.body.contains("data-types=\"proxmox\""), "per-type fields");
+}
+
+#[tokio::test]
+async fn a_bad_step_1_is_refused_next_to_its_fields_keeping_what_was_typed() {
+    let c = Console::new();
+    let mut f = step1();
+    f.retain(|(k, _)| *k != "endpoint");
+    f.push(("endpoint", "http://user:hunter2@127.0.0.1:9443"));
+    f.retain(|(k, _)| *k != "name");
+    f.push(("name", "bmc-dc1"));
+    f.push(("timeout_seconds", "soon"));
+    let p = c.post("/controllers/new", ADMIN, &f).await;
+    assert_eq!(p.status, StatusCode::UNPROCESSABLE_ENTITY, "{}", p.body);
+    assert!(
+        p.body.contains("aria-current=\"step\">1."),
+        "still at step 1"
+    );
+    assert!(
+        p.errors_at("name")[0].contains("already exists"),
+        "{}",
+        p.body
+    );
+    assert!(!p.errors_at("endpoint").is_empty(), "{}", p.body);
+    assert!(!p.errors_at("timeout_seconds").is_empty(), "{}", p.body);
+    // The missing secret belongs to step 2: not a refusal yet.
+    assert!(p.errors_at("secret").is_empty());
+    assert_eq!(p.value_of("timeout_seconds").as_deref(), Some("soon"));
+    assert_eq!(p.value_of("username").as_deref(), Some("qfence"));
+    assert_eq!(p.value_of("site").as_deref(), Some("dc1"));
+    assert!(p.body.contains("name=\"reach\" value=\"dc2\" checked"));
+}
+
+#[tokio::test]
+async fn steps_carry_everything_typed_and_back_loses_nothing() {
+    let c = Console::new();
+    let p = c.post("/controllers/new", ADMIN, &step1()).await;
+    assert_eq!(p.status, StatusCode::OK, "{}", p.body);
+    assert!(p.body.contains("aria-current=\"step\">2. Credentials"));
+    let carried = hidden(&p);
+    for (k, v) in step1().into_iter().skip(1) {
+        assert!(
+            carried.iter().any(|(hk, hv)| hk == k && hv == v),
+            "{k}={v} travels with step 2: {carried:?}"
+        );
+    }
+    phase("A secret that is not a name is refused next to the field");
+    let mut f: Vec<(String, String)> = carried.clone();
+    f.push(("step".into(), "2".into()));
+    f.push(("secret".into(), "not a name!".into()));
+    let p = c.post("/controllers/new", ADMIN, &refs(&f)).await;
+    assert_eq!(p.status, StatusCode::UNPROCESSABLE_ENTITY);
+    assert!(p.body.contains("aria-current=\"step\">2."));
+    assert!(!p.errors_at("secret").is_empty(), "{}", p.body);
+    assert_eq!(p.value_of("secret").as_deref(), Some("not a name!"));
+    phase("A pasted credential is refused and not sent back");
+    let token = "3f1c2d9e-8a7b-4c6d-9e0f-1a2b3c4d5e6f";
+    let mut f = carried.clone();
+    f.push(("step".into(), "2".into()));
+    f.push(("secret".into(), token.into()));
+    let p = c.post("/controllers/new", ADMIN, &refs(&f)).await;
+    assert_eq!(p.status, StatusCode::UNPROCESSABLE_ENTITY);
+    assert!(p.errors_at("secret")[0].contains("not the name of a secret"));
+    assert!(!p.body.contains(token), "the credential is not echoed");
+    phase("Back to step 1 keeps every value");
+    let mut f = carried.clone();
+    f.push(("step".into(), "2".into()));
+    f.push(("secret".into(), "lab-redfish".into()));
+    f.push(("action".into(), "back".into()));
+    let p = c.post("/controllers/new", ADMIN, &refs(&f)).await;
+    assert_eq!(p.status, StatusCode::OK);
+    assert!(p.body.contains("aria-current=\"step\">1."));
+    assert_eq!(
+        p.value_of("endpoint").as_deref(),
+        Some("https://127.0.0.1:9443")
+    );
+    assert_eq!(p.value_of("name").as_deref(), Some("bmc-dc3"));
+    assert!(
+        hidden(&p)
+            .iter()
+            .any(|(k, v)| k == "secret" && v == "lab-redfish")
+    );
+    assert!(!controller_names(&c).await.contains(&"bmc-dc3".to_owned()));
+}
+
+fn refs(f: &[(String, String)]) -> Vec<(&str, &str)> {
+    f.iter().map(|(k, v)| (k.as_str(), v.as_str())).collect()
+}
+
+#[tokio::test]
+async fn testing_a_registered_controller_shows_its_grades() {
+    let c = Console::new();
+    let p = c.post("/controllers/bmc-dc1/test", ADMIN, &[]).await;
+    assert_eq!(p.status, StatusCode::OK, "{}", p.body);
+    assert!(p.body.contains("data-capability=\"power.off\""));
+    assert!(p.body.contains("class=\"grade "));
+    let p = c.post("/controllers/nope/test", ADMIN, &[]).await;
+    assert_eq!(p.status, StatusCode::NOT_FOUND);
+    let p = c.get("/controllers", ADMIN).await;
+    let row = &p.body[p.body.find("data-controller=\"bmc-dc1\"").unwrap()..];
+    let row = &row[..row.find("</tr>").unwrap()];
+    assert!(!row.contains("never"), "tested now: {row}");
+    assert!(row.contains("power.off"), "with its grades: {row}");
+}
