@@ -4,6 +4,7 @@
 #
 #   Debian: fence-agents openipmi ipmitool postgresql-15 openssl python3-venv curl
 #           busybox-static (the Docker tests build their image FROM scratch with it)
+#           chromium chromium-driver (the web console's browser tests)
 #           (apt-get update once, only if something is missing)
 #   PyPI:   venvs $QFENCE_EMU_HOME/sushy-<hash> and fakepve-<hash>, pinned in requirements/*.txt
 #
@@ -15,7 +16,8 @@ T0=$(now_ms)
 step() { echo "install: $*"; }
 
 DEBS=(fence-agents openipmi ipmitool postgresql-15 postgresql-client-15 openssl
-      python3 python3-venv curl util-linux busybox-static)
+      python3 python3-venv curl util-linux busybox-static
+      chromium chromium-driver)
 missing=$(apt_missing "${DEBS[@]}")
 if [ -n "$missing" ]; then
     step "apt: installing $(echo $missing)"
@@ -37,6 +39,8 @@ check() { "$@" >/dev/null 2>&1 || { step "FAILED: $*"; exit 1; }; }
 check test -x /usr/bin/ipmi_sim
 check command -v ipmitool
 check command -v fence_redfish
+check command -v chromium
+check command -v chromedriver
 check command -v fence_pve
 check command -v fence_ipmilan
 check test -x /usr/libexec/fence-agents/fence_kdump_send
