@@ -162,6 +162,15 @@ pub(super) fn base_config(text: &str) -> Result<ValidatedConfig, BackendError> {
         )))
 }
 
+/// "1 issue", "3 issues".
+pub(super) fn issues_count(n: usize) -> String {
+    if n == 1 {
+        "1 issue".into()
+    } else {
+        format!("{n} issues")
+    }
+}
+
 /// JSON for a `<script type="application/json">`: `<` escaped so the text cannot close the
 /// element.
 pub(super) fn script_json(v: &Value) -> String {
@@ -981,8 +990,8 @@ fn editor_page(
         None
     } else {
         Some(format!(
-            "{} issue(s); nothing was saved. Each is shown next to its field.",
-            issues.count()
+            "{}; nothing was saved. Each is shown next to its field.",
+            issues_count(issues.count())
         ))
     };
     EditorPage {

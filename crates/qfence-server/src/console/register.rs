@@ -594,8 +594,8 @@ fn register_page(
         None
     } else {
         Some(format!(
-            "{} issue(s) to fix before going on. Each is shown next to its field.",
-            issues.count()
+            "{} to fix before going on. Each is shown next to its field.",
+            super::editor::issues_count(issues.count())
         ))
     };
     let data = json!({
