@@ -328,6 +328,16 @@ pub(super) fn looks_inline(secret: &str) -> Option<&'static str> {
     None
 }
 
+/// `scheme://user:password@host...` without `:password`, when the URL carries one.
+fn without_password(url: &str) -> Option<String> {
+    let (scheme, rest) = url.split_once("://")?;
+    let authority_end = rest.find(['/', '?', '#']).unwrap_or(rest.len());
+    let (authority, tail) = rest.split_at(authority_end);
+    let (userinfo, host) = authority.rsplit_once('@')?;
+    let (user, _password) = userinfo.split_once(':')?;
+    Some(format!("{scheme}://{user}@{host}{tail}"))
+}
+
 /// The form field an issue's path names (`controllers.NAME.tls.pin` is `tls`), if any.
 fn field_of(path: &str, name: &str) -> Option<String> {
     let rest = path.strip_prefix(&format!("controllers.{name}."))?;
@@ -804,11 +814,19 @@ async fn step(
         )
             .into_response()
     };
-    // A secret that looks inline is never kept, not even in the page sent back.
+    // A secret that looks inline is never kept, not even in the page sent back; nor is a
+    // password written into the endpoint (validation refuses it and says why).
     let inline = looks_inline(&form.get("secret"));
     if inline.is_some() {
         form.set("secret", "");
     }
+    let had_password = match without_password(&form.get("endpoint")) {
+        Some(clean) => {
+            form.set("endpoint", clean);
+            true
+        }
+        None => false,
+    };
     let target = match action {
         "back" => {
             let to = at.saturating_sub(1).max(1);
@@ -842,6 +860,22 @@ async fn step(
         return show(
             &form,
             2,
+            issues,
+            None,
+            Vec::new(),
+            StatusCode::UNPROCESSABLE_ENTITY,
+        );
+    }
+    if had_password {
+        let (_, mut issues, _, _) = validate(&ctx, &form, at.min(4));
+        issues.add(
+            Some("endpoint".into()),
+            "inline credentials are refused: the password written into the endpoint was \
+             removed and not kept; name a secret at step 2",
+        );
+        return show(
+            &form,
+            1,
             issues,
             None,
             Vec::new(),
@@ -1142,6 +1176,16 @@ mod tests {
             f("pin_fingerprint", "true"),
         ]);
         assert_eq!(form.to_spec().0["tls"], json!({"pin": "sha256:ab"}));
+    }
+
+    #[test]
+    fn passwords_are_taken_out_of_endpoints() {
+        assert_eq!(
+            without_password("https://qfence:hunter2@127.0.0.1:9443/redfish").as_deref(),
+            Some("https://qfence@127.0.0.1:9443/redfish")
+        );
+        assert_eq!(without_password("https://qfence@127.0.0.1:9443"), None);
+        assert_eq!(without_password("https://127.0.0.1:9443"), None);
     }
 
     #[test]

@@ -6,6 +6,7 @@
 mod harness;
 
 mod editor;
+mod register;
 
 use std::sync::Arc;
 

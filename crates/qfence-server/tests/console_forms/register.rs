@@ -113,7 +113,18 @@ async fn a_bad_step_1_is_refused_next_to_its_fields_keeping_what_was_typed() {
         "{}",
         p.body
     );
-    assert!(!p.errors_at("endpoint").is_empty(), "{}", p.body);
+    assert!(
+        p.errors_at("endpoint")
+            .iter()
+            .any(|m| m.contains("inline credentials are refused")),
+        "{}",
+        p.body
+    );
+    assert!(!p.body.contains("hunter2"), "the password is not sent back");
+    assert_eq!(
+        p.value_of("endpoint").as_deref(),
+        Some("http://user@127.0.0.1:9443")
+    );
     assert!(!p.errors_at("timeout_seconds").is_empty(), "{}", p.body);
     // The missing secret belongs to step 2: not a refusal yet.
     assert!(p.errors_at("secret").is_empty());
