@@ -70,6 +70,9 @@ pub struct Report {
     pub identity: Option<Identity>,
     pub grades: Vec<CapabilityGrade>,
     pub bindings: Vec<BindingCheck>,
+    /// Every note that made a step pass with a warning, in step order (also among the
+    /// steps' notes), so a caller can list them apart.
+    pub warnings: Vec<String>,
 }
 
 impl Report {
@@ -256,7 +259,16 @@ pub async fn register(reg: Registration<'_>) -> Report {
         identity: None,
         grades: vec![],
         bindings: vec![],
+        warnings: vec![],
     };
+    // Step 1's only warning is TLS checking turned off.
+    if let Some(cc) = cc
+        && matches!(cc.tls, TlsTrust::Insecure)
+    {
+        report
+            .warnings
+            .push(crate::tls::insecure_warning(reg.controller.as_str()));
+    }
     let (Some(driver), Some(cc)) = (driver, cc) else {
         for (n, name) in [(3, "connectivity"), (4, "capabilities")] {
             report.steps.push(Step {
@@ -303,19 +315,21 @@ pub async fn register(reg: Registration<'_>) -> Report {
             "TLS certificate {fp}: compare it with the device's, then pin it with tls: {{pin: \"{fp}\"}}"
         ));
     }
-    let warn = |s: &mut Step, note: String| {
+    let warn = |s: &mut Step, warnings: &mut Vec<String>, note: String| {
+        warnings.push(note.clone());
         s.notes.push(note);
         if s.status == StepStatus::Ok {
             s.status = StepStatus::Warning;
         }
     };
     for w in &probe.warnings {
-        warn(&mut s3, w.clone());
+        warn(&mut s3, &mut report.warnings, w.clone());
     }
     for (other, id) in reg.known {
         if other != reg.controller && *id == probe.identity.id {
             warn(
                 &mut s3,
+                &mut report.warnings,
                 format!(
                     "controller {other} has the same identity {id}: both drive the same system"
                 ),
@@ -327,6 +341,7 @@ pub async fn register(reg: Registration<'_>) -> Report {
         if other != reg.controller && mine.is_some() && endpoint_of(&occ.kind) == mine {
             warn(
                 &mut s3,
+                &mut report.warnings,
                 format!(
                     "controller {other} points at the same endpoint {}",
                     mine.as_deref().unwrap_or("")
@@ -348,6 +363,7 @@ pub async fn register(reg: Registration<'_>) -> Report {
         if g.grade == Grade::Failed {
             warn(
                 &mut s4,
+                &mut report.warnings,
                 format!(
                     "{} failed: no plan can bind it as configured ({})",
                     g.capability, g.reason

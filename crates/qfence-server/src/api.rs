@@ -143,6 +143,8 @@ fn api_router() -> OpenApiRouter<AppState> {
         .routes(routes!(secrets))
         .routes(routes!(list_controllers, register_controller))
         .routes(routes!(test_controller))
+        .routes(routes!(probe_controller))
+        .routes(routes!(discover))
         .routes(routes!(events))
         .routes(routes!(orchestrators))
 }
@@ -773,7 +775,17 @@ async fn register_controller(
     State(s): State<AppState>,
     ApiJson(req): ApiJson<RegisterController>,
 ) -> Result<(StatusCode, Json<ControllerView>), ApiError> {
-    let base = s.backend.config_source().await?;
+    let checked = check_controller(&s, req).await?;
+    let view = s.backend.register_controller(&c, checked).await?;
+    Ok((StatusCode::CREATED, Json(view)))
+}
+
+/// Validates a controller as the configuration file would be.
+async fn check_controller(
+    state: &AppState,
+    req: RegisterController,
+) -> Result<CheckedController, ApiError> {
+    let base = state.backend.config_source().await?;
     let checked = plan_api::check_controller(&base, &req.name, &req.spec).map_err(|issues| {
         let errors = issues.iter().filter(|i| i.is_error()).count();
         ApiError::validation(
@@ -786,19 +798,51 @@ async fn register_controller(
     })?;
     let name = ControllerId::new(req.name.as_str())
         .map_err(|e| ApiError::invalid_body(format!("{:?} is not a name: {e}", req.name)))?;
-    let view = s
-        .backend
-        .register_controller(
-            &c,
-            CheckedController {
-                name,
-                spec: req.spec,
-                config: checked.value,
-                warnings: checked.warnings,
-            },
-        )
-        .await?;
-    Ok((StatusCode::CREATED, Json(view)))
+    Ok(CheckedController {
+        name,
+        spec: req.spec,
+        config: checked.value,
+        warnings: checked.warnings,
+    })
+}
+
+/// Runs the registration steps on a controller that is not registered yet (same body as
+/// registering): configuration, secret, connectivity from a site allowed to call it
+/// (identity, TLS certificate fingerprint to pin) and each capability graded. Registers
+/// nothing and acts on no target. Admin.
+#[utoipa::path(post, path = "/api/v1/controllers/probe", tag = "controllers",
+    security(("bearer" = [])),
+    request_body = RegisterController,
+    responses((status = 200, description = "The steps ran; whether they passed is in the body", body = ControllerTest),
+        (status = 400, body = ErrorBody), (status = 401, body = ErrorBody),
+        (status = 403, body = ErrorBody),
+        (status = 409, description = "The name is registered: test that controller instead", body = ErrorBody),
+        (status = 413, body = ErrorBody), (status = 415, body = ErrorBody),
+        (status = 422, body = ErrorBody), (status = 503, body = ErrorBody)))]
+async fn probe_controller(
+    Admin(c): Admin,
+    State(s): State<AppState>,
+    ApiJson(req): ApiJson<RegisterController>,
+) -> Result<Json<ControllerTest>, ApiError> {
+    let checked = check_controller(&s, req).await?;
+    Ok(Json(s.backend.probe_controller(&c, checked).await?))
+}
+
+/// What the controller's capabilities can act on (VMs, hosts, addresses), as its driver
+/// discovers them from a site allowed to call it: the values a binding's `resource` takes.
+/// Read-only. Viewer.
+#[utoipa::path(get, path = "/api/v1/controllers/{controller}/resources", tag = "controllers",
+    security(("bearer" = [])),
+    params(("controller" = String, Path, description = "The controller's name", example = "pve-dc1")),
+    responses((status = 200, body = Vec<DiscoveredResource>), (status = 401, body = ErrorBody),
+        (status = 404, body = ErrorBody),
+        (status = 503, description = "The controller could not be reached or listed", body = ErrorBody)))]
+async fn discover(
+    _: Viewer,
+    State(s): State<AppState>,
+    ApiPath(name): ApiPath<String>,
+) -> Result<Json<Vec<DiscoveredResource>>, ApiError> {
+    Ok(Json(s.backend.discover(&controller_id(&name)?).await?))
 }
 
 /// Probes a controller without side effects on its targets and grades its capabilities.

@@ -12,9 +12,9 @@ use qfence_model::{ControllerId, PlanId, SiteId};
 
 use crate::auth::Caller;
 use crate::dto::{
-    ConfirmFencedRequest, ControllerTest, ControllerView, DryRun, DryRunResult, FailoverRequest,
-    LeaderInfo, MaintenanceRequest, OperationAccepted, OrchestratorView, PauseRequest, PlanView,
-    SecretRefView, StatusResponse, SwitchoverRequest,
+    ConfirmFencedRequest, ControllerTest, ControllerView, DiscoveredResource, DryRun, DryRunResult,
+    FailoverRequest, LeaderInfo, MaintenanceRequest, OperationAccepted, OrchestratorView,
+    PauseRequest, PlanView, SecretRefView, StatusResponse, SwitchoverRequest,
 };
 use crate::events::{EventPage, EventQuery};
 
@@ -133,6 +133,22 @@ pub trait Backend: Send + Sync + 'static {
         caller: &Caller,
         name: &ControllerId,
     ) -> Result<ControllerTest, BackendError>;
+
+    /// Runs the registration steps on a controller that is not registered (connectivity from
+    /// an allowed site, identity and TLS fingerprint, each capability graded), changing
+    /// nothing: no state, no target. `Conflict` if the name is already registered (test that
+    /// one instead).
+    async fn probe_controller(
+        &self,
+        caller: &Caller,
+        controller: CheckedController,
+    ) -> Result<ControllerTest, BackendError>;
+    /// What the controller's capabilities can act on, as its driver discovers them, asked
+    /// from a site allowed to call it. Read-only.
+    async fn discover(
+        &self,
+        controller: &ControllerId,
+    ) -> Result<Vec<DiscoveredResource>, BackendError>;
 
     async fn switchover(
         &self,

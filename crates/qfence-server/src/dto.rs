@@ -296,16 +296,57 @@ pub struct RegisterController {
     pub spec: serde_json::Value,
 }
 
-/// `POST /api/v1/controllers/{controller}/test`: a probe without side effects.
+/// `POST /api/v1/controllers/{controller}/test` and `POST /api/v1/controllers/probe`: the
+/// registration steps, run without side effects on the controller's targets.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize, ToSchema)]
 pub struct ControllerTest {
     pub controller: String,
     pub reachable: bool,
-    /// What the controller says it is.
+    /// What the controller says it is (the same for every controller driving the same system).
     pub identity: Option<String>,
     pub grades: Vec<CapabilityGrade>,
     /// One sentence.
     pub message: String,
+    /// For a TLS target: the SHA-256 fingerprint of the certificate it showed
+    /// (`sha256:` + hex), to compare with the device's and pin (`tls: {pin: ...}`).
+    #[serde(default)]
+    pub tls_fingerprint: Option<String>,
+    /// Further facts the target told (vendor, version, serial...).
+    #[serde(default)]
+    pub facts: std::collections::BTreeMap<String, String>,
+    /// What passed but deserves a look (TLS checking off, another controller on the same
+    /// system, a capability that failed, validation's warnings).
+    #[serde(default)]
+    pub warnings: Vec<String>,
+    /// The four registration steps, in order: configuration, secret, connectivity,
+    /// capabilities.
+    #[serde(default)]
+    pub steps: Vec<RegistrationStep>,
+}
+
+/// One registration step.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
+pub struct RegistrationStep {
+    /// 1 to 4.
+    pub number: u8,
+    /// `configuration`, `secret`, `connectivity` or `capabilities`.
+    pub name: String,
+    /// `ok`, `warning`, `failed` or `skipped` (an earlier step failed).
+    pub status: String,
+    /// What was found, in sentences.
+    pub notes: Vec<String>,
+}
+
+/// `GET /api/v1/controllers/{controller}/resources`: one thing a capability of the
+/// controller can act on, as the controller lists it.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
+pub struct DiscoveredResource {
+    /// The capability (`vm.stop`, `power.off`...).
+    pub capability: String,
+    /// What to write in a binding's `resource` (`pve-dc1-01/101`).
+    pub resource: String,
+    /// A short description (`VM 101 "erp-db" on pve-dc1-01, running`).
+    pub description: String,
 }
 
 /// `POST /api/v1/plans/{plan}/switchover`: a planned move of ownership.

@@ -368,6 +368,209 @@ fn failover_commands(p: &Plan, target: &SiteId) -> Vec<String> {
     out
 }
 
+/// The endpoint (URL or `host:port`) a controller's settings name, if any.
+fn double_endpoint(config: &ControllerConfig) -> Option<String> {
+    let v = serde_json::to_value(config).ok()?;
+    fn find(v: &serde_json::Value) -> Option<String> {
+        match v {
+            serde_json::Value::Object(m) => m
+                .get("endpoint")
+                .and_then(|e| e.as_str().map(str::to_owned))
+                .or_else(|| m.values().find_map(find)),
+            _ => None,
+        }
+    }
+    find(&v)
+}
+
+/// The double's one failure: a target whose endpoint host ends in `.invalid` (RFC 2606: it
+/// never resolves) cannot be reached.
+fn double_unreachable(config: &ControllerConfig) -> bool {
+    double_endpoint(config).is_some_and(|e| {
+        let host = e
+            .split("://")
+            .last()
+            .unwrap_or("")
+            .split(['/', ':'])
+            .next()
+            .unwrap_or("");
+        host.ends_with(".invalid")
+    })
+}
+
+/// What the double answers for a test or probe of `config`: the four steps as the runtime
+/// reports them, with no target contacted. Connectivity "passes" with a warning saying so
+/// (the identity is made from the endpoint, and an `https` endpoint gets a fingerprint
+/// computed from its URL, shaped like a real one); every capability is unverifiable, since no
+/// driver ran. An endpoint on `.invalid` fails connectivity and skips step 4, as an
+/// unreachable target does.
+fn double_test(name: &ControllerId, config: &ControllerConfig, extra: &[String]) -> ControllerTest {
+    let step = |number: u8, name: &str, status: &str, notes: Vec<String>| RegistrationStep {
+        number,
+        name: name.to_owned(),
+        status: status.to_owned(),
+        notes,
+    };
+    let endpoint = double_endpoint(config);
+    let mut warnings: Vec<String> = extra.to_vec();
+    let mut s1 = vec![format!(
+        "type {}, site {}",
+        config.controller_type().as_str(),
+        config.site.as_str()
+    )];
+    let insecure = matches!(config.tls, qfence_model::config::TlsTrust::Insecure);
+    if insecure {
+        let w = format!(
+            "controller {}: TLS certificate checking is OFF (tls: insecure: true); anyone on \
+             the path can impersonate it. Pin its certificate instead.",
+            name.as_str()
+        );
+        s1.push(w.clone());
+        warnings.insert(0, w);
+    }
+    let mut steps = vec![
+        step(
+            1,
+            "configuration",
+            if insecure { "warning" } else { "ok" },
+            s1,
+        ),
+        step(
+            2,
+            "secret",
+            "ok",
+            vec![match &config.secret {
+                Some(s) => format!("secret {} is taken to resolve (test double)", s.as_str()),
+                None => "the controller names no secret".to_owned(),
+            }],
+        ),
+    ];
+    if double_unreachable(config) {
+        steps.push(step(
+            3,
+            "connectivity",
+            "failed",
+            vec![format!(
+                "unreachable: {} does not resolve (test double)",
+                endpoint.unwrap_or_default()
+            )],
+        ));
+        steps.push(step(
+            4,
+            "capabilities",
+            "skipped",
+            vec!["the target could not be read".into()],
+        ));
+        return ControllerTest {
+            controller: name.as_str().to_owned(),
+            reachable: false,
+            identity: None,
+            grades: Vec::new(),
+            message: format!(
+                "{} could not be reached (test double: .invalid endpoint)",
+                name.as_str()
+            ),
+            tls_fingerprint: None,
+            facts: BTreeMap::new(),
+            warnings,
+            steps,
+        };
+    }
+    let ep = endpoint.clone().unwrap_or_else(|| "local".to_owned());
+    let identity = format!("double:{}:{ep}", config.controller_type().as_str());
+    let tls_fingerprint = ep.starts_with("https://").then(|| {
+        let d = ring::digest::digest(&ring::digest::SHA256, ep.as_bytes());
+        format!("sha256:{}", hex::encode(d.as_ref()))
+    });
+    let no_target = "test double: no target was contacted; nothing is proven".to_owned();
+    warnings.push(no_target.clone());
+    let mut s3 = vec![format!("identity {identity}"), no_target];
+    if let Some(fp) = &tls_fingerprint {
+        s3.push(format!(
+            "TLS certificate {fp}: compare it with the device's, then pin it with tls: {{pin: \"{fp}\"}}"
+        ));
+    }
+    steps.push(step(3, "connectivity", "warning", s3));
+    let grades: Vec<CapabilityGrade> = config
+        .controller_type()
+        .capabilities()
+        .iter()
+        .map(|cap| CapabilityGrade {
+            capability: cap.name.to_owned(),
+            grade: GradeDto::Unverifiable,
+            detail: "test double: no driver to probe".into(),
+        })
+        .collect();
+    steps.push(step(
+        4,
+        "capabilities",
+        "ok",
+        vec![format!("{} capabilities graded unverifiable", grades.len())],
+    ));
+    let facts = BTreeMap::from([
+        ("driver".to_owned(), "test double".to_owned()),
+        ("endpoint".to_owned(), ep),
+    ]);
+    ControllerTest {
+        controller: name.as_str().to_owned(),
+        reachable: true,
+        identity: Some(identity),
+        grades,
+        message: "test double: the steps ran without a driver; no capability is proven".into(),
+        tls_fingerprint,
+        facts,
+        warnings,
+        steps,
+    }
+}
+
+/// What the double "discovers": every resource a plan binds through the controller, once per
+/// capability and resource, then one made-up resource for each capability of its type that no
+/// plan binds yet (`NAME-CAPABILITY-1`), so an editor has something to offer for each.
+fn double_resources(
+    name: &ControllerId,
+    config: &ControllerConfig,
+    plans: &BTreeMap<PlanId, Plan>,
+) -> Vec<DiscoveredResource> {
+    let mut out: BTreeMap<(String, String), String> = BTreeMap::new();
+    for (plan_id, p) in plans {
+        let bindings = p
+            .config
+            .instances
+            .values()
+            .flatten()
+            .chain(p.config.service.iter());
+        for b in bindings.filter(|b| b.controller == *name) {
+            out.entry((b.capability.clone(), b.resource.clone()))
+                .or_insert_with(|| {
+                    format!(
+                        "{} (bound by plan {}; test double)",
+                        b.resource,
+                        plan_id.as_str()
+                    )
+                });
+        }
+    }
+    for cap in config.controller_type().capabilities() {
+        if !out.keys().any(|(c, _)| c == cap.name) {
+            out.insert(
+                (
+                    cap.name.to_owned(),
+                    format!("{}-{}-1", name.as_str(), cap.name.replace('.', "-")),
+                ),
+                "made up by the test double".to_owned(),
+            );
+        }
+    }
+    out.into_iter()
+        .map(|((capability, resource), description)| DiscoveredResource {
+            capability,
+            resource,
+            description,
+        })
+        .collect()
+}
+
 #[async_trait]
 impl Backend for MemoryBackend {
     async fn leader(&self) -> LeaderInfo {
@@ -755,19 +958,8 @@ impl Backend for MemoryBackend {
             .controllers
             .get_mut(name)
             .ok_or_else(|| not_found("controller", name.as_str()))?;
-        // No driver behind the double: nothing can be proven, and it says so.
-        let grades: Vec<CapabilityGrade> = c
-            .config
-            .controller_type()
-            .capabilities()
-            .iter()
-            .map(|cap| CapabilityGrade {
-                capability: cap.name.to_owned(),
-                grade: GradeDto::Unverifiable,
-                detail: "test double: no driver to probe".into(),
-            })
-            .collect();
-        c.grades = grades.clone();
+        let test = double_test(name, &c.config, &[]);
+        c.grades = test.grades.clone();
         c.tested_at_ms = Some(t);
         self.record(
             &mut st,
@@ -777,13 +969,57 @@ impl Backend for MemoryBackend {
                 format!("Tested controller {}", name.as_str()),
             ),
         );
-        Ok(ControllerTest {
-            controller: name.as_str().to_owned(),
-            reachable: false,
-            identity: None,
-            grades,
-            message: "test double: no driver".into(),
-        })
+        Ok(test)
+    }
+
+    async fn probe_controller(
+        &self,
+        caller: &Caller,
+        c: CheckedController,
+    ) -> Result<ControllerTest, BackendError> {
+        let mut st = self.state.lock().unwrap();
+        if st.controllers.contains_key(&c.name) {
+            return Err(BackendError::Conflict(format!(
+                "controller {:?} is registered: test it (POST /api/v1/controllers/{}/test) \
+                 instead of probing it",
+                c.name.as_str(),
+                c.name.as_str()
+            )));
+        }
+        let warnings: Vec<String> = c
+            .warnings
+            .iter()
+            .map(|i| format!("{}: {}", i.path, i.message))
+            .collect();
+        let test = double_test(&c.name, &c.config, &warnings);
+        self.record(
+            &mut st,
+            NewEvent::new(
+                EventKind::Operator,
+                caller.actor(),
+                format!("Probed controller {} (not registered)", c.name.as_str()),
+            )
+            .data(json!({"controller": c.name.as_str(), "reachable": test.reachable})),
+        );
+        Ok(test)
+    }
+
+    async fn discover(
+        &self,
+        controller: &ControllerId,
+    ) -> Result<Vec<DiscoveredResource>, BackendError> {
+        let st = self.state.lock().unwrap();
+        let c = st
+            .controllers
+            .get(controller)
+            .ok_or_else(|| not_found("controller", controller.as_str()))?;
+        if double_unreachable(&c.config) {
+            return Err(BackendError::Unavailable(format!(
+                "controller {} could not be listed: its endpoint does not resolve (test double)",
+                controller.as_str()
+            )));
+        }
+        Ok(double_resources(controller, &c.config, &st.plans))
     }
 
     async fn switchover(

@@ -14,19 +14,20 @@ use qfence_controllers::SecretStore;
 use qfence_controllers::registration::{self, Registration};
 use qfence_core::dry_run::{MoveKind, dry_run};
 use qfence_core::{Intent, IntentKind, Millis, Phase, PlanState};
+use qfence_model::config::plan_api;
 use qfence_model::{ControllerId, Generation, PlanId, SiteId, Verdict};
 use serde_json::json;
 
 use super::RuntimeError;
-use super::drivers::{WireCall, WireReport};
+use super::drivers::{WireCall, WireReport, WireResource};
 use super::engine::{Engine, Inner, site_verdicts};
 use crate::auth::Caller;
 use crate::backend::{Backend, BackendError, CheckedController, CheckedPlan};
 use crate::dto::{
-    CapabilityGrade, ConfirmFencedRequest, ControllerTest, ControllerView, DryRun, DryRunResult,
-    FailoverRequest, LeaderInfo, MaintenanceRequest, OperationAccepted, OrchestratorView,
-    PauseRequest, PlanStatus, PlanView, SecretRefView, SiteRole, SiteStatus, StatusResponse,
-    SwitchoverRequest,
+    CapabilityGrade, ConfirmFencedRequest, ControllerTest, ControllerView, DiscoveredResource,
+    DryRun, DryRunResult, FailoverRequest, LeaderInfo, MaintenanceRequest, OperationAccepted,
+    OrchestratorView, PauseRequest, PlanStatus, PlanView, RegistrationStep, SecretRefView,
+    SiteRole, SiteStatus, StatusResponse, SwitchoverRequest,
 };
 use crate::events::{EventKind, EventPage, EventQuery, NewEvent};
 use crate::metrics::Direction;
@@ -197,44 +198,76 @@ impl RuntimeBackend {
         name: &ControllerId,
         config: &qfence_model::config::ControllerConfig,
     ) -> Result<(WireReport, String), BackendError> {
+        let call = WireCall::register(config.site.clone(), REGISTRATION_TIMEOUT);
+        let (value, how) = self
+            .route_call(name, config, call, "registration check", || async {
+                let known = BTreeMap::new();
+                let report = registration::register(Registration {
+                    config: &self.inner.config,
+                    controller: name,
+                    orchestrator: &self.inner.me,
+                    secrets: &self.secrets,
+                    known: &known,
+                    timeout: REGISTRATION_TIMEOUT,
+                })
+                .await;
+                serde_json::to_value(&report).map_err(|e| e.to_string())
+            })
+            .await?;
+        let report: WireReport = serde_json::from_value(value).map_err(|e| {
+            BackendError::Unavailable(format!(
+                "the registration check of {name} came back unreadable: {e}"
+            ))
+        })?;
+        Ok((report, how))
+    }
+
+    /// Runs `call` on controller `name` where routing says (see [`Self::route_registration`]
+    /// for the rule): through the cluster on the leader, or `local` here on a follower whose
+    /// site may call the controller. Returns the answer and how it got there.
+    async fn route_call<F, Fut>(
+        &self,
+        name: &ControllerId,
+        config: &qfence_model::config::ControllerConfig,
+        call: WireCall,
+        what: &str,
+        local: F,
+    ) -> Result<(serde_json::Value, String), BackendError>
+    where
+        F: FnOnce() -> Fut,
+        Fut: Future<Output = Result<serde_json::Value, String>>,
+    {
         let inner = &self.inner;
-        let timeout = REGISTRATION_TIMEOUT;
         if inner.node.leadership().await.is_ok() {
-            let call = serde_json::to_value(WireCall::register(config.site.clone(), timeout))
-                .map_err(|e| BackendError::Unavailable(e.to_string()))?;
+            let call =
+                serde_json::to_value(call).map_err(|e| BackendError::Unavailable(e.to_string()))?;
             // A forwarded hop needs its round trip on top of the check's own deadline.
-            let outer = timeout + Duration::from_secs(5);
+            let outer = REGISTRATION_TIMEOUT + Duration::from_secs(5);
             let outcome = tokio::time::timeout(outer, inner.node.call(name, None, call))
                 .await
                 .map_err(|_| {
                     BackendError::Unavailable(format!(
-                        "the registration check of {name} did not answer within {outer:?}"
+                        "the {what} of {name} did not answer within {outer:?}"
                     ))
                 })?;
             return match outcome {
                 CallOutcome::Done { by, result } => {
-                    let report: WireReport = serde_json::from_value(result).map_err(|e| {
-                        BackendError::Unavailable(format!(
-                            "{by} answered the registration check of {name} with something \
-                             unreadable: {e}"
-                        ))
-                    })?;
                     let how = if by == inner.me {
                         "here: this leader's site may call it".to_owned()
                     } else {
                         inner.metrics.forwarded(Direction::Sent);
                         format!("forwarded by the leader {} to {by}", inner.me)
                     };
-                    Ok((report, how))
+                    Ok((result, how))
                 }
                 CallOutcome::Refused { by, refusal } => {
                     inner.metrics.forward_refusal(&format!("{refusal:?}"));
                     Err(BackendError::Unavailable(format!(
-                        "{by} refused the registration check of {name}: {refusal:?}"
+                        "{by} refused the {what} of {name}: {refusal:?}"
                     )))
                 }
                 CallOutcome::Unknown { reason, .. } => Err(BackendError::Unavailable(format!(
-                    "the registration check of {name} was not run: {reason}"
+                    "the {what} of {name} was not run: {reason}"
                 ))),
             };
         }
@@ -244,25 +277,74 @@ impl RuntimeBackend {
             &inner.me,
         ) {
             Route::Local => {
-                let known = BTreeMap::new();
-                let report = registration::register(Registration {
-                    config: &inner.config,
-                    controller: name,
-                    orchestrator: &inner.me,
-                    secrets: &self.secrets,
-                    known: &known,
-                    timeout,
-                })
-                .await;
-                let report: WireReport = serde_json::to_value(&report)
-                    .and_then(serde_json::from_value)
-                    .map_err(|e| BackendError::Unavailable(e.to_string()))?;
-                Ok((report, "here: this site may call it".to_owned()))
+                let value = local().await.map_err(|e| {
+                    BackendError::Unavailable(format!("the {what} of {name} failed here: {e}"))
+                })?;
+                Ok((value, "here: this site may call it".to_owned()))
             }
             Route::Forward { .. } | Route::Unreachable { .. } => Err(BackendError::NotLeader {
                 leader: Some(self.leader_info().await),
             }),
         }
+    }
+}
+
+/// The API's view of a registration report.
+fn controller_test(
+    name: &ControllerId,
+    report: &WireReport,
+    how: &str,
+    mut warnings: Vec<String>,
+) -> ControllerTest {
+    let steps: Vec<RegistrationStep> = report
+        .steps
+        .iter()
+        .map(|s| RegistrationStep {
+            number: s.number,
+            name: s.name.clone(),
+            status: s.status.clone(),
+            notes: s.notes.clone(),
+        })
+        .collect();
+    let summary = steps
+        .iter()
+        .map(|s| {
+            format!(
+                "{}. {}: {} {}",
+                s.number,
+                s.name,
+                s.status,
+                s.notes.join(" ")
+            )
+        })
+        .collect::<Vec<_>>()
+        .join("; ");
+    warnings.extend(report.warnings.iter().cloned());
+    ControllerTest {
+        controller: name.to_string(),
+        reachable: report.identity.is_some(),
+        identity: report.identity.as_ref().map(|i| i.id.clone()),
+        grades: report
+            .grades
+            .iter()
+            .map(|g| CapabilityGrade {
+                capability: g.capability.clone(),
+                grade: g.grade.into(),
+                detail: g.reason.clone(),
+            })
+            .collect(),
+        message: format!("Run by {} ({how}). {summary}", report.orchestrator),
+        tls_fingerprint: report
+            .identity
+            .as_ref()
+            .and_then(|i| i.tls_fingerprint.clone()),
+        facts: report
+            .identity
+            .as_ref()
+            .map(|i| i.facts.clone())
+            .unwrap_or_default(),
+        warnings,
+        steps,
     }
 }
 
@@ -557,35 +639,140 @@ impl Backend for RuntimeBackend {
             )
             .data(json!({"passed": report.passed(), "by": report.orchestrator, "route": how})),
         );
-        let steps = report
-            .steps
-            .iter()
-            .map(|s| {
-                format!(
-                    "{}. {}: {} {}",
-                    s.number,
-                    s.name,
-                    s.status,
-                    s.notes.join(" ")
-                )
-            })
-            .collect::<Vec<_>>()
-            .join("; ");
-        Ok(ControllerTest {
-            controller: name.to_string(),
-            reachable: report.identity.is_some(),
-            identity: report.identity.as_ref().map(|i| i.id.clone()),
-            grades: report
-                .grades
-                .iter()
-                .map(|g| CapabilityGrade {
-                    capability: g.capability.clone(),
-                    grade: g.grade.into(),
-                    detail: g.reason.clone(),
-                })
-                .collect(),
-            message: format!("Run by {} ({how}). {steps}", report.orchestrator),
+        Ok(controller_test(name, &report, &how, Vec::new()))
+    }
+
+    async fn probe_controller(
+        &self,
+        caller: &Caller,
+        c: CheckedController,
+    ) -> Result<ControllerTest, BackendError> {
+        if self.inner.config.controller(c.name.as_str()).is_some() {
+            return Err(BackendError::Conflict(format!(
+                "controller {:?} is registered: test it (POST /api/v1/controllers/{}/test) \
+                 instead of probing it",
+                c.name.as_str(),
+                c.name.as_str()
+            )));
+        }
+        // The registration steps read the controller from a configuration: this one is the
+        // configuration in force with the candidate added, validated again as a whole.
+        let text = plan_api::with_entry(
+            &self.config_text,
+            "controllers",
+            c.name.as_str(),
+            &c.spec,
+            true,
+        )
+        .map_err(|issues| BackendError::Invalid {
+            message: format!(
+                "controller {:?} cannot be added to the configuration",
+                c.name.as_str()
+            ),
+            issues,
+        })?;
+        let loaded =
+            qfence_model::config::load_str(&text, "the configuration").map_err(|issues| {
+                BackendError::Invalid {
+                    message: format!("controller {:?} is not valid", c.name.as_str()),
+                    issues,
+                }
+            })?;
+        // An unregistered controller has no record in the cluster, so no other orchestrator
+        // may be asked to call it: the probe runs here, from a site allowed to call it, or not
+        // at all.
+        let allowed: Vec<String> = c.config.allowed_sites().map(ToString::to_string).collect();
+        if !matches!(
+            routing::route(
+                &Placement::from(&c.config),
+                &self.inner.node.candidates(),
+                &self.inner.me
+            ),
+            Route::Local
+        ) {
+            return Err(BackendError::Refused(format!(
+                "orchestrator {} may not call controller {} (allowed sites: {}): send the probe \
+                 to an orchestrator at one of those sites, or register the controller and test it",
+                self.inner.me,
+                c.name,
+                allowed.join(", ")
+            )));
+        }
+        let known = BTreeMap::new();
+        let report = registration::register(Registration {
+            config: &loaded.config,
+            controller: &c.name,
+            orchestrator: &self.inner.me,
+            secrets: &self.secrets,
+            known: &known,
+            timeout: REGISTRATION_TIMEOUT,
         })
+        .await;
+        let report: WireReport = serde_json::to_value(&report)
+            .and_then(serde_json::from_value)
+            .map_err(|e| BackendError::Unavailable(e.to_string()))?;
+        self.inner.record(
+            NewEvent::new(
+                EventKind::Operator,
+                caller.actor(),
+                format!(
+                    "Probed controller {} (not registered) at {}",
+                    c.name, report.orchestrator
+                ),
+            )
+            .data(
+                json!({"passed": report.passed(), "by": report.orchestrator, "controller": c.name}),
+            ),
+        );
+        let warnings = c
+            .warnings
+            .iter()
+            .map(|i| format!("{}: {}", i.path, i.message))
+            .collect();
+        Ok(controller_test(
+            &c.name,
+            &report,
+            "here: this site may call it",
+            warnings,
+        ))
+    }
+
+    async fn discover(
+        &self,
+        controller: &ControllerId,
+    ) -> Result<Vec<DiscoveredResource>, BackendError> {
+        let Some(config) = self.inner.config.controller(controller.as_str()) else {
+            return Err(not_found("controller", controller.as_str()));
+        };
+        let call = WireCall::discover(config.site.clone(), REGISTRATION_TIMEOUT);
+        let (value, _) = self
+            .route_call(controller, config, call, "discovery", || async {
+                let known = BTreeMap::new();
+                let found = registration::discover(Registration {
+                    config: &self.inner.config,
+                    controller,
+                    orchestrator: &self.inner.me,
+                    secrets: &self.secrets,
+                    known: &known,
+                    timeout: REGISTRATION_TIMEOUT,
+                })
+                .await?;
+                serde_json::to_value(found).map_err(|e| e.to_string())
+            })
+            .await?;
+        let found: Vec<WireResource> = serde_json::from_value(value).map_err(|e| {
+            BackendError::Unavailable(format!(
+                "the discovery of {controller} came back unreadable: {e}"
+            ))
+        })?;
+        Ok(found
+            .into_iter()
+            .map(|r| DiscoveredResource {
+                capability: r.capability,
+                resource: r.resource,
+                description: r.description,
+            })
+            .collect())
     }
 
     async fn switchover(

@@ -34,6 +34,9 @@ pub enum Verb {
     /// The registration check of the whole controller (capability and resource are empty);
     /// answered with a [`WireReport`], not a [`WireResult`].
     Register,
+    /// The driver's discovery (capability and resource are empty); answered with the list of
+    /// resources found ([`WireResource`]s), not a [`WireResult`].
+    Discover,
 }
 
 /// One controller call as it travels between orchestrators.
@@ -61,6 +64,22 @@ impl WireCall {
             timeout_ms: u64::try_from(timeout.as_millis()).unwrap_or(u64::MAX),
         }
     }
+
+    /// The discovery of a controller at `site`, within `timeout`.
+    pub fn discover(site: SiteId, timeout: Duration) -> Self {
+        Self {
+            verb: Verb::Discover,
+            ..Self::register(site, timeout)
+        }
+    }
+}
+
+/// A discovered resource as it travels (`qfence_controllers::driver::Discovered`).
+#[derive(Debug, Clone, PartialEq, Eq, Deserialize)]
+pub struct WireResource {
+    pub capability: String,
+    pub resource: String,
+    pub description: String,
 }
 
 /// The registration report as it comes back (the fields the API shows; the report is sent
@@ -72,6 +91,9 @@ pub struct WireReport {
     pub steps: Vec<WireStep>,
     pub identity: Option<WireIdentity>,
     pub grades: Vec<WireGrade>,
+    /// Absent from an orchestrator of an older build.
+    #[serde(default)]
+    pub warnings: Vec<String>,
 }
 
 /// One registration step as it travels.
@@ -89,6 +111,10 @@ pub struct WireStep {
 #[derive(Debug, Clone, PartialEq, Eq, Deserialize)]
 pub struct WireIdentity {
     pub id: String,
+    #[serde(default)]
+    pub facts: BTreeMap<String, String>,
+    #[serde(default)]
+    pub tls_fingerprint: Option<String>,
 }
 
 /// One capability's grade as it travels.
@@ -241,7 +267,9 @@ impl LocalDrivers {
             Verb::Perform => d.perform(&ctx, &target).await,
             Verb::Undo => d.undo(&ctx, &target).await,
             Verb::Renew => d.renew(&ctx, &target).await,
-            Verb::Register => return Err("a registration check is not a driver call".into()),
+            Verb::Register | Verb::Discover => {
+                return Err("a registration check or discovery is not a driver call".into());
+            }
         };
         Ok(result.into())
     }
@@ -266,6 +294,29 @@ impl LocalDrivers {
         tokio::select! {
             () = cancel.cancelled() => Err("cancelled: leadership was lost or the caller gave up".into()),
             report = check => Ok(report),
+        }
+    }
+
+    /// Lists what `controller`'s capabilities can act on, from here, giving up when `cancel`
+    /// fires.
+    pub async fn discover(
+        &self,
+        controller: &ControllerId,
+        timeout: Duration,
+        cancel: CancellationToken,
+    ) -> Result<Vec<qfence_controllers::driver::Discovered>, String> {
+        let known = BTreeMap::new();
+        let found = registration::discover(Registration {
+            config: &self.config,
+            controller,
+            orchestrator: &self.me,
+            secrets: &self.secrets,
+            known: &known,
+            timeout,
+        });
+        tokio::select! {
+            () = cancel.cancelled() => Err("cancelled: leadership was lost or the caller gave up".into()),
+            found = found => found,
         }
     }
 
@@ -304,6 +355,11 @@ impl CallExecutor for DriverExecutor {
                 let timeout = Duration::from_millis(call.timeout_ms);
                 let report = self.0.register(&controller.id, timeout, cancel).await?;
                 return serde_json::to_value(report).map_err(|e| e.to_string());
+            }
+            if call.verb == Verb::Discover {
+                let timeout = Duration::from_millis(call.timeout_ms);
+                let found = self.0.discover(&controller.id, timeout, cancel).await?;
+                return serde_json::to_value(found).map_err(|e| e.to_string());
             }
             let result = self.0.run(&controller.id, &call, cancel).await?;
             serde_json::to_value(result).map_err(|e| e.to_string())

@@ -746,6 +746,199 @@ async fn controllers_are_listed_registered_validated_and_tested() {
 }
 
 #[tokio::test]
+async fn a_controller_is_probed_before_it_is_registered_and_changes_nothing() {
+    let api = Api::new();
+    let spec = json!({"type": "redfish", "endpoint": "https://127.0.0.1:8446", "site": "dc1",
+        "reach": ["dc2"], "secret": "lab-redfish", "username": "qfence", "tls": {"insecure": true}});
+    let controllers_before = api.get("/api/v1/controllers", VIEWER).await.body;
+
+    phase("probe: the four steps, identity, fingerprint, grades, warnings");
+    let r = api
+        .post(
+            "/api/v1/controllers/probe",
+            ADMIN,
+            json!({"name": "bmc-new", "spec": spec}),
+        )
+        .await;
+    assert_eq!(r.status, StatusCode::OK, "{r:?}");
+    assert_eq!(r.body["controller"], "bmc-new");
+    assert_eq!(r.body["reachable"], true);
+    let steps: Vec<(u64, &str)> = r.body["steps"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|s| (s["number"].as_u64().unwrap(), s["name"].as_str().unwrap()))
+        .collect();
+    assert_eq!(
+        steps,
+        [
+            (1, "configuration"),
+            (2, "secret"),
+            (3, "connectivity"),
+            (4, "capabilities")
+        ]
+    );
+    assert_eq!(
+        r.body["steps"][0]["status"], "warning",
+        "TLS checking is off"
+    );
+    let fp = r.body["tls_fingerprint"].as_str().unwrap();
+    assert!(fp.starts_with("sha256:") && fp.len() == 7 + 64, "{fp}");
+    assert!(
+        r.body["identity"]
+            .as_str()
+            .unwrap()
+            .contains("127.0.0.1:8446")
+    );
+    assert!(!r.body["facts"].as_object().unwrap().is_empty());
+    let warnings = r.body["warnings"].as_array().unwrap();
+    assert!(
+        warnings.iter().any(|w| w
+            .as_str()
+            .unwrap()
+            .contains("TLS certificate checking is OFF")),
+        "{warnings:?}"
+    );
+    assert!(
+        r.body["grades"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .any(|g| g["capability"] == "power.off" && g["grade"] == "unverifiable")
+    );
+
+    phase("nothing was registered; the probe is in the event log");
+    assert_eq!(
+        api.get("/api/v1/controllers", VIEWER).await.body,
+        controllers_before
+    );
+    let events = api.backend.all_events();
+    assert!(
+        events
+            .last()
+            .unwrap()
+            .message
+            .contains("Probed controller bmc-new"),
+        "{:?}",
+        events.last()
+    );
+
+    phase("an unreachable target fails step 3 and skips step 4");
+    let mut bad = spec.clone();
+    bad["endpoint"] = json!("https://bmc.invalid:443");
+    let r = api
+        .post(
+            "/api/v1/controllers/probe",
+            ADMIN,
+            json!({"name": "bmc-new", "spec": bad}),
+        )
+        .await;
+    assert_eq!(r.status, StatusCode::OK, "{r:?}");
+    assert_eq!(r.body["reachable"], false);
+    assert_eq!(r.body["steps"][2]["status"], "failed");
+    assert_eq!(r.body["steps"][3]["status"], "skipped");
+    assert_eq!(r.body["grades"], json!([]));
+
+    phase("a bad spec is a 422 with its paths; a registered name is a 409");
+    let r = api
+        .post("/api/v1/controllers/probe", ADMIN, json!({"name": "bad", "spec": {"type": "redfish",
+            "endpoint": "https://127.0.0.1:1", "site": "dc1", "username": "u", "password": "hunter2"}}))
+        .await;
+    assert_eq!(
+        (r.status, r.code()),
+        (StatusCode::UNPROCESSABLE_ENTITY, "validation_failed"),
+        "{r:?}"
+    );
+    assert!(
+        r.body["issues"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .any(|i| i["path"] == "controllers.bad.password")
+    );
+    assert!(!r.body.to_string().contains("hunter2"));
+    let r = api
+        .post(
+            "/api/v1/controllers/probe",
+            ADMIN,
+            json!({"name": "bmc-dc1", "spec": spec}),
+        )
+        .await;
+    assert_eq!(
+        (r.status, r.code()),
+        (StatusCode::CONFLICT, "conflict"),
+        "{r:?}"
+    );
+    assert!(r.body["message"].as_str().unwrap().contains("/test"));
+
+    phase("the registered test fills the same fields");
+    let r = api
+        .post("/api/v1/controllers/bmc-dc1/test", ADMIN, json!(null))
+        .await;
+    assert_eq!(r.status, StatusCode::OK, "{r:?}");
+    assert_eq!(r.body["steps"].as_array().unwrap().len(), 4);
+    assert!(r.body["tls_fingerprint"].is_string());
+}
+
+#[tokio::test]
+async fn resources_are_discovered_per_controller() {
+    let api = Api::new();
+    phase("pve-dc1: what erp-db binds, and something for each unbound capability");
+    let r = api
+        .get("/api/v1/controllers/pve-dc1/resources", VIEWER)
+        .await;
+    assert_eq!(r.status, StatusCode::OK, "{r:?}");
+    let found = r.body.as_array().unwrap();
+    assert!(
+        found
+            .iter()
+            .any(|d| d["capability"] == "vm.stop" && d["resource"] == "pve-dc1-01/101"),
+        "{found:?}"
+    );
+    for d in found {
+        assert!(!d["description"].as_str().unwrap().is_empty(), "{d}");
+    }
+    phase("bmc-dc1 lists hosts for its power capabilities");
+    let r = api
+        .get("/api/v1/controllers/bmc-dc1/resources", VIEWER)
+        .await;
+    assert!(
+        r.body
+            .as_array()
+            .unwrap()
+            .iter()
+            .any(|d| d["capability"] == "power.off" && d["resource"] == "pve-dc1-01"),
+        "{r:?}"
+    );
+
+    phase("an unknown controller is a 404; a malformed name too");
+    let r = api.get("/api/v1/controllers/nope/resources", VIEWER).await;
+    assert_eq!((r.status, r.code()), (StatusCode::NOT_FOUND, "not_found"));
+    let r = api.get("/api/v1/controllers/-x-/resources", VIEWER).await;
+    assert_eq!(r.status, StatusCode::NOT_FOUND);
+
+    phase("an unreachable controller is a 503 that says so");
+    let spec = json!({"type": "proxmox", "endpoint": "https://pve.invalid:8006", "site": "dc1",
+        "secret": "lab-proxmox", "token_id": "qfence@pve!fence", "tls": {"insecure": true}});
+    let r = api
+        .post(
+            "/api/v1/controllers",
+            ADMIN,
+            json!({"name": "pve-far", "spec": spec}),
+        )
+        .await;
+    assert_eq!(r.status, StatusCode::CREATED, "{r:?}");
+    let r = api
+        .get("/api/v1/controllers/pve-far/resources", VIEWER)
+        .await;
+    assert_eq!(
+        (r.status, r.code()),
+        (StatusCode::SERVICE_UNAVAILABLE, "unavailable"),
+        "{r:?}"
+    );
+}
+
+#[tokio::test]
 async fn events_are_paged_and_filtered() {
     let api = Api::new();
     for i in 0..3 {

@@ -98,6 +98,20 @@ pub fn endpoints() -> Vec<(Method, &'static str, Option<Value>, &'static str)> {
             None,
             ADMIN,
         ),
+        (
+            Method::POST,
+            "/api/v1/controllers/probe",
+            Some(json!({"name": "bmc-new", "spec": {"type": "redfish",
+                "endpoint": "https://127.0.0.1:8446", "site": "dc1", "secret": "lab-redfish",
+                "username": "qfence", "tls": {"insecure": true}}})),
+            ADMIN,
+        ),
+        (
+            Method::GET,
+            "/api/v1/controllers/pve-dc1/resources",
+            None,
+            VIEWER,
+        ),
         (Method::GET, "/api/v1/events", None, VIEWER),
         (Method::GET, "/api/v1/orchestrators", None, VIEWER),
     ]
