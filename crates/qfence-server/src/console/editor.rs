@@ -1048,10 +1048,15 @@ fn editor_page(
 async fn discovered(s: &AppState, cfg: &ValidatedConfig) -> BTreeMap<String, Vec<Offered>> {
     let names: Vec<qfence_model::ControllerId> = cfg.config().controllers.keys().cloned().collect();
     let calls = names.iter().map(|n| async move {
-        let r = tokio::time::timeout(DISCOVER_TIMEOUT, backend_discover(s, n)).await;
+        let r = tokio::time::timeout(DISCOVER_TIMEOUT, s.backend.discover(n)).await;
         let list = match r {
             Ok(Ok(list)) => list
                 .into_iter()
+                .map(|d| Offered {
+                    capability: d.capability,
+                    resource: d.resource,
+                    description: d.description,
+                })
                 .collect(),
             Ok(Err(e)) => {
                 tracing::debug!(controller = %n, error = %e, "Discovery failed; the editor offers nothing for it");
@@ -1069,15 +1074,6 @@ async fn discovered(s: &AppState, cfg: &ValidatedConfig) -> BTreeMap<String, Vec
         .into_iter()
         .filter(|(_, l)| !l.is_empty())
         .collect()
-}
-
-// PENDING: `Backend::discover` lands with engineer A's "API: probe and discover"; until this
-// branch merges it, nothing is discovered.
-async fn backend_discover(
-    _s: &AppState,
-    _n: &qfence_model::ControllerId,
-) -> Result<Vec<Offered>, BackendError> {
-    Ok(Vec::new())
 }
 
 const DISCOVER_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(3);

@@ -443,38 +443,26 @@ impl From<&ControllerTest> for ProbeView {
             reachable: t.reachable,
             identity: t.identity.clone(),
             message: t.message.clone(),
-            fingerprint: probe_extras(t).0,
-            facts: probe_extras(t).1,
-            warnings: probe_extras(t).2,
-            steps: probe_extras(t).3,
+            fingerprint: t.tls_fingerprint.clone(),
+            facts: t
+                .facts
+                .iter()
+                .map(|(k, v)| (k.clone(), v.clone()))
+                .collect(),
+            warnings: t.warnings.clone(),
+            steps: t
+                .steps
+                .iter()
+                .map(|st| StepView {
+                    number: st.number,
+                    name: st.name.clone(),
+                    status: st.status.clone(),
+                    notes: st.notes.clone(),
+                })
+                .collect(),
             grades: grades(&t.grades),
         }
     }
-}
-
-// PENDING: the fingerprint, facts, warnings and steps arrive in `ControllerTest` with
-// engineer A's "API: probe and discover"; until this branch merges it they are empty.
-#[allow(clippy::type_complexity)]
-fn probe_extras(
-    _t: &ControllerTest,
-) -> (
-    Option<String>,
-    Vec<(String, String)>,
-    Vec<String>,
-    Vec<StepView>,
-) {
-    (None, Vec::new(), Vec::new(), Vec::new())
-}
-
-// PENDING: `Backend::probe_controller` arrives with engineer A's "API: probe and discover".
-async fn backend_probe(
-    _s: &AppState,
-    _session: &Session,
-    _c: CheckedController,
-) -> Result<ControllerTest, BackendError> {
-    Err(BackendError::Unavailable(
-        "this build cannot test a controller before it is registered".into(),
-    ))
 }
 
 /// One per-type field, as drawn.
@@ -925,7 +913,7 @@ async fn step(
         3 | 4 => {
             // The test runs from a site allowed to call the controller; a failure is shown,
             // not a refusal: its steps say what went wrong.
-            match backend_probe(&s, &session, checked).await {
+            match s.backend.probe_controller(&session.caller, checked).await {
                 Ok(t) => {
                     let probe = ProbeView::from(&t);
                     if let Some(fp) = &probe.fingerprint {

@@ -440,3 +440,25 @@ async fn the_script_and_stylesheet_are_served() {
         .unwrap();
     assert_eq!(c.send(req).await.status, StatusCode::OK);
 }
+
+#[tokio::test]
+async fn the_resource_field_offers_what_the_controller_discovered() {
+    let c = Console::new();
+    let p = c.get("/plans/erp-db/edit", ADMIN).await;
+    // Row 1 of dc1 is pve-dc1 vm.stop: its datalist holds what pve-dc1 listed for vm.stop.
+    let dl = &p.body[p.body.find("<datalist id=\"dl-b:dc1:1\">").unwrap()..];
+    let dl = &dl[..dl.find("</datalist>").unwrap()];
+    assert!(dl.contains("<option value=\"pve-dc1-01/101\">"), "{dl}");
+    assert!(!dl.contains("pve-dc1-vm-status-1"), "only vm.stop's: {dl}");
+    // The script gets every controller's list.
+    let start = p.body.find("id=\"editor-data\">").unwrap() + "id=\"editor-data\">".len();
+    let end = start + p.body[start..].find("</script>").unwrap();
+    let data: serde_json::Value = serde_json::from_str(&p.body[start..end]).unwrap();
+    let found = data["discovered"]["bmc-dc1"].as_array().unwrap();
+    assert!(
+        found
+            .iter()
+            .any(|d| d["capability"] == "power.off" && d["resource"] == "pve-dc1-01"),
+        "{found:?}"
+    );
+}

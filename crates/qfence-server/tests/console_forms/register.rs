@@ -205,3 +205,76 @@ async fn testing_a_registered_controller_shows_its_grades() {
     assert!(!row.contains("never"), "tested now: {row}");
     assert!(row.contains("power.off"), "with its grades: {row}");
 }
+
+/// Posts the page's hidden fields plus `extra` from `step`.
+async fn go(c: &Console, from: &Page, step: &str, extra: &[(&str, &str)]) -> Page {
+    let mut f = hidden(from);
+    f.push(("step".into(), step.into()));
+    for (k, v) in extra {
+        f.push(((*k).into(), (*v).into()));
+    }
+    c.post("/controllers/new", ADMIN, &refs(&f)).await
+}
+
+#[tokio::test]
+async fn the_four_steps_end_in_a_registered_controller_with_its_pin() {
+    let c = Console::new();
+    let mut f = step1();
+    f.retain(|(k, _)| *k != "tls_mode");
+    let s2 = c.post("/controllers/new", ADMIN, &f).await;
+    assert_eq!(s2.status, StatusCode::OK, "{}", s2.body);
+    phase("Step 2 → 3: the connectivity test shows identity and the fingerprint to pin");
+    let s3 = go(&c, &s2, "2", &[("secret", "lab-redfish")]).await;
+    assert_eq!(s3.status, StatusCode::OK, "{}", s3.body);
+    assert!(s3.body.contains("aria-current=\"step\">3."));
+    assert!(s3.has("Reachable."), "{}", s3.body);
+    assert!(s3.body.contains("id=\"identity\">double:redfish:"));
+    let fp_at = s3.body.find("id=\"fingerprint\">").expect("a fingerprint") + 17;
+    let fp = &s3.body[fp_at..fp_at + s3.body[fp_at..].find('<').unwrap()];
+    assert!(fp.starts_with("sha256:"), "{fp}");
+    assert!(s3.body.contains("name=\"pin_fingerprint\""));
+    phase("Step 3 → 4 with the pin ticked: the grades, and the pin in what is registered");
+    let s4 = go(&c, &s3, "3", &[("pin_fingerprint", "true")]).await;
+    assert_eq!(s4.status, StatusCode::OK, "{}", s4.body);
+    assert!(s4.body.contains("aria-current=\"step\">4."));
+    assert!(s4.body.contains("data-capability=\"power.off\""));
+    assert!(
+        s4.body.contains(&format!("&#34;pin&#34;: &#34;{fp}&#34;")),
+        "{}",
+        s4.body
+    );
+    phase("Register");
+    let done = go(&c, &s4, "4", &[("action", "register")]).await;
+    assert_eq!(done.status, StatusCode::SEE_OTHER, "{}", done.body);
+    assert_eq!(done.location(), "/controllers?registered=bmc-dc3");
+    let list = c.get(done.location(), ADMIN).await;
+    assert!(list.body.contains("id=\"registered\""));
+    assert!(list.body.contains("data-controller=\"bmc-dc3\""));
+    use qfence_server::Backend;
+    let base = c.backend.config_source().await.unwrap();
+    assert!(
+        base.contains(fp),
+        "the pin is in the configuration in force"
+    );
+    phase("The same name again is refused at step 1");
+    let again = c.post("/controllers/new", ADMIN, &step1()).await;
+    assert_eq!(again.status, StatusCode::UNPROCESSABLE_ENTITY);
+    assert!(again.errors_at("name")[0].contains("already exists"));
+}
+
+#[tokio::test]
+async fn an_unreachable_controller_is_shown_failed_at_the_test() {
+    let c = Console::new();
+    let mut f = step1();
+    f.retain(|(k, _)| *k != "endpoint");
+    f.push(("endpoint", "https://bmc.invalid:443"));
+    let s2 = c.post("/controllers/new", ADMIN, &f).await;
+    let s3 = go(&c, &s2, "2", &[("secret", "lab-redfish")]).await;
+    assert_eq!(s3.status, StatusCode::OK, "{}", s3.body);
+    assert!(s3.has("Not reachable."), "{}", s3.body);
+    assert!(s3.has("could not be reached"));
+    assert!(
+        !s3.body.contains("name=\"pin_fingerprint\""),
+        "nothing to pin"
+    );
+}
