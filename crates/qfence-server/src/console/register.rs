@@ -443,7 +443,16 @@ impl From<&ControllerTest> for ProbeView {
             reachable: t.reachable,
             identity: t.identity.clone(),
             message: t.message.clone(),
-            fingerprint: t.tls_fingerprint.clone(),
+            fingerprint: t.tls_fingerprint.clone().or_else(|| {
+                // A certificate the configured trust refuses is the first test's usual case
+                // (a BMC's self-signed certificate); the TLS layer then names what it was
+                // shown only in the connectivity step's note ("it shows sha256:HEX, which can
+                // be pinned"). Offer that one to pin; the next test proves it.
+                t.steps
+                    .iter()
+                    .flat_map(|s| s.notes.iter())
+                    .find_map(|n| shown_fingerprint(n))
+            }),
             facts: t
                 .facts
                 .iter()
@@ -461,6 +470,29 @@ impl From<&ControllerTest> for ProbeView {
                 })
                 .collect(),
             grades: grades(&t.grades),
+        }
+    }
+}
+
+/// The `sha256:HEX` a TLS refusal says the target showed, if the note says one.
+fn shown_fingerprint(note: &str) -> Option<String> {
+    let at = note.find("it shows sha256:")? + "it shows ".len();
+    let hex: String = note[at + "sha256:".len()..]
+        .chars()
+        .take_while(char::is_ascii_hexdigit)
+        .collect();
+    (hex.len() == 64).then(|| format!("sha256:{hex}"))
+}
+
+impl ProbeView {
+    /// The backend's sentence without the steps' summary when the steps are listed anyway.
+    pub fn headline(&self) -> &str {
+        if self.steps.is_empty() {
+            return &self.message;
+        }
+        match self.message.find(" 1. ") {
+            Some(i) => &self.message[..i],
+            None => &self.message,
         }
     }
 }
@@ -1164,6 +1196,18 @@ mod tests {
             f("pin_fingerprint", "true"),
         ]);
         assert_eq!(form.to_spec().0["tls"], json!({"pin": "sha256:ab"}));
+    }
+
+    #[test]
+    fn a_refused_certificate_is_offered_to_pin() {
+        let hex = "efd3340406fdc63b214dac9252937feff14944e142bf5330675e0a99a4ea56ec";
+        let note = format!(
+            "certificate not trusted (invalid peer certificate: UnknownIssuer); it shows \
+             sha256:{hex}, which can be pinned with tls: {{pin: \"sha256:{hex}\"}}"
+        );
+        assert_eq!(shown_fingerprint(&note), Some(format!("sha256:{hex}")));
+        assert_eq!(shown_fingerprint("it shows sha256:abc"), None);
+        assert_eq!(shown_fingerprint("connection refused"), None);
     }
 
     #[test]

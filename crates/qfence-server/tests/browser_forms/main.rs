@@ -4,7 +4,11 @@
 
 #[path = "../browser/harness.rs"]
 mod harness;
+#[path = "../runtime/lab.rs"]
+#[allow(dead_code)]
+mod lab;
 
+mod daemon;
 mod editor;
 mod register;
 

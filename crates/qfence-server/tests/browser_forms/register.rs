@@ -80,3 +80,49 @@ async fn registration_refuses_bad_input_at_its_field_and_keeps_every_step() -> R
     );
     b.quit().await
 }
+
+/// Fills step 1 for a Redfish BMC at dc1 that dc2 may call too.
+async fn fill_step1(b: &Browser, name: &str, endpoint: &str) -> Result<()> {
+    b.fill("#name", name).await?;
+    pick(b, "type", "redfish").await?;
+    pick(b, "site", "dc1").await?;
+    b.click("input[name='reach'][value='dc2']").await?;
+    b.fill("#endpoint", endpoint).await?;
+    b.fill("#username", "qfence").await?;
+    Ok(())
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn registration_walks_four_steps_to_a_registered_controller() -> Result<()> {
+    let (served, _backend) = memory_console().await?;
+    let b = Browser::start(&served.base, "register-walk").await?;
+    b.sign_in(ADMIN).await?;
+    b.open("/controllers").await?;
+    b.click("#register-new").await?;
+    b.wait_for("#register-form").await?;
+    fill_step1(&b, "bmc-dc3", "https://bmc-dc3.example:443").await?;
+    b.click("#next").await?;
+    b.fill("#secret", "lab-redfish").await?;
+    b.click("#next").await?;
+    phase("Step 3: the test's identity and the fingerprint, pinned");
+    b.wait_for_text("#identity", "double:redfish").await?;
+    let fp = b.wait_for("#fingerprint").await?.text().await?;
+    ensure!(fp.starts_with("sha256:"), "{fp}");
+    b.click("#pin_fingerprint").await?;
+    b.click("#next").await?;
+    phase("Step 4: grades, and the pin in what will be registered");
+    b.wait_for("#grades").await?;
+    ensure!(
+        b.wait_for("#spec")
+            .await?
+            .value()
+            .await?
+            .unwrap_or_default()
+            .contains(&fp)
+    );
+    b.click("#register").await?;
+    b.wait_for_text("#registered", "bmc-dc3").await?;
+    b.wait_for("tr[data-controller='bmc-dc3']").await?;
+    b.screenshot("1-registered").await?;
+    b.quit().await
+}
