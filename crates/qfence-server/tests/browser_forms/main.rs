@@ -2,6 +2,9 @@
 //! over WebDriver, with the console's browser harness). Each test clicks through a story and
 //! leaves screenshots in `target/console-screenshots/`.
 
+// The harness's Browser holds a WebDriver session, which has no Debug.
+#![allow(missing_debug_implementations)]
+
 #[path = "../browser/harness.rs"]
 mod harness;
 #[path = "../runtime/lab.rs"]
