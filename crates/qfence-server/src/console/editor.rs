@@ -256,6 +256,8 @@ pub(super) struct PlanForm {
     pub groups: Vec<Group>,
     /// A group that asked for one more blank row ("Add a binding" without the script).
     pub extra_blank: Option<String>,
+    /// The JSON text view as posted (shown again only when it could not be loaded).
+    pub raw: Option<String>,
 }
 
 /// A scalar of the plan's JSON as the text a field shows.
@@ -353,6 +355,7 @@ impl PlanForm {
                 "owner" => f.owner = v.trim().to_owned(),
                 "priority" => f.priority = v.clone(),
                 "action" => action = Action::parse(v),
+                "raw" => f.raw = Some(v.clone()),
                 _ if TIMINGS.iter().any(|(t, _, _)| t == k) => {
                     f.timings.insert(k.clone(), v.clone());
                 }
@@ -532,6 +535,86 @@ fn default_role(group: &str) -> String {
     }
 }
 
+/// The keys the form has a place for: in a plan, and in a binding.
+const PLAN_KEYS: &[&str] = &[
+    "owner",
+    "priority",
+    "interval_seconds",
+    "freshness_seconds",
+    "recovery_after_seconds",
+    "max_recoveries",
+    "failover_after_seconds",
+    "fence_timeout_seconds",
+    "max_retries",
+    "unfence_on_promote",
+    "auto_failover",
+    "instances",
+    "service",
+];
+const BINDING_KEYS: &[&str] = &[
+    "controller",
+    "capability",
+    "resource",
+    "role",
+    "required",
+    "params",
+];
+
+/// Fills `form` from its JSON text view (the plan as `plans.NAME` writes it). Anything the
+/// form could not show is refused rather than dropped: the text is kept with the reason at
+/// the text view, and the form is left as it was.
+pub(super) fn load_raw(form: &mut PlanForm, sites: &[String], issues: &mut FieldIssues) {
+    let text = form.raw.clone().unwrap_or_default();
+    let refuse = |issues: &mut FieldIssues, m: String| {
+        issues.add(Some("raw".into()), format!("{m}; nothing was loaded"));
+    };
+    let spec = match serde_json::from_str::<Value>(&text) {
+        Ok(Value::Object(m)) => m,
+        Ok(_) => {
+            return refuse(
+                issues,
+                "expected a JSON object: the plan as `plans.NAME` writes it".into(),
+            );
+        }
+        Err(e) => return refuse(issues, format!("not valid JSON: {e}")),
+    };
+    let mut unknown: Vec<String> = spec
+        .keys()
+        .filter(|k| !PLAN_KEYS.contains(&k.as_str()))
+        .map(|k| format!("{k:?}"))
+        .collect();
+    let groups = spec
+        .get("instances")
+        .and_then(Value::as_object)
+        .into_iter()
+        .flat_map(|m| m.iter().map(|(k, v)| (format!("instances.{k}"), v)))
+        .chain(spec.get("service").map(|v| ("service".to_owned(), v)));
+    for (at, list) in groups {
+        let Some(list) = list.as_array() else {
+            unknown.push(format!("{at} (not a list)"));
+            continue;
+        };
+        for (i, b) in list.iter().enumerate() {
+            match b.as_object() {
+                Some(b) => unknown.extend(
+                    b.keys()
+                        .filter(|k| !BINDING_KEYS.contains(&k.as_str()))
+                        .map(|k| format!("{at}[{i}].{k}")),
+                ),
+                None => unknown.push(format!("{at}[{i}] (not a mapping)")),
+            }
+        }
+    }
+    if !unknown.is_empty() {
+        return refuse(
+            issues,
+            format!("the form has no place for {}", unknown.join(", ")),
+        );
+    }
+    let name = form.name.clone();
+    *form = PlanForm::from_spec(&name, &Value::Object(spec), sites);
+}
+
 /// `120` and `0.5` as numbers, anything else as typed (validation says what it expected).
 fn number_or_text(v: &str) -> Value {
     if let Ok(i) = v.parse::<i64>() {
@@ -580,6 +663,8 @@ pub(super) enum Action {
     Remove(String, u32),
     /// Show the form again with one more blank row in a group.
     Add(String),
+    /// Fill the form from the JSON text view.
+    LoadRaw,
 }
 
 impl Action {
@@ -587,6 +672,7 @@ impl Action {
         match v {
             "stage" => Action::Stage,
             "refresh" => Action::Refresh,
+            "load_raw" => Action::LoadRaw,
             _ if v.starts_with("add:") => Action::Add(v["add:".len()..].to_owned()),
             _ => match v.strip_prefix("remove:").and_then(|r| r.rsplit_once(':')) {
                 Some((g, i)) => match i.parse() {
@@ -966,6 +1052,7 @@ fn editor_page(
     issues: FieldIssues,
 ) -> EditorPage {
     let form = form.clone().with_blank_rows();
+    let issues_has_raw = issues.fields.contains_key("raw");
     let groups = form
         .groups
         .iter()
@@ -1039,7 +1126,11 @@ fn editor_page(
         issues,
         banner,
         data: script_json(&ch.json()),
-        raw: serde_json::to_string_pretty(&spec).unwrap_or_default(),
+        // The text as typed when it could not be loaded; else the form as JSON.
+        raw: match (&form.raw, issues_has_raw) {
+            (Some(t), true) => t.clone(),
+            _ => serde_json::to_string_pretty(&spec).unwrap_or_default(),
+        },
     }
 }
 
@@ -1191,16 +1282,25 @@ async fn create(
         Ok(c) => c,
         Err(r) => return r,
     };
-    let (form, action) = PlanForm::from_fields(&fields, &ch.sites);
+    let (mut form, action) = PlanForm::from_fields(&fields, &ch.sites);
+    let mut loaded = FieldIssues::default();
+    if action == Action::LoadRaw {
+        load_raw(&mut form, &ch.sites, &mut loaded);
+    }
     let show = |issues: FieldIssues, status: StatusCode| {
         let p = editor_page(&session, None, &form, &ch, None, issues);
         (status, page(&p)).into_response()
     };
     if matches!(
         action,
-        Action::Refresh | Action::Remove(..) | Action::Add(_)
+        Action::Refresh | Action::Remove(..) | Action::Add(_) | Action::LoadRaw
     ) {
-        return show(FieldIssues::default(), StatusCode::OK);
+        let status = if loaded.is_empty() {
+            StatusCode::OK
+        } else {
+            StatusCode::UNPROCESSABLE_ENTITY
+        };
+        return show(loaded, status);
     }
     let (spec, mut issues) = form.to_spec();
     // A bad name is reported with the plan's other issues, found under a stand-in name.
@@ -1313,6 +1413,10 @@ async fn save(
     };
     let (mut form, action) = PlanForm::from_fields(&fields, &ch.sites);
     form.name = plan.clone();
+    let mut loaded = FieldIssues::default();
+    if action == Action::LoadRaw {
+        load_raw(&mut form, &ch.sites, &mut loaded);
+    }
     let field = |k: &str| fields.iter().find(|(n, _)| n == k).map(|(_, v)| v.as_str());
     // "Apply mine over generation N" after a stale save sends N here.
     let expected = field("override_generation")
@@ -1332,9 +1436,14 @@ async fn save(
     };
     if matches!(
         action,
-        Action::Refresh | Action::Remove(..) | Action::Add(_)
+        Action::Refresh | Action::Remove(..) | Action::Add(_) | Action::LoadRaw
     ) {
-        return show(FieldIssues::default(), StatusCode::OK, None);
+        let status = if loaded.is_empty() {
+            StatusCode::OK
+        } else {
+            StatusCode::UNPROCESSABLE_ENTITY
+        };
+        return show(loaded, status, None);
     }
     let Some(expected) = expected else {
         let mut issues = FieldIssues::default();

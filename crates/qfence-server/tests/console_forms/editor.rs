@@ -462,3 +462,65 @@ async fn the_resource_field_offers_what_the_controller_discovered() {
         "{found:?}"
     );
 }
+
+#[tokio::test]
+async fn the_json_view_fills_the_form_or_says_why_not() {
+    let c = Console::new();
+    let spec = qfence_server::testing::erp_db_spec();
+    let text = serde_json::to_string(&spec).unwrap();
+    phase("Valid JSON fills the form; nothing is saved");
+    let p = c
+        .post(
+            "/plans/new",
+            ADMIN,
+            &[
+                ("name", "from-json"),
+                ("raw", &text),
+                ("action", "load_raw"),
+            ],
+        )
+        .await;
+    assert_eq!(p.status, StatusCode::OK, "{}", p.body);
+    assert_eq!(p.value_of("name").as_deref(), Some("from-json"));
+    assert_eq!(p.value_of("b:dc2:0:controller").as_deref(), Some("bmc-dc2"));
+    assert_eq!(
+        p.value_of("b:service:0:params").as_deref(),
+        Some("dc1=10.1.1.5, dc2=10.2.1.5")
+    );
+    assert!(!c.plan_names().await.contains(&"from-json".to_owned()));
+
+    phase("Broken JSON is kept, with the reason at the text view");
+    let broken = r#"{"owner": "dc1","#;
+    let p = c
+        .post(
+            "/plans/new",
+            ADMIN,
+            &[("owner", "dc2"), ("raw", broken), ("action", "load_raw")],
+        )
+        .await;
+    assert_eq!(p.status, StatusCode::UNPROCESSABLE_ENTITY);
+    assert!(
+        p.errors_at("raw")[0].contains("not valid JSON"),
+        "{}",
+        p.body
+    );
+    assert!(p.has(&format!(">{broken}</textarea>")), "the text is kept");
+    assert_eq!(
+        p.value_of("owner").as_deref(),
+        Some("dc2"),
+        "the form as it was"
+    );
+
+    phase("A key the form has no place for is refused, not dropped");
+    let odd =
+        r#"{"owner": "dc1", "colour": "red", "service": [{"controller": "fgt-edge", "vip": 1}]}"#;
+    let p = c
+        .post("/plans/new", ADMIN, &[("raw", odd), ("action", "load_raw")])
+        .await;
+    assert_eq!(p.status, StatusCode::UNPROCESSABLE_ENTITY);
+    let m = &p.errors_at("raw")[0];
+    assert!(
+        m.contains("\"colour\"") && m.contains("service[0].vip"),
+        "{m}"
+    );
+}
