@@ -41,6 +41,18 @@ async fn the_plan_editor_offers_only_what_fits_and_keeps_a_rejected_edit() -> Re
         .await?
         .unwrap_or_default();
     ensure!(placeholder.contains("max_age_seconds"), "{placeholder}");
+    let mut listed = Vec::new();
+    for o in b
+        .driver
+        .find_all(By::Css(format!("datalist[id='dl-{row}'] option")))
+        .await?
+    {
+        listed.push(o.value().await?.unwrap_or_default());
+    }
+    ensure!(
+        listed == ["pve-dc1-replication-lag-1"],
+        "the resource field offers what pve-dc1 discovered for replication.lag: {listed:?}"
+    );
     b.fill(&named(&format!("{row}:resource")), "102-1").await?;
     b.fill(&named(&format!("{row}:params")), "max_age_seconds=60")
         .await?;
