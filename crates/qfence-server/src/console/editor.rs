@@ -145,8 +145,14 @@ impl FieldIssues {
         self.fields.is_empty() && self.general.is_empty()
     }
 
+    /// How many problems there are; warnings shown with them do not count.
     pub fn count(&self) -> usize {
-        self.fields.values().map(Vec::len).sum::<usize>() + self.general.len()
+        self.fields
+            .values()
+            .chain(std::iter::once(&self.general))
+            .flatten()
+            .filter(|m| !m.starts_with("warning: "))
+            .count()
     }
 }
 
