@@ -584,6 +584,20 @@ pub(super) fn load_raw(form: &mut PlanForm, sites: &[String], issues: &mut Field
         }
         Err(e) => return refuse(issues, format!("not valid JSON: {e}")),
     };
+    let unknown = unplaceable(&spec);
+    if !unknown.is_empty() {
+        return refuse(
+            issues,
+            format!("the form has no place for {}", unknown.join(", ")),
+        );
+    }
+    let name = form.name.clone();
+    *form = PlanForm::from_spec(&name, &Value::Object(spec), sites);
+}
+
+/// What in a plan's JSON the form has no place for (keys, and lists or bindings of the wrong
+/// shape), so that nothing is silently dropped on the way into the form.
+pub(super) fn unplaceable(spec: &Map<String, Value>) -> Vec<String> {
     let mut unknown: Vec<String> = spec
         .keys()
         .filter(|k| !PLAN_KEYS.contains(&k.as_str()))
@@ -611,14 +625,7 @@ pub(super) fn load_raw(form: &mut PlanForm, sites: &[String], issues: &mut Field
             }
         }
     }
-    if !unknown.is_empty() {
-        return refuse(
-            issues,
-            format!("the form has no place for {}", unknown.join(", ")),
-        );
-    }
-    let name = form.name.clone();
-    *form = PlanForm::from_spec(&name, &Value::Object(spec), sites);
+    unknown
 }
 
 /// `120` and `0.5` as numbers, anything else as typed (validation says what it expected).
@@ -1245,6 +1252,23 @@ async fn edit_form(
         (Some(st), true) => &st.spec,
         _ => &view.spec,
     };
+    // Saving replaces the plan with what the form holds: a spec the form cannot hold whole
+    // (not in the file's shape) is refused here rather than shown with parts missing.
+    let unknown = match spec.as_object() {
+        Some(m) => unplaceable(m),
+        None => vec!["the whole plan (not a mapping)".to_owned()],
+    };
+    if !unknown.is_empty() {
+        return super::error_page(
+            Some(&session),
+            &BackendError::Unavailable(format!(
+                "the backend returned plan {plan} in a shape the editor cannot hold whole (no \
+                 place for {}); editing it here could drop parts of it, so the editor refuses. \
+                 Change it in the configuration file, or through the API",
+                unknown.join(", ")
+            )),
+        );
+    }
     let form = PlanForm::from_spec(&plan, spec, &ch.sites);
     let mut p = editor_page(
         &session,
@@ -1592,6 +1616,17 @@ mod tests {
         assert_eq!(dc1.rows[1].capability, "vm.stop");
         assert_eq!(f.groups.last().unwrap().name, "service");
         assert!(f.groups.last().unwrap().rows.is_empty());
+    }
+
+    #[test]
+    fn a_spec_the_form_cannot_hold_is_named() {
+        let spec = json!({"owner": "dc1", "sites": ["dc1"], "instances": {"dc1": [
+            {"controller": "bmc-dc1", "capability": "power.off", "resource": "h", "role": "fence",
+             "timeout": 3}]}});
+        let found = unplaceable(spec.as_object().unwrap());
+        assert_eq!(found, vec!["\"sites\"", "instances.dc1[0].timeout"]);
+        let lab = crate::testing::erp_db_spec();
+        assert!(unplaceable(lab.as_object().unwrap()).is_empty());
     }
 
     #[test]

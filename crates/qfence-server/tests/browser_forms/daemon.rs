@@ -77,7 +77,97 @@ async fn registration_on_a_real_orchestrator_shows_the_bmcs_certificate_and_grad
             .contains(want)
     );
     b.screenshot("4-capabilities").await?;
+
+    phase("The controllers list tests a registered BMC through its driver");
+    b.open("/controllers").await?;
+    b.click("tr[data-controller='bmc-dc1'] button[type=submit]")
+        .await?;
+    let graded = b
+        .wait_for("#grades tr[data-capability='power.off'] .grade")
+        .await?
+        .text()
+        .await?;
+    ensure!(graded == "proven", "bmc-dc1's power.off graded {graded}");
+    b.screenshot("5-test").await?;
     b.quit().await?;
+    o.shutdown().await;
+    sims.stop().await;
+    Ok(())
+}
+
+/// The editor as a real orchestrator serves it, over HTTP (no browser): the script's data
+/// and the resource fields' datalists hold what the lab's controllers discovered through their
+/// drivers.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_editor_offers_what_the_lab_controllers_discovered() -> Result<()> {
+    use tower::ServiceExt;
+    let sims = Sims::start().await?;
+    let o = Orchestrator::start(&sims.config_text(), false).await?;
+    // The controllers registered in the cluster (discovery is routed by their records).
+    o.engine.register().await?;
+    let backend = RuntimeBackend::new(&o.engine, sims.config_text(), lab::secrets());
+    let app = qfence_server::router(
+        Arc::new(backend),
+        tokens(),
+        Metrics::new(),
+        &ApiConfig::default(),
+    );
+    let send = |req: axum::http::Request<axum::body::Body>| {
+        let app = app.clone();
+        async move {
+            let resp = app.oneshot(req).await?;
+            let status = resp.status();
+            let body = axum::body::to_bytes(resp.into_body(), usize::MAX).await?;
+            anyhow::Ok((status, String::from_utf8_lossy(&body).into_owned()))
+        }
+    };
+    let get = axum::http::Request::builder()
+        .uri("/plans/new")
+        .header("host", "127.0.0.1:7400")
+        .header("cookie", format!("qfence_session={ADMIN}"))
+        .body(axum::body::Body::empty())?;
+    let (status, body) = send(get).await?;
+    ensure!(status == 200, "{status}: {body}");
+    phase("the script's data has every lab controller's list");
+    let start = body.find("id=\"editor-data\">").unwrap_or(0) + "id=\"editor-data\">".len();
+    let end = start + body[start..].find("</script>").unwrap_or(0);
+    let data: serde_json::Value = serde_json::from_str(&body[start..end])?;
+    for c in ["bmc-dc1", "bmc-dc2", "pve-dc1", "pve-dc2", "fgt-edge"] {
+        ensure!(
+            data["discovered"][c]
+                .as_array()
+                .is_some_and(|l| !l.is_empty()),
+            "{c} discovered nothing: {}",
+            data["discovered"]
+        );
+    }
+    phase("rows picked without the script: their datalists hold the simulators' VM and job");
+    let form = "b%3Adc1%3A0%3Acontroller=pve-dc1&b%3Adc1%3A0%3Acapability=vm.stop\
+                &b%3Adc1%3A1%3Acontroller=pve-dc1&b%3Adc1%3A1%3Acapability=replication.lag\
+                &action=refresh";
+    let post = axum::http::Request::builder()
+        .method("POST")
+        .uri("/plans/new")
+        .header("host", "127.0.0.1:7400")
+        .header("origin", "https://127.0.0.1:7400")
+        .header("cookie", format!("qfence_session={ADMIN}"))
+        .header("content-type", "application/x-www-form-urlencoded")
+        .body(axum::body::Body::from(form.replace(' ', "")))?;
+    let (status, body) = send(post).await?;
+    ensure!(status == 200, "{status}: {body}");
+    let datalist = |row: &str| -> Result<String> {
+        let open = format!("<datalist id=\"dl-{row}\">");
+        let at = body
+            .find(&open)
+            .map(|i| i + open.len())
+            .ok_or_else(|| anyhow::anyhow!("no datalist for {row}"))?;
+        let len = body[at..].find("</datalist>").unwrap_or(0);
+        Ok(body[at..at + len].to_owned())
+    };
+    let vms = datalist("b:dc1:0")?;
+    ensure!(vms.contains("<option value=\"pve-dc1-01/101\">"), "{vms}");
+    let jobs = datalist("b:dc1:1")?;
+    ensure!(jobs.contains("<option value=\"101-1\">"), "{jobs}");
     o.shutdown().await;
     sims.stop().await;
     Ok(())
