@@ -15,6 +15,7 @@ use super::*;
 async fn registration_on_a_real_orchestrator_shows_the_bmcs_certificate_and_grades() -> Result<()> {
     let sims = Sims::start().await?;
     let o = Orchestrator::start(&sims.config_text(), false).await?;
+    o.engine.register().await?;
     let backend = RuntimeBackend::new(&o.engine, sims.config_text(), lab::secrets());
     let app = qfence_server::router(
         Arc::new(backend),
