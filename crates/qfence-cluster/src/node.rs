@@ -351,6 +351,12 @@ impl ClusterNode {
         self.inner.reader.state()
     }
 
+    /// Runs `f` on the applied replicated state, without copying it (the event log makes a
+    /// copy costly).
+    pub fn read_state<T>(&self, f: impl FnOnce(&ClusterState) -> T) -> T {
+        self.inner.reader.read(|i| f(&i.state))
+    }
+
     /// The current Raft metrics.
     pub fn metrics(&self) -> RaftMetrics<TypeConfig> {
         self.inner.raft.metrics().borrow_watched().clone()

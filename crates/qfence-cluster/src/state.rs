@@ -79,6 +79,30 @@ pub enum Command {
         /// The state a new plan starts in; ignored for a known plan.
         initial_state: PlanStateDoc,
     },
+    /// Adds a plan created through the API with its initial state. Unlike
+    /// [`Command::RegisterPlan`] it never touches a known plan: a taken name is rejected.
+    CreatePlan {
+        plan: PlanId,
+        config: serde_json::Value,
+        initial_state: PlanStateDoc,
+    },
+    /// Replaces a plan's configuration record if, and only if, its generation is still
+    /// `expected_generation`; with `new_state`, replaces its state in the same step, and that
+    /// state must be at the next generation (applying a changed plan moves the generation on,
+    /// so calls decided on the old plan are refused). Without it, the state is kept (staging
+    /// or discarding a change puts nothing in force).
+    ApplyPlanConfig {
+        plan: PlanId,
+        expected_generation: Generation,
+        config: serde_json::Value,
+        new_state: Option<PlanStateDoc>,
+    },
+    /// Removes a plan (its state and published status) if, and only if, its generation is
+    /// still `expected_generation`.
+    RemovePlan {
+        plan: PlanId,
+        expected_generation: Generation,
+    },
     /// Replaces a plan's state if, and only if, its generation is still `expected_generation`.
     /// The new state's generation must be the same (no change of owner) or the next one (a
     /// change of owner).
@@ -112,6 +136,9 @@ impl Command {
             Command::RegisterController { .. } => "register_controller",
             Command::RemoveController { .. } => "remove_controller",
             Command::RegisterPlan { .. } => "register_plan",
+            Command::CreatePlan { .. } => "create_plan",
+            Command::ApplyPlanConfig { .. } => "apply_plan_config",
+            Command::RemovePlan { .. } => "remove_plan",
             Command::PlanStateCas { .. } => "plan_state_cas",
             Command::OrchestratorState { .. } => "orchestrator_state",
             Command::AppendEvent { .. } => "append_event",
@@ -374,6 +401,82 @@ impl ClusterState {
                         );
                     }
                 }
+                Response::Applied
+            }
+            Command::CreatePlan {
+                plan,
+                config,
+                initial_state,
+            } => {
+                if self.plans.contains_key(plan) {
+                    return Response::Rejected {
+                        reason: format!("plan {plan:?} already exists"),
+                    };
+                }
+                self.plans.insert(
+                    plan.clone(),
+                    PlanRecord {
+                        config: config.clone(),
+                        state: initial_state.clone(),
+                        changed_in_term: term,
+                    },
+                );
+                Response::Applied
+            }
+            Command::ApplyPlanConfig {
+                plan,
+                expected_generation,
+                config,
+                new_state,
+            } => {
+                let Some(record) = self.plans.get_mut(plan) else {
+                    return Response::Rejected {
+                        reason: format!("plan {plan:?} is not registered"),
+                    };
+                };
+                let current = record.state.generation;
+                if current != *expected_generation {
+                    return Response::Conflict {
+                        plan: plan.clone(),
+                        expected: *expected_generation,
+                        current,
+                    };
+                }
+                if let Some(next) = new_state {
+                    if next.generation != current.next() {
+                        return Response::Rejected {
+                            reason: format!(
+                                "plan {plan:?}: applying a change must move generation {current} to {}, not {}",
+                                current.next(),
+                                next.generation
+                            ),
+                        };
+                    }
+                    record.state = next.clone();
+                    record.changed_in_term = term;
+                }
+                record.config = config.clone();
+                Response::Applied
+            }
+            Command::RemovePlan {
+                plan,
+                expected_generation,
+            } => {
+                let Some(record) = self.plans.get(plan) else {
+                    return Response::Rejected {
+                        reason: format!("plan {plan:?} is not registered"),
+                    };
+                };
+                let current = record.state.generation;
+                if current != *expected_generation {
+                    return Response::Conflict {
+                        plan: plan.clone(),
+                        expected: *expected_generation,
+                        current,
+                    };
+                }
+                self.plans.remove(plan);
+                self.statuses.remove(plan);
                 Response::Applied
             }
             Command::PlanStateCas {
@@ -770,6 +873,206 @@ mod tests {
         old.as_object_mut().unwrap().remove("statuses");
         let read: ClusterState = serde_json::from_value(old).unwrap();
         assert!(read.statuses.is_empty());
+    }
+
+    #[test]
+    fn create_plan_adds_a_new_plan_and_never_touches_a_known_one() {
+        let mut state = ClusterState::default();
+        let r = state.apply(
+            &Command::CreatePlan {
+                plan: plan(),
+                config: json!({"source": "api"}),
+                initial_state: doc(1, "dc1"),
+            },
+            Term(2),
+        );
+        assert_eq!(r, Response::Applied);
+        assert_eq!(state.plans[&plan()].state, doc(1, "dc1"));
+        assert_eq!(state.plans[&plan()].changed_in_term, Term(2));
+        let before = state.clone();
+        let again = state.apply(
+            &Command::CreatePlan {
+                plan: plan(),
+                config: json!({"source": "api", "other": true}),
+                initial_state: doc(1, "dc2"),
+            },
+            Term(3),
+        );
+        assert!(matches!(again, Response::Rejected { .. }), "{again:?}");
+        assert_eq!(state, before);
+    }
+
+    #[test]
+    fn apply_plan_config_replaces_config_and_state_in_one_step_at_the_next_generation() {
+        let mut state = registered();
+        let r = state.apply(
+            &Command::ApplyPlanConfig {
+                plan: plan(),
+                expected_generation: Generation(0),
+                config: json!({"sites": ["dc1", "dc2", "dc3"]}),
+                new_state: Some(doc(1, "dc1")),
+            },
+            Term(5),
+        );
+        assert_eq!(r, Response::Applied);
+        let record = &state.plans[&plan()];
+        assert_eq!(record.config, json!({"sites": ["dc1", "dc2", "dc3"]}));
+        assert_eq!(record.state, doc(1, "dc1"));
+        assert_eq!(record.changed_in_term, Term(5));
+    }
+
+    #[test]
+    fn apply_plan_config_with_a_stale_generation_changes_nothing() {
+        let mut state = registered();
+        state.apply(
+            &Command::PlanStateCas {
+                plan: plan(),
+                expected_generation: Generation(0),
+                new_state: doc(1, "dc2"),
+            },
+            Term(2),
+        );
+        let before = state.clone();
+        let r = state.apply(
+            &Command::ApplyPlanConfig {
+                plan: plan(),
+                expected_generation: Generation(0),
+                config: json!({"sites": ["dc1"]}),
+                new_state: Some(doc(1, "dc1")),
+            },
+            Term(2),
+        );
+        assert_eq!(
+            r,
+            Response::Conflict {
+                plan: plan(),
+                expected: Generation(0),
+                current: Generation(1)
+            }
+        );
+        assert_eq!(state, before, "neither the config nor the state moved");
+    }
+
+    #[test]
+    fn apply_plan_config_must_move_the_generation_on_by_exactly_one() {
+        let mut state = registered();
+        let before = state.clone();
+        for g in [0, 2] {
+            let r = state.apply(
+                &Command::ApplyPlanConfig {
+                    plan: plan(),
+                    expected_generation: Generation(0),
+                    config: json!({"x": g}),
+                    new_state: Some(doc(g, "dc1")),
+                },
+                Term(2),
+            );
+            assert!(matches!(r, Response::Rejected { .. }), "{g}: {r:?}");
+            assert_eq!(state, before, "a rejected apply changes nothing");
+        }
+    }
+
+    #[test]
+    fn apply_plan_config_without_a_state_keeps_the_state_and_its_generation() {
+        let mut state = registered();
+        let r = state.apply(
+            &Command::ApplyPlanConfig {
+                plan: plan(),
+                expected_generation: Generation(0),
+                config: json!({"staged": {"spec": {}}}),
+                new_state: None,
+            },
+            Term(4),
+        );
+        assert_eq!(r, Response::Applied);
+        let record = &state.plans[&plan()];
+        assert_eq!(record.config, json!({"staged": {"spec": {}}}));
+        assert_eq!(record.state, doc(0, "dc1"));
+        assert_eq!(record.changed_in_term, Term(1), "the state was not changed");
+        let unknown = ClusterState::default().apply(
+            &Command::ApplyPlanConfig {
+                plan: plan(),
+                expected_generation: Generation(0),
+                config: json!({}),
+                new_state: None,
+            },
+            Term(4),
+        );
+        assert!(matches!(unknown, Response::Rejected { .. }));
+    }
+
+    #[test]
+    fn remove_plan_compares_the_generation_and_drops_the_published_status() {
+        let mut state = registered();
+        state.apply(
+            &Command::PublishStatus {
+                status: status(Verdict::Fenced, "no action"),
+            },
+            Term(1),
+        );
+        let before = state.clone();
+        let stale = state.apply(
+            &Command::RemovePlan {
+                plan: plan(),
+                expected_generation: Generation(7),
+            },
+            Term(1),
+        );
+        assert_eq!(
+            stale,
+            Response::Conflict {
+                plan: plan(),
+                expected: Generation(7),
+                current: Generation(0)
+            }
+        );
+        assert_eq!(state, before);
+        let r = state.apply(
+            &Command::RemovePlan {
+                plan: plan(),
+                expected_generation: Generation(0),
+            },
+            Term(1),
+        );
+        assert_eq!(r, Response::Applied);
+        assert!(state.plans.is_empty());
+        assert!(state.statuses.is_empty());
+        let again = state.apply(
+            &Command::RemovePlan {
+                plan: plan(),
+                expected_generation: Generation(0),
+            },
+            Term(1),
+        );
+        assert!(matches!(again, Response::Rejected { .. }));
+    }
+
+    #[test]
+    fn plan_config_commands_have_a_stable_tagged_encoding() {
+        let request = Request::new(Command::ApplyPlanConfig {
+            plan: plan(),
+            expected_generation: Generation(4),
+            config: json!({"source": "api"}),
+            new_state: Some(doc(5, "dc2")),
+        });
+        let text = serde_json::to_value(&request).unwrap();
+        assert_eq!(
+            text,
+            json!({"format": 1, "command": {"type": "apply_plan_config", "plan": "erp-db",
+                "expected_generation": 4, "config": {"source": "api"},
+                "new_state": {"schema": 1, "generation": 5,
+                    "body": {"owner": "dc2", "phase": "steady"}}}})
+        );
+        assert_eq!(serde_json::from_value::<Request>(text).unwrap(), request);
+        let remove = Request::new(Command::RemovePlan {
+            plan: plan(),
+            expected_generation: Generation(2),
+        });
+        assert_eq!(
+            serde_json::to_value(&remove).unwrap(),
+            json!({"format": 1, "command": {"type": "remove_plan", "plan": "erp-db",
+                "expected_generation": 2}})
+        );
     }
 
     #[test]

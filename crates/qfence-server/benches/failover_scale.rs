@@ -41,7 +41,7 @@ use qfence_model::{OrchestratorId, PlanId, SiteId};
 use qfence_server::Metrics;
 use qfence_server::events::{EventLog, JsonlStore};
 use qfence_server::runtime::engine::PLAN_STATE_SCHEMA;
-use qfence_server::runtime::{DriverExecutor, Engine, EngineOptions, LocalDrivers};
+use qfence_server::runtime::{ConfigCell, DriverExecutor, Engine, EngineOptions, LocalDrivers};
 use tokio_util::sync::CancellationToken;
 
 const PVE_TOKEN: &str = "0b6a7c3e-4d1f-4e2a-9c8b-7f6e5d4c3b2a";
@@ -610,7 +610,8 @@ impl Orchestrator {
         let me = OrchestratorId::new("dc2-a")?;
         let ca = CertificateAuthority::generate("bench")?;
         let tls = ca.issue("dc2-a", &["127.0.0.1".into()])?;
-        let drivers = LocalDrivers::build(me.clone(), &config, &secrets());
+        let cell = ConfigCell::new(config.clone(), config_text);
+        let drivers = LocalDrivers::build(me.clone(), &cell, &secrets());
         if !drivers.unavailable().is_empty() {
             bail!("drivers missing: {:?}", drivers.unavailable());
         }
@@ -632,7 +633,7 @@ impl Orchestrator {
         node.initialize().await?;
         let log = EventLog::open(JsonlStore::open(dir.path().join("events.jsonl"))?)?;
         let options = EngineOptions::for_config(&config);
-        let engine = Engine::new(config, node.clone(), log, Metrics::new(), options);
+        let engine = Engine::new(cell, node.clone(), log, Metrics::new(), options);
         let stop = CancellationToken::new();
         let task = tokio::spawn(engine.clone().run(stop.clone()));
         Ok(Self {

@@ -177,6 +177,21 @@ pub struct PlanView {
     pub paused: bool,
     /// A change that waits to be applied.
     pub staged: Option<StagedPlan>,
+    /// Where the plan comes from: `file` (change it in the configuration file) or `api`
+    /// (created through the API, managed here).
+    #[serde(default)]
+    pub source: PlanSource,
+}
+
+/// Where a plan comes from.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
+#[serde(rename_all = "snake_case")]
+pub enum PlanSource {
+    /// The configuration file: the API shows it, and refuses to change or delete it.
+    #[default]
+    File,
+    /// Created through the API and kept in the cluster's replicated state.
+    Api,
 }
 
 /// A staged change of a plan.
@@ -188,6 +203,9 @@ pub struct StagedPlan {
     pub base_generation: u64,
     /// Who staged it (the token's name).
     pub staged_by: String,
+    /// When (ms since the Unix epoch).
+    #[serde(default)]
+    pub staged_at_ms: Option<u64>,
     /// Validation's warnings about it.
     pub warnings: Vec<IssueDto>,
 }

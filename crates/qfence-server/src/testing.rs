@@ -90,6 +90,10 @@ pub struct MemoryBackend {
     /// owner in phase `switchover` or `failover` until the test calls [`Self::step`],
     /// [`Self::complete`] or [`Self::fail`], the way the runtime works through the steps.
     pub hold_operations: AtomicBool,
+    /// A controller test or probe pretends its target answered (an identity made from the
+    /// endpoint, a fingerprint shaped like a real one), so a console can show them. Off, the
+    /// double has no driver and reaches nothing, as it says.
+    pub simulate_targets: AtomicBool,
     clock_ms: AtomicU64,
 }
 
@@ -137,6 +141,7 @@ impl MemoryBackend {
             panic_on_status: AtomicBool::new(false),
             slow_orchestrators: Mutex::new(None),
             hold_operations: AtomicBool::new(false),
+            simulate_targets: AtomicBool::new(false),
             clock_ms: AtomicU64::new(1_700_000_000_000),
         };
         let checked = plan_api::check_plan(LAB, "erp-db", &erp_db_spec()).expect("erp-db is valid");
@@ -294,6 +299,8 @@ fn view(name: &PlanId, p: &Plan) -> PlanView {
         spec: p.spec.clone(),
         paused: p.paused,
         staged: p.staged.clone(),
+        // Every plan of the double is managed through the API, erp-db included.
+        source: PlanSource::Api,
     }
 }
 
@@ -399,12 +406,17 @@ fn double_unreachable(config: &ControllerConfig) -> bool {
 }
 
 /// What the double answers for a test or probe of `config`: the four steps as the runtime
-/// reports them, with no target contacted. Connectivity "passes" with a warning saying so
-/// (the identity is made from the endpoint, and an `https` endpoint gets a fingerprint
-/// computed from its URL, shaped like a real one); every capability is unverifiable, since no
-/// driver ran. An endpoint on `.invalid` fails connectivity and skips step 4, as an
-/// unreachable target does.
-fn double_test(name: &ControllerId, config: &ControllerConfig, extra: &[String]) -> ControllerTest {
+/// reports them, with no target contacted. By default connectivity is skipped (no driver, not
+/// reachable) and every capability unverifiable. With `simulate`, connectivity "passes" with a
+/// warning saying it was simulated (the identity is made from the endpoint, and an `https`
+/// endpoint gets a fingerprint computed from its URL, shaped like a real one). Either way an
+/// endpoint on `.invalid` fails connectivity and skips step 4, as an unreachable target does.
+fn double_test(
+    name: &ControllerId,
+    config: &ControllerConfig,
+    extra: &[String],
+    simulate: bool,
+) -> ControllerTest {
     let step = |number: u8, name: &str, status: &str, notes: Vec<String>| RegistrationStep {
         number,
         name: name.to_owned(),
@@ -476,21 +488,6 @@ fn double_test(name: &ControllerId, config: &ControllerConfig, extra: &[String])
             steps,
         };
     }
-    let ep = endpoint.clone().unwrap_or_else(|| "local".to_owned());
-    let identity = format!("double:{}:{ep}", config.controller_type().as_str());
-    let tls_fingerprint = ep.starts_with("https://").then(|| {
-        let d = ring::digest::digest(&ring::digest::SHA256, ep.as_bytes());
-        format!("sha256:{}", hex::encode(d.as_ref()))
-    });
-    let no_target = "test double: no target was contacted; nothing is proven".to_owned();
-    warnings.push(no_target.clone());
-    let mut s3 = vec![format!("identity {identity}"), no_target];
-    if let Some(fp) = &tls_fingerprint {
-        s3.push(format!(
-            "TLS certificate {fp}: compare it with the device's, then pin it with tls: {{pin: \"{fp}\"}}"
-        ));
-    }
-    steps.push(step(3, "connectivity", "warning", s3));
     let grades: Vec<CapabilityGrade> = config
         .controller_type()
         .capabilities()
@@ -501,6 +498,43 @@ fn double_test(name: &ControllerId, config: &ControllerConfig, extra: &[String])
             detail: "test double: no driver to probe".into(),
         })
         .collect();
+    if !simulate {
+        let why = "test double: no driver, so no target was contacted".to_owned();
+        warnings.push(why.clone());
+        steps.push(step(3, "connectivity", "skipped", vec![why]));
+        steps.push(step(
+            4,
+            "capabilities",
+            "warning",
+            vec![format!("{} capabilities unverifiable", grades.len())],
+        ));
+        return ControllerTest {
+            controller: name.as_str().to_owned(),
+            reachable: false,
+            identity: None,
+            grades,
+            message: "test double: no driver".into(),
+            tls_fingerprint: None,
+            facts: BTreeMap::from([("driver".to_owned(), "test double".to_owned())]),
+            warnings,
+            steps,
+        };
+    }
+    let ep = endpoint.clone().unwrap_or_else(|| "local".to_owned());
+    let identity = format!("double:{}:{ep}", config.controller_type().as_str());
+    let tls_fingerprint = ep.starts_with("https://").then(|| {
+        let d = ring::digest::digest(&ring::digest::SHA256, ep.as_bytes());
+        format!("sha256:{}", hex::encode(d.as_ref()))
+    });
+    let no_target = "test double: the target's answer was simulated; nothing is proven".to_owned();
+    warnings.push(no_target.clone());
+    let mut s3 = vec![format!("identity {identity}"), no_target];
+    if let Some(fp) = &tls_fingerprint {
+        s3.push(format!(
+            "TLS certificate {fp}: compare it with the device's, then pin it with tls: {{pin: \"{fp}\"}}"
+        ));
+    }
+    steps.push(step(3, "connectivity", "warning", s3));
     steps.push(step(
         4,
         "capabilities",
@@ -693,6 +727,7 @@ impl Backend for MemoryBackend {
             spec: plan.spec,
             base_generation: p.generation,
             staged_by: caller.name.clone(),
+            staged_at_ms: Some(self.clock_ms.load(Ordering::SeqCst)),
             warnings: plan.warnings.iter().map(IssueDto::from).collect(),
         });
         let (v, g) = (view(&plan.name, p), p.generation);
@@ -958,7 +993,12 @@ impl Backend for MemoryBackend {
             .controllers
             .get_mut(name)
             .ok_or_else(|| not_found("controller", name.as_str()))?;
-        let test = double_test(name, &c.config, &[]);
+        let test = double_test(
+            name,
+            &c.config,
+            &[],
+            self.simulate_targets.load(Ordering::SeqCst),
+        );
         c.grades = test.grades.clone();
         c.tested_at_ms = Some(t);
         self.record(
@@ -991,7 +1031,12 @@ impl Backend for MemoryBackend {
             .iter()
             .map(|i| format!("{}: {}", i.path, i.message))
             .collect();
-        let test = double_test(&c.name, &c.config, &warnings);
+        let test = double_test(
+            &c.name,
+            &c.config,
+            &warnings,
+            self.simulate_targets.load(Ordering::SeqCst),
+        );
         self.record(
             &mut st,
             NewEvent::new(

@@ -9,25 +9,32 @@ use std::time::Duration;
 use async_trait::async_trait;
 use qfence_cluster::forward::CallOutcome;
 use qfence_cluster::routing::{self, Placement, Route};
-use qfence_cluster::state::{PublishedStatus, SiteVerdict};
+use qfence_cluster::state::{
+    Command as ClusterCommand, ControllerRecord, PlanStateDoc, PublishedStatus, Response,
+    SiteVerdict,
+};
 use qfence_controllers::SecretStore;
 use qfence_controllers::registration::{self, Registration};
 use qfence_core::dry_run::{MoveKind, dry_run};
-use qfence_core::{Intent, IntentKind, Millis, Phase, PlanState};
-use qfence_model::config::plan_api;
+use qfence_core::{Intent, IntentKind, Millis, Phase, PlanState, StoredPlanState};
+use qfence_model::config::{PlanConfig, plan_api};
 use qfence_model::{ControllerId, Generation, PlanId, SiteId, Verdict};
 use serde_json::json;
 
 use super::RuntimeError;
 use super::drivers::{WireCall, WireReport, WireResource};
-use super::engine::{Engine, Inner, site_verdicts};
+use super::effective::{
+    API_SOURCE, ApiControllerRecord, ApiPlanRecord, EffectiveConfig, StagedRecord,
+};
+use super::engine::{Engine, Inner, PLAN_STATE_SCHEMA, site_verdicts};
 use crate::auth::Caller;
 use crate::backend::{Backend, BackendError, CheckedController, CheckedPlan};
 use crate::dto::{
     CapabilityGrade, ConfirmFencedRequest, ControllerTest, ControllerView, DiscoveredResource,
-    DryRun, DryRunResult, FailoverRequest, LeaderInfo, MaintenanceRequest, OperationAccepted,
-    OrchestratorView, PauseRequest, PlanStatus, PlanView, RegistrationStep, SecretRefView,
-    SiteRole, SiteStatus, StatusResponse, SwitchoverRequest,
+    DryRun, DryRunResult, FailoverRequest, IssueDto, LeaderInfo, MaintenanceRequest,
+    OperationAccepted, OrchestratorView, PauseRequest, PlanSource, PlanStatus, PlanView,
+    RegistrationStep, SecretRefView, SiteRole, SiteStatus, StagedPlan, StatusResponse,
+    SwitchoverRequest,
 };
 use crate::events::{EventKind, EventPage, EventQuery, NewEvent};
 use crate::metrics::Direction;
@@ -36,31 +43,36 @@ use crate::metrics::Direction;
 #[derive(Debug, Clone)]
 pub struct RuntimeBackend {
     inner: Arc<Inner>,
-    /// The configuration file's text: what new plans and controllers are validated against.
-    config_text: String,
     secrets: SecretStore,
 }
 
-const FILE_ONLY: &str = "plans and controllers come from the configuration file in this \
-    version: edit the file, validate it (qfence config validate) and restart the orchestrators";
+/// What a change to a plan of the configuration file is answered.
+fn file_owned(plan: &PlanId) -> BackendError {
+    BackendError::Conflict(format!(
+        "plan {plan} comes from the configuration file; change it there (and restart the \
+         orchestrators), or create a plan through the API to manage it here"
+    ))
+}
 
 impl RuntimeBackend {
-    /// A backend over `engine`.
-    pub fn new(engine: &Engine, config_text: String, secrets: SecretStore) -> Self {
+    /// A backend over `engine` (and its effective configuration).
+    pub fn new(engine: &Engine, secrets: SecretStore) -> Self {
         Self {
             inner: engine.inner.clone(),
-            config_text,
             secrets,
         }
     }
 
-    fn plan_config(
-        &self,
-        plan: &PlanId,
-    ) -> Result<&qfence_model::config::PlanConfig, BackendError> {
-        self.inner
-            .config
+    /// The effective configuration, rebuilt first if the API's replicated entries changed
+    /// (so a follower answers with what the leader just wrote).
+    fn cfg(&self) -> Arc<EffectiveConfig> {
+        self.inner.cell.refresh()
+    }
+
+    fn plan_config(&self, plan: &PlanId) -> Result<PlanConfig, BackendError> {
+        self.cfg()
             .plan(plan.as_str())
+            .cloned()
             .ok_or_else(|| not_found("plan", plan.as_str()))
     }
 
@@ -70,7 +82,199 @@ impl RuntimeBackend {
             .inner
             .plan_state(plan)
             .map_err(unavailable)?
-            .unwrap_or_else(|| PlanState::initial(cfg)))
+            .unwrap_or_else(|| PlanState::initial(&cfg)))
+    }
+
+    /// The API's record of `plan`, for a change to it: `Conflict` for a plan of the file,
+    /// `NotFound` for none. A plan the API created that no longer validates (left out of the
+    /// effective configuration) still has its record, so it can be fixed or deleted.
+    fn api_plan(&self, plan: &PlanId) -> Result<ApiPlanRecord, BackendError> {
+        let cfg = self.cfg();
+        let record = self
+            .inner
+            .node
+            .read_state(|s| s.plans.get(plan).map(|r| r.config.clone()));
+        let in_force = cfg.plan(plan.as_str()).is_some();
+        if in_force && !cfg.plan_is_api(plan) {
+            return Err(file_owned(plan));
+        }
+        record
+            .as_ref()
+            .and_then(ApiPlanRecord::read)
+            .ok_or_else(|| not_found("plan", plan.as_str()))
+    }
+
+    /// The replicated state of a plan the API may change.
+    fn replicated_state(&self, plan: &PlanId) -> Result<PlanState, BackendError> {
+        self.inner
+            .plan_state(plan)
+            .map_err(unavailable)?
+            .ok_or_else(|| not_found("plan", plan.as_str()))
+    }
+
+    /// Writes a plan's API record (and with `next`, its state at the next generation) as one
+    /// compare-and-set on `expected`.
+    async fn write_plan_record(
+        &self,
+        plan: &PlanId,
+        expected: Generation,
+        record: &ApiPlanRecord,
+        next: Option<&PlanState>,
+    ) -> Result<(), BackendError> {
+        let config =
+            serde_json::to_value(record).map_err(|e| BackendError::Unavailable(e.to_string()))?;
+        let new_state = next.map(|n| encode_state(plan, n)).transpose()?;
+        let response = self
+            .inner
+            .node
+            .write(ClusterCommand::ApplyPlanConfig {
+                plan: plan.clone(),
+                expected_generation: expected,
+                config,
+                new_state,
+            })
+            .await
+            .map_err(|e| map_err(plan, e.into()))?;
+        written(plan, expected, response)
+    }
+
+    /// Forgets what the runtime read about `plan` under its previous configuration, so the
+    /// binding keys of the new one start unread, and makes the configuration take the
+    /// change now rather than at the next tick.
+    fn reconfigured(&self, plan: &PlanId) {
+        self.inner
+            .runtime()
+            .entry(plan.clone())
+            .or_default()
+            .reset();
+        self.cfg();
+        self.inner.wake.notify_one();
+    }
+
+    /// What applying the staged change would do: validated again, owner kept, generation on.
+    fn dry_run_apply(
+        &self,
+        name: &PlanId,
+        state: &PlanState,
+    ) -> Result<DryRunResult, BackendError> {
+        let record = self.api_plan(name)?;
+        let Some(staged) = record.staged else {
+            return Err(BackendError::Conflict(format!(
+                "plan {name:?} has no staged change"
+            )));
+        };
+        let result = |reason: String, commands: Vec<String>, refused: bool| DryRunResult {
+            plan: name.to_string(),
+            generation: state.generation.0,
+            reason,
+            commands,
+            refused,
+        };
+        if staged.base_generation != state.generation.0 {
+            return Ok(result(
+                format!(
+                    "refused: the change was staged on generation {}, the plan is at {}",
+                    staged.base_generation, state.generation
+                ),
+                Vec::new(),
+                true,
+            ));
+        }
+        Ok(
+            match plan_api::check_plan(&self.cfg().text, name.as_str(), &staged.spec) {
+                Err(issues) => result(
+                    format!(
+                        "refused: the staged change no longer validates ({} issue(s))",
+                        issues.iter().filter(|i| i.is_error()).count()
+                    ),
+                    Vec::new(),
+                    true,
+                ),
+                Ok(c) if c.value.instance(&state.owner).is_none() => result(
+                    format!(
+                        "refused: the staged change removes the owner {}",
+                        state.owner
+                    ),
+                    Vec::new(),
+                    true,
+                ),
+                Ok(_) => result(
+                    format!(
+                        "applying would move plan {name} to generation {}",
+                        state.generation.next()
+                    ),
+                    vec![format!(
+                        "replace plan {name} (staged by {})",
+                        staged.staged_by
+                    )],
+                    false,
+                ),
+            },
+        )
+    }
+
+    /// The view of a plan the API manages, even when it is not in force (it no longer
+    /// validates): then from its record and replicated state.
+    fn api_plan_view(&self, name: &PlanId) -> Result<PlanView, BackendError> {
+        let cfg = self.cfg();
+        if cfg.plan(name.as_str()).is_some() {
+            return self.plan_view(&cfg, name);
+        }
+        let record = self.api_plan(name)?;
+        let state = self.replicated_state(name)?;
+        Ok(PlanView {
+            name: name.to_string(),
+            generation: state.generation.0,
+            spec: record.spec,
+            paused: state.paused,
+            staged: record.staged.map(staged_view),
+            source: PlanSource::Api,
+        })
+    }
+
+    fn plan_view(&self, cfg: &EffectiveConfig, name: &PlanId) -> Result<PlanView, BackendError> {
+        let plan = cfg
+            .plan(name.as_str())
+            .ok_or_else(|| not_found("plan", name.as_str()))?;
+        let state = self
+            .inner
+            .plan_state(name)
+            .map_err(unavailable)?
+            .unwrap_or_else(|| PlanState::initial(plan));
+        let record = cfg
+            .plan_is_api(name)
+            .then(|| {
+                self.inner.node.read_state(|s| {
+                    s.plans
+                        .get(name)
+                        .and_then(|r| ApiPlanRecord::read(&r.config))
+                })
+            })
+            .flatten();
+        Ok(match record {
+            Some(r) => PlanView {
+                name: name.to_string(),
+                generation: state.generation.0,
+                spec: r.spec,
+                paused: state.paused,
+                staged: r.staged.map(staged_view),
+                source: PlanSource::Api,
+            },
+            // The file's plans are shown as a summary: the file has the whole text.
+            None => PlanView {
+                name: name.to_string(),
+                generation: state.generation.0,
+                spec: json!({
+                    "owner": plan.owner,
+                    "interval_seconds": plan.interval.as_secs(),
+                    "sites": plan.sites().collect::<Vec<_>>(),
+                    "current_owner": state.owner,
+                }),
+                paused: state.paused,
+                staged: None,
+                source: PlanSource::File,
+            },
+        })
     }
 
     fn site(&self, plan: &PlanId, site: &str) -> Result<SiteId, BackendError> {
@@ -202,8 +406,9 @@ impl RuntimeBackend {
         let (value, how) = self
             .route_call(name, config, call, "registration check", || async {
                 let known = BTreeMap::new();
+                let config = self.cfg();
                 let report = registration::register(Registration {
-                    config: &self.inner.config,
+                    config: &config,
                     controller: name,
                     orchestrator: &self.inner.me,
                     secrets: &self.secrets,
@@ -358,6 +563,63 @@ fn not_found(what: &'static str, name: &str) -> BackendError {
     }
 }
 
+fn controller_view(
+    id: &ControllerId,
+    c: &qfence_model::config::ControllerConfig,
+) -> ControllerView {
+    ControllerView {
+        name: id.to_string(),
+        controller_type: c.controller_type().as_str().to_owned(),
+        site: c.site.to_string(),
+        reach: c.reach.iter().map(ToString::to_string).collect(),
+        secret: c.secret.as_ref().map(|s| s.as_str().to_owned()),
+        grades: Vec::new(),
+        tested_at_ms: None,
+    }
+}
+
+fn map_err_cluster(e: qfence_cluster::ClusterError) -> BackendError {
+    match e {
+        qfence_cluster::ClusterError::NotLeader { .. } => BackendError::NotLeader { leader: None },
+        other => BackendError::Unavailable(other.to_string()),
+    }
+}
+
+fn staged_view(s: StagedRecord) -> StagedPlan {
+    StagedPlan {
+        spec: s.spec,
+        base_generation: s.base_generation,
+        staged_by: s.staged_by,
+        warnings: s.warnings,
+        staged_at_ms: Some(s.staged_at_ms),
+    }
+}
+
+fn encode_state(plan: &PlanId, state: &PlanState) -> Result<PlanStateDoc, BackendError> {
+    PlanStateDoc::encode(
+        PLAN_STATE_SCHEMA,
+        state.generation,
+        &StoredPlanState::from(state.clone()),
+    )
+    .map_err(|e| BackendError::Unavailable(format!("plan {plan}: {e}")))
+}
+
+/// What the cluster's answer to a compare-and-set write means to the API.
+fn written(plan: &PlanId, expected: Generation, response: Response) -> Result<(), BackendError> {
+    match response {
+        Response::Applied => Ok(()),
+        Response::Conflict { current, .. } => Err(BackendError::StaleGeneration {
+            plan: plan.to_string(),
+            expected: expected.0,
+            current: current.0,
+        }),
+        Response::Rejected { reason } => Err(BackendError::Conflict(reason)),
+        Response::NoCommand => Err(BackendError::Unavailable(format!(
+            "the cluster did not apply the change of plan {plan}"
+        ))),
+    }
+}
+
 fn unavailable(e: RuntimeError) -> BackendError {
     BackendError::Unavailable(e.to_string())
 }
@@ -419,12 +681,13 @@ impl Backend for RuntimeBackend {
         // A follower reads nothing itself: it shows what the leader last published.
         let published = (!leader.is_self).then(|| self.inner.node.state().statuses);
         let mut plans = Vec::new();
-        for (id, cfg) in self.inner.config.plans() {
+        let config = self.cfg();
+        for (id, cfg) in config.plans() {
             let state = self.state(id)?;
             let (verdicts, last_reason) = match &published {
                 None => {
                     let view = self.inner.runtime().get(id).cloned().unwrap_or_default();
-                    let verdicts = site_verdicts(&self.inner.config, cfg, &state, &view, now);
+                    let verdicts = site_verdicts(&config, cfg, &state, &view, now);
                     (verdicts, view.last_reason.unwrap_or_default())
                 }
                 Some(all) => match all.get(id) {
@@ -476,70 +739,299 @@ impl Backend for RuntimeBackend {
     }
 
     async fn config_source(&self) -> Result<String, BackendError> {
-        Ok(self.config_text.clone())
+        // The file's text with the API's controllers and plans: a new plan may bind a
+        // controller registered a moment ago.
+        Ok(self.cfg().text.clone())
     }
 
     async fn plans(&self) -> Result<Vec<PlanView>, BackendError> {
-        let ids: Vec<PlanId> = self
-            .inner
-            .config
+        let cfg = self.cfg();
+        let mut out = cfg
             .plans()
-            .map(|(id, _)| id.clone())
-            .collect();
-        let mut out = Vec::new();
-        for id in ids {
-            out.push(self.plan(&id).await?);
+            .map(|(id, _)| self.plan_view(&cfg, id))
+            .collect::<Result<Vec<_>, _>>()?;
+        // Plans the API created that are not in force (they no longer validate) are listed
+        // too, from their records, so an operator sees them and can fix or delete them.
+        let left_out: Vec<PlanId> = self.inner.node.read_state(|s| {
+            s.plans
+                .iter()
+                .filter(|(id, r)| {
+                    cfg.plan(id.as_str()).is_none() && ApiPlanRecord::read(&r.config).is_some()
+                })
+                .map(|(id, _)| id.clone())
+                .collect()
+        });
+        for id in left_out {
+            out.push(self.api_plan_view(&id)?);
         }
+        out.sort_by(|a, b| a.name.cmp(&b.name));
         Ok(out)
     }
 
     async fn plan(&self, name: &PlanId) -> Result<PlanView, BackendError> {
-        let cfg = self.plan_config(name)?;
-        let state = self.state(name)?;
-        Ok(PlanView {
-            name: name.to_string(),
-            generation: state.generation.0,
-            spec: json!({
-                "owner": cfg.owner,
-                "interval_seconds": cfg.interval.as_secs(),
-                "sites": cfg.sites().collect::<Vec<_>>(),
-                "current_owner": state.owner,
-            }),
-            paused: state.paused,
-            staged: None,
-        })
+        let cfg = self.cfg();
+        if cfg.plan(name.as_str()).is_some() {
+            self.plan_view(&cfg, name)
+        } else {
+            self.api_plan_view(name)
+        }
     }
 
-    async fn create_plan(&self, _: &Caller, _: CheckedPlan) -> Result<PlanView, BackendError> {
-        Err(BackendError::Conflict(FILE_ONLY.into()))
+    async fn create_plan(
+        &self,
+        caller: &Caller,
+        plan: CheckedPlan,
+    ) -> Result<PlanView, BackendError> {
+        self.write_guard().await?;
+        let name = plan.name.clone();
+        {
+            // Plan writes one at a time on this leader: the name check and the write are one.
+            let _one_writer = self.inner.write_lock.lock().await;
+            let cfg = self.cfg();
+            let known = self.inner.node.read_state(|s| s.plans.contains_key(&name));
+            if cfg.plan(name.as_str()).is_some() || known {
+                return Err(BackendError::Conflict(format!(
+                    "plan {name:?} already exists; stage a change to it instead"
+                )));
+            }
+            let initial = PlanState::initial(&plan.config);
+            let record = ApiPlanRecord {
+                source: API_SOURCE.to_owned(),
+                spec: plan.spec.clone(),
+                staged: None,
+                created_by: caller.name.clone(),
+            };
+            let response = self
+                .inner
+                .node
+                .write(ClusterCommand::CreatePlan {
+                    plan: name.clone(),
+                    config: serde_json::to_value(&record)
+                        .map_err(|e| BackendError::Unavailable(e.to_string()))?,
+                    initial_state: encode_state(&name, &initial)?,
+                })
+                .await
+                .map_err(|e| map_err(&name, e.into()))?;
+            written(&name, initial.generation, response)?;
+        }
+        self.reconfigured(&name);
+        let cfg = self.cfg();
+        if !cfg.plan_is_api(&name) {
+            // Validated a moment ago against the same configuration; said rather than hidden.
+            tracing::error!(plan = %name, "A plan created through the API is not in force: {:?}", cfg.dropped);
+        }
+        self.inner.record(
+            NewEvent::new(
+                EventKind::Config,
+                caller.actor(),
+                format!("Created plan {name} (owner {})", plan.config.owner),
+            )
+            .plan(name.as_str())
+            .generation(1)
+            .data(json!({"spec": plan.spec, "warnings": plan.warnings.iter().map(IssueDto::from).collect::<Vec<_>>()})),
+        );
+        tracing::info!(plan = %name, owner = %plan.config.owner, by = %caller.name, "Created a plan through the API at generation 1");
+        self.plan_view(&cfg, &name)
     }
 
-    async fn stage_plan(&self, _: &Caller, _: CheckedPlan) -> Result<PlanView, BackendError> {
-        Err(BackendError::Conflict(FILE_ONLY.into()))
+    async fn stage_plan(
+        &self,
+        caller: &Caller,
+        plan: CheckedPlan,
+    ) -> Result<PlanView, BackendError> {
+        self.write_guard().await?;
+        let name = plan.name.clone();
+        let generation = {
+            let _one_writer = self.inner.write_lock.lock().await;
+            let mut record = self.api_plan(&name)?;
+            let state = self.replicated_state(&name)?;
+            record.staged = Some(StagedRecord {
+                spec: plan.spec.clone(),
+                base_generation: state.generation.0,
+                staged_by: caller.name.clone(),
+                staged_at_ms: self.inner.clock.now().0,
+                warnings: plan.warnings.iter().map(IssueDto::from).collect(),
+            });
+            self.write_plan_record(&name, state.generation, &record, None)
+                .await?;
+            state.generation
+        };
+        self.inner.record(
+            NewEvent::new(
+                EventKind::Config,
+                caller.actor(),
+                format!("Staged a change of plan {name} on generation {generation}"),
+            )
+            .plan(name.as_str())
+            .generation(generation.0)
+            .data(json!({"spec": plan.spec})),
+        );
+        self.api_plan_view(&name)
     }
 
-    async fn discard_staged(&self, _: &Caller, name: &PlanId) -> Result<PlanView, BackendError> {
-        self.plan_config(name)?;
-        Err(BackendError::Conflict(format!(
-            "plan {name:?} has no staged change"
-        )))
+    async fn discard_staged(
+        &self,
+        caller: &Caller,
+        name: &PlanId,
+    ) -> Result<PlanView, BackendError> {
+        self.write_guard().await?;
+        let generation = {
+            let _one_writer = self.inner.write_lock.lock().await;
+            let mut record = self.api_plan(name)?;
+            if record.staged.take().is_none() {
+                return Err(BackendError::Conflict(format!(
+                    "plan {name:?} has no staged change"
+                )));
+            }
+            let state = self.replicated_state(name)?;
+            self.write_plan_record(name, state.generation, &record, None)
+                .await?;
+            state.generation
+        };
+        self.inner.record(
+            NewEvent::new(
+                EventKind::Config,
+                caller.actor(),
+                format!("Discarded the staged change of plan {name}"),
+            )
+            .plan(name.as_str())
+            .generation(generation.0),
+        );
+        self.api_plan_view(name)
     }
 
     async fn apply_staged(
         &self,
-        _: &Caller,
+        caller: &Caller,
         name: &PlanId,
-        _: u64,
+        expected: u64,
     ) -> Result<PlanView, BackendError> {
-        self.plan_config(name)?;
-        Err(BackendError::Conflict(format!(
-            "plan {name:?} has no staged change"
-        )))
+        self.write_guard().await?;
+        let (from, to, by) = {
+            let _one_writer = self.inner.write_lock.lock().await;
+            let mut record = self.api_plan(name)?;
+            let state = self.replicated_state(name)?;
+            if state.generation.0 != expected {
+                return Err(BackendError::StaleGeneration {
+                    plan: name.to_string(),
+                    expected,
+                    current: state.generation.0,
+                });
+            }
+            let Some(staged) = record.staged.take() else {
+                return Err(BackendError::Conflict(format!(
+                    "plan {name:?} has no staged change to apply"
+                )));
+            };
+            if staged.base_generation != state.generation.0 {
+                return Err(BackendError::Conflict(format!(
+                    "the staged change of plan {name} was made on generation {}, the plan is at \
+                     {}: stage it again",
+                    staged.base_generation, state.generation
+                )));
+            }
+            if let Some(t) = state.transition() {
+                return Err(BackendError::Refused(format!(
+                    "a {} of plan {name} to {} is under way: apply the change once it has ended",
+                    t.stage.as_str(),
+                    t.target
+                )));
+            }
+            let checked = plan_api::check_plan(&self.cfg().text, name.as_str(), &staged.spec)
+                .map_err(|issues| BackendError::Invalid {
+                    message: format!(
+                        "the staged change of plan {name} no longer validates; nothing was changed"
+                    ),
+                    issues,
+                })?;
+            let new = checked.value;
+            if new.instance(&state.owner).is_none() {
+                return Err(BackendError::Refused(format!(
+                    "the staged change removes the owner {} from plan {name}: switch over first",
+                    state.owner
+                )));
+            }
+            // The owner, its health and pause stay; the generation moves on, so whatever was
+            // decided or forwarded on the old plan is refused; memories of sites the plan no
+            // longer has go.
+            let mut next = state.clone();
+            next.generation = state.generation.next();
+            next.revision = state.revision + 1;
+            next.renewals_stopped
+                .retain(|s, _| new.instance(s).is_some());
+            next.dead_man_armed.retain(|s| new.instance(s).is_some());
+            next.alarmed.retain(|s| new.instance(s).is_some());
+            record.spec = staged.spec;
+            self.write_plan_record(name, state.generation, &record, Some(&next))
+                .await?;
+            (state.generation, next.generation, staged.staged_by)
+        };
+        self.reconfigured(name);
+        self.inner.record(
+            NewEvent::new(
+                EventKind::Config,
+                caller.actor(),
+                format!(
+                    "Applied the staged change of plan {name} (staged by {by}): generation {from} -> {to}"
+                ),
+            )
+            .plan(name.as_str())
+            .generation(to.0),
+        );
+        tracing::info!(plan = %name, generation = %to, by = %caller.name, "Applied a staged change of the plan");
+        self.api_plan_view(name)
     }
 
-    async fn delete_plan(&self, _: &Caller, name: &PlanId, _: u64) -> Result<(), BackendError> {
-        self.plan_config(name)?;
-        Err(BackendError::Conflict(FILE_ONLY.into()))
+    async fn delete_plan(
+        &self,
+        caller: &Caller,
+        name: &PlanId,
+        expected: u64,
+    ) -> Result<(), BackendError> {
+        self.write_guard().await?;
+        {
+            let _one_writer = self.inner.write_lock.lock().await;
+            self.api_plan(name)?;
+            let state = self.replicated_state(name)?;
+            if state.generation.0 != expected {
+                return Err(BackendError::StaleGeneration {
+                    plan: name.to_string(),
+                    expected,
+                    current: state.generation.0,
+                });
+            }
+            // The engine commits transitions under the same lock, so none can start between
+            // this look and the write.
+            if let Some(t) = state.transition() {
+                return Err(BackendError::Refused(format!(
+                    "a {} of plan {name} to {} is under way: delete it once it has ended",
+                    t.stage.as_str(),
+                    t.target
+                )));
+            }
+            let response = self
+                .inner
+                .node
+                .write(ClusterCommand::RemovePlan {
+                    plan: name.clone(),
+                    expected_generation: state.generation,
+                })
+                .await
+                .map_err(|e| map_err(name, e.into()))?;
+            written(name, state.generation, response)?;
+        }
+        self.reconfigured(name);
+        self.inner.record(
+            NewEvent::new(
+                EventKind::Config,
+                caller.actor(),
+                format!("Deleted plan {name} at generation {expected}"),
+            )
+            .plan(name.as_str())
+            .generation(expected),
+        );
+        tracing::info!(plan = %name, generation = expected, by = %caller.name, "Deleted a plan created through the API");
+        Ok(())
     }
 
     async fn dry_run(&self, name: &PlanId, what: &DryRun) -> Result<DryRunResult, BackendError> {
@@ -556,16 +1048,12 @@ impl Backend for RuntimeBackend {
                     refused: false,
                 });
             }
-            DryRun::ApplyStaged => {
-                return Err(BackendError::Conflict(format!(
-                    "plan {name:?} has no staged change"
-                )));
-            }
+            DryRun::ApplyStaged => return self.dry_run_apply(name, &state),
             DryRun::Switchover { target } => (MoveKind::Switchover, self.site(name, target)?),
             DryRun::Failover { target: Some(t) } => (MoveKind::Failover, self.site(name, t)?),
             DryRun::Failover { target: None } => (
                 MoveKind::Failover,
-                pick_target(cfg, &state.owner)
+                pick_target(&cfg, &state.owner)
                     .ok_or_else(|| BackendError::Refused("no other site to fail over to".into()))?,
             ),
         };
@@ -579,7 +1067,7 @@ impl Backend for RuntimeBackend {
             });
         }
         let r = dry_run(
-            &self.inner.config,
+            &self.cfg(),
             name.as_str(),
             &BTreeMap::new(),
             target.as_str(),
@@ -597,29 +1085,72 @@ impl Backend for RuntimeBackend {
 
     async fn controllers(&self) -> Result<Vec<ControllerView>, BackendError> {
         Ok(self
-            .inner
-            .config
+            .cfg()
             .config()
             .controllers
             .iter()
-            .map(|(id, c)| ControllerView {
-                name: id.to_string(),
-                controller_type: c.controller_type().as_str().to_owned(),
-                site: c.site.to_string(),
-                reach: c.reach.iter().map(ToString::to_string).collect(),
-                secret: c.secret.as_ref().map(|s| s.as_str().to_owned()),
-                grades: Vec::new(),
-                tested_at_ms: None,
-            })
+            .map(|(id, c)| controller_view(id, c))
             .collect())
     }
 
     async fn register_controller(
         &self,
-        _: &Caller,
-        _: CheckedController,
+        caller: &Caller,
+        c: CheckedController,
     ) -> Result<ControllerView, BackendError> {
-        Err(BackendError::Conflict(FILE_ONLY.into()))
+        self.write_guard().await?;
+        let name = c.name.clone();
+        {
+            let _one_writer = self.inner.write_lock.lock().await;
+            let known = self
+                .inner
+                .node
+                .read_state(|s| s.controllers.contains_key(&name));
+            if self.cfg().controller(name.as_str()).is_some() || known {
+                return Err(BackendError::Conflict(format!(
+                    "controller {:?} already exists",
+                    name.as_str()
+                )));
+            }
+            let record = ControllerRecord {
+                id: name.clone(),
+                site: c.config.site.clone(),
+                reach: c.config.reach.clone(),
+                // The spec as sent: secrets appear in it by reference only.
+                config: serde_json::to_value(ApiControllerRecord {
+                    source: API_SOURCE.to_owned(),
+                    spec: c.spec.clone(),
+                    registered_by: caller.name.clone(),
+                })
+                .map_err(|e| BackendError::Unavailable(e.to_string()))?,
+            };
+            self.inner
+                .node
+                .write(ClusterCommand::RegisterController { controller: record })
+                .await
+                .map_err(map_err_cluster)?;
+        }
+        let cfg = self.cfg();
+        let Some(config) = cfg.controller(name.as_str()) else {
+            return Err(BackendError::Unavailable(format!(
+                "controller {name} was registered but is not in force: {}",
+                cfg.dropped.join("; ")
+            )));
+        };
+        self.inner.record(
+            NewEvent::new(
+                EventKind::Config,
+                caller.actor(),
+                format!(
+                    "Registered controller {name} ({}, site {})",
+                    config.controller_type(),
+                    config.site
+                ),
+            )
+            .data(json!({"controller": name, "spec": c.spec})),
+        );
+        tracing::info!(controller = %name, by = %caller.name, "Registered a controller through the API");
+        Ok(controller_view(&name, config))
     }
 
     async fn test_controller(
@@ -627,7 +1158,8 @@ impl Backend for RuntimeBackend {
         caller: &Caller,
         name: &ControllerId,
     ) -> Result<ControllerTest, BackendError> {
-        let Some(config) = self.inner.config.controller(name.as_str()) else {
+        let cfg = self.cfg();
+        let Some(config) = cfg.controller(name.as_str()) else {
             return Err(not_found("controller", name.as_str()));
         };
         let (report, how) = self.route_registration(name, config).await?;
@@ -647,7 +1179,8 @@ impl Backend for RuntimeBackend {
         caller: &Caller,
         c: CheckedController,
     ) -> Result<ControllerTest, BackendError> {
-        if self.inner.config.controller(c.name.as_str()).is_some() {
+        let cfg = self.cfg();
+        if cfg.controller(c.name.as_str()).is_some() {
             return Err(BackendError::Conflict(format!(
                 "controller {:?} is registered: test it (POST /api/v1/controllers/{}/test) \
                  instead of probing it",
@@ -657,14 +1190,8 @@ impl Backend for RuntimeBackend {
         }
         // The registration steps read the controller from a configuration: this one is the
         // configuration in force with the candidate added, validated again as a whole.
-        let text = plan_api::with_entry(
-            &self.config_text,
-            "controllers",
-            c.name.as_str(),
-            &c.spec,
-            true,
-        )
-        .map_err(|issues| BackendError::Invalid {
+        let text = plan_api::with_entry(&cfg.text, "controllers", c.name.as_str(), &c.spec, true)
+            .map_err(|issues| BackendError::Invalid {
             message: format!(
                 "controller {:?} cannot be added to the configuration",
                 c.name.as_str()
@@ -741,7 +1268,8 @@ impl Backend for RuntimeBackend {
         &self,
         controller: &ControllerId,
     ) -> Result<Vec<DiscoveredResource>, BackendError> {
-        let Some(config) = self.inner.config.controller(controller.as_str()) else {
+        let cfg = self.cfg();
+        let Some(config) = cfg.controller(controller.as_str()) else {
             return Err(not_found("controller", controller.as_str()));
         };
         let call = WireCall::discover(config.site.clone(), REGISTRATION_TIMEOUT);
@@ -749,7 +1277,7 @@ impl Backend for RuntimeBackend {
             .route_call(controller, config, call, "discovery", || async {
                 let known = BTreeMap::new();
                 let found = registration::discover(Registration {
-                    config: &self.inner.config,
+                    config: &cfg,
                     controller,
                     orchestrator: &self.inner.me,
                     secrets: &self.secrets,
@@ -808,7 +1336,7 @@ impl Backend for RuntimeBackend {
         let owner = self.state(plan)?.owner;
         let to = match &req.target {
             Some(t) => self.site(plan, t)?,
-            None => pick_target(cfg, &owner)
+            None => pick_target(&cfg, &owner)
                 .ok_or_else(|| BackendError::Refused("no other site to fail over to".into()))?,
         };
         self.refuse_owner(plan, &to)?;
@@ -888,7 +1416,7 @@ impl Backend for RuntimeBackend {
 
     async fn secrets(&self) -> Result<Vec<SecretRefView>, BackendError> {
         let mut by: BTreeMap<String, Vec<String>> = BTreeMap::new();
-        for (id, c) in &self.inner.config.config().controllers {
+        for (id, c) in &self.cfg().config().controllers {
             if let Some(s) = &c.secret {
                 by.entry(s.as_str().to_owned())
                     .or_default()

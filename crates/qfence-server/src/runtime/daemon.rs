@@ -17,6 +17,7 @@ use rustls::pki_types::{CertificateDer, PrivateKeyDer};
 use tokio_util::sync::CancellationToken;
 
 use super::drivers::{DriverExecutor, LocalDrivers};
+use super::effective::ConfigCell;
 use super::engine::{Engine, EngineOptions};
 use super::{RuntimeBackend, RuntimeError};
 use crate::events::{EventLog, JsonlStore, repair_torn_tail};
@@ -26,7 +27,8 @@ use crate::{ApiConfig, Metrics, TokenStore};
 #[derive(Debug)]
 pub struct DaemonOptions {
     pub config: ValidatedConfig,
-    /// The configuration file's text (the API validates new plans against it).
+    /// The configuration file's text: the base of the effective configuration, which the API
+    /// validates new plans and controllers against.
     pub config_text: String,
     pub name: OrchestratorId,
     pub data_dir: PathBuf,
@@ -170,7 +172,9 @@ impl Daemon {
             &o.name,
             &me.address,
         )?;
-        let drivers = LocalDrivers::build(o.name.clone(), &o.config, &o.secrets);
+        // The file's configuration until the node is up; then the file's plus the API's.
+        let cell = ConfigCell::new(o.config.clone(), o.config_text.clone());
+        let drivers = LocalDrivers::build(o.name.clone(), &cell, &o.secrets);
         let unavailable = drivers.unavailable();
         for (c, why) in &unavailable {
             tracing::warn!(controller = %c, "No driver here: {why}");
@@ -209,7 +213,7 @@ impl Daemon {
         let log = EventLog::open(JsonlStore::open(&events_path)?)?;
         let metrics = Metrics::new();
         let engine = Engine::new(
-            o.config.clone(),
+            cell,
             node.clone(),
             log,
             metrics.clone(),
@@ -219,7 +223,7 @@ impl Daemon {
         let engine_stop = CancellationToken::new();
         let engine_task = tokio::spawn(engine.clone().run(engine_stop.clone()));
 
-        let backend = RuntimeBackend::new(&engine, o.config_text, o.secrets);
+        let backend = RuntimeBackend::new(&engine, o.secrets);
         let app = crate::router(Arc::new(backend), o.tokens, metrics, &ApiConfig::default());
         let (server_config, api_fingerprint) = api_tls(&tls)?;
         let tcp = tokio::net::TcpListener::bind(o.api_listen)

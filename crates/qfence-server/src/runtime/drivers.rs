@@ -8,7 +8,7 @@
 //! says a fence would; its answer is the registration report as JSON ([`WireReport`]).
 
 use std::collections::BTreeMap;
-use std::sync::Arc;
+use std::sync::{Arc, Mutex};
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use qfence_cluster::forward::{BoxFuture, CallExecutor};
@@ -16,12 +16,13 @@ use qfence_cluster::state::ControllerRecord;
 use qfence_controllers::driver::{CallContext, Driver, DriverError, Reading, Target};
 use qfence_controllers::registration::{self, Registration};
 use qfence_controllers::{AnyDriver, SecretStore};
-use qfence_model::config::ValidatedConfig;
+use qfence_model::config::ControllerConfig;
 use qfence_model::{ControllerId, OrchestratorId, SiteId};
 use serde::{Deserialize, Serialize};
 use tokio_util::sync::CancellationToken;
 
 use super::RuntimeError;
+use super::effective::ConfigCell;
 
 /// Which driver method a call runs.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
@@ -184,44 +185,54 @@ impl From<Result<Reading, DriverError>> for WireResult {
     }
 }
 
-/// The drivers of every controller this orchestrator may call ([`AnyDriver`]), built from the validated
-/// configuration and this orchestrator's own secret stores. A controller whose driver cannot
-/// be built (missing secret, type not in this build) is kept with its reason: calls to it
-/// fail, so they read UNKNOWN, and the rest keep working.
+/// The drivers of every controller this orchestrator may call ([`AnyDriver`]), built from the
+/// effective configuration and this orchestrator's own secret stores. The file's controllers
+/// are built at start; one registered through the API is built when first called, and built
+/// again when its settings change. A controller whose driver cannot be built (missing
+/// secret, type not in this build) is kept with its reason: calls to it fail, so they read
+/// UNKNOWN, and the rest keep working.
 #[derive(Debug)]
 pub struct LocalDrivers {
     me: OrchestratorId,
-    drivers: BTreeMap<ControllerId, Result<AnyDriver, String>>,
-    /// What a registration check runs against: the configuration and this orchestrator's own
-    /// secret stores (a forwarded check reads the secrets of the orchestrator that runs it).
-    config: ValidatedConfig,
+    /// Each controller's driver with the settings it was built from.
+    drivers: Mutex<BTreeMap<ControllerId, BuiltDriver>>,
+    /// What calls and registration checks run against: the effective configuration (a
+    /// forwarded call refreshes it, so a controller registered a moment ago is known) and
+    /// this orchestrator's own secret stores.
+    config: Arc<ConfigCell>,
     secrets: SecretStore,
 }
 
+type BuiltDriver = (ControllerConfig, Result<Arc<AnyDriver>, String>);
+
 fn build_one(
     id: &ControllerId,
-    config: &qfence_model::config::ControllerConfig,
+    config: &ControllerConfig,
     secrets: &SecretStore,
-) -> Result<AnyDriver, String> {
+) -> Result<Arc<AnyDriver>, String> {
     let secret = match &config.secret {
         Some(r) => Some(secrets.resolve(r).map_err(|e| e.to_string())?),
         None => None,
     };
-    AnyDriver::build(id, config, secret).map_err(|e| e.to_string())
+    AnyDriver::build(id, config, secret)
+        .map(Arc::new)
+        .map_err(|e| e.to_string())
 }
 
 impl LocalDrivers {
-    /// Builds every controller's driver (no I/O but reading secrets and CA files).
-    pub fn build(me: OrchestratorId, config: &ValidatedConfig, secrets: &SecretStore) -> Self {
-        let drivers = config
+    /// Builds the driver of every controller the configuration has now (no I/O but reading
+    /// secrets and CA files).
+    pub fn build(me: OrchestratorId, config: &Arc<ConfigCell>, secrets: &SecretStore) -> Self {
+        let now = config.get();
+        let drivers = now
             .config()
             .controllers
             .iter()
-            .map(|(id, c)| (id.clone(), build_one(id, c, secrets)))
+            .map(|(id, c)| (id.clone(), (c.clone(), build_one(id, c, secrets))))
             .collect();
         Self {
             me,
-            drivers,
+            drivers: Mutex::new(drivers),
             config: config.clone(),
             secrets: secrets.clone(),
         }
@@ -230,17 +241,33 @@ impl LocalDrivers {
     /// The controllers whose driver could not be built, and why (for the startup log).
     pub fn unavailable(&self) -> Vec<(ControllerId, String)> {
         self.drivers
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
             .iter()
-            .filter_map(|(id, d)| d.as_ref().err().map(|e| (id.clone(), e.clone())))
+            .filter_map(|(id, (_, d))| d.as_ref().err().map(|e| (id.clone(), e.clone())))
             .collect()
     }
 
-    fn driver(&self, id: &ControllerId) -> Result<&AnyDriver, String> {
-        match self.drivers.get(id) {
-            Some(Ok(d)) => Ok(d),
-            Some(Err(e)) => Err(format!("controller {id} has no driver here: {e}")),
-            None => Err(format!("controller {id} is not configured here")),
-        }
+    /// The driver of `id` as the effective configuration has it now, built if it is new or
+    /// its settings changed.
+    fn driver(&self, id: &ControllerId) -> Result<Arc<AnyDriver>, String> {
+        let config = self.config.refresh();
+        let Some(cc) = config.controller(id.as_str()) else {
+            return Err(format!("controller {id} is not configured here"));
+        };
+        let mut drivers = self.drivers.lock().unwrap_or_else(|p| p.into_inner());
+        let built = match drivers.get(id) {
+            Some((was, built)) if was == cc => built.clone(),
+            _ => {
+                let built = build_one(id, cc, &self.secrets);
+                if let Err(e) = &built {
+                    tracing::warn!(controller = %id, "No driver here: {e}");
+                }
+                drivers.insert(id.clone(), (cc.clone(), built.clone()));
+                built
+            }
+        };
+        built.map_err(|e| format!("controller {id} has no driver here: {e}"))
     }
 
     /// Runs one call here.
@@ -283,8 +310,9 @@ impl LocalDrivers {
         cancel: CancellationToken,
     ) -> Result<registration::Report, String> {
         let known = BTreeMap::new();
+        let config = self.config.refresh();
         let check = registration::register(Registration {
-            config: &self.config,
+            config: &config,
             controller,
             orchestrator: &self.me,
             secrets: &self.secrets,
@@ -306,8 +334,9 @@ impl LocalDrivers {
         cancel: CancellationToken,
     ) -> Result<Vec<qfence_controllers::driver::Discovered>, String> {
         let known = BTreeMap::new();
+        let config = self.config.refresh();
         let found = registration::discover(Registration {
-            config: &self.config,
+            config: &config,
             controller,
             orchestrator: &self.me,
             secrets: &self.secrets,
@@ -326,9 +355,7 @@ impl LocalDrivers {
         controller: &ControllerId,
         timeout: Duration,
     ) -> Result<qfence_controllers::Probe, RuntimeError> {
-        let d = self
-            .driver(controller)
-            .map_err(|e| RuntimeError::Driver(e.clone()))?;
+        let d = self.driver(controller).map_err(RuntimeError::Driver)?;
         let ctx = CallContext::with_timeout(self.me.clone(), timeout);
         d.probe(&ctx)
             .await

@@ -19,6 +19,7 @@ use qfence_model::{Generation, OrchestratorId, PlanId};
 use tokio::sync::Notify;
 use tokio_util::sync::CancellationToken;
 
+use super::effective::{ConfigCell, EffectiveConfig};
 use super::executor::Executor;
 use super::{Clock, RuntimeError};
 use crate::events::{EventKind, EventLog, JsonlStore, NewEvent};
@@ -73,6 +74,23 @@ pub struct PlanRuntime {
     /// What this orchestrator last published as the plan's status (term, verdicts and the
     /// sentence with times masked) and when.
     pub last_published: Option<(String, Millis)>,
+    /// Moves on whenever the plan's configuration is replaced through the API (applied,
+    /// deleted, created again): an operation started before comes back to a view that no
+    /// longer takes its result.
+    pub epoch: u64,
+}
+
+impl PlanRuntime {
+    /// Forgets every reading and result (they were keyed by the old configuration's
+    /// bindings) and moves the epoch on. Operations in flight stay counted until they end.
+    pub fn reset(&mut self) {
+        self.observations.clear();
+        self.results.clear();
+        self.last_reason = None;
+        self.last_recorded = None;
+        self.last_published = None;
+        self.epoch += 1;
+    }
 }
 
 /// Each site's verdict and newest proving-fence check time, from this orchestrator's
@@ -157,7 +175,10 @@ pub fn without_times(s: &str) -> String {
 /// The parts the engine, the executor and the API backend share.
 #[derive(Debug)]
 pub(crate) struct Inner {
-    pub config: ValidatedConfig,
+    /// The effective configuration (the file's plus the API's), swapped whole when the
+    /// replicated API entries change: take one snapshot ([`Inner::config`]) and use it
+    /// throughout a step.
+    pub cell: Arc<ConfigCell>,
     pub node: ClusterNode,
     pub me: OrchestratorId,
     pub events: Mutex<EventLog<JsonlStore>>,
@@ -178,6 +199,11 @@ fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
 }
 
 impl Inner {
+    /// The effective configuration as last built.
+    pub fn config(&self) -> Arc<EffectiveConfig> {
+        self.cell.get()
+    }
+
     pub fn runtime(&self) -> MutexGuard<'_, BTreeMap<PlanId, PlanRuntime>> {
         lock(&self.plans)
     }
@@ -209,11 +235,21 @@ impl Inner {
         Ok(Some(stored.into_current()))
     }
 
-    /// Registers every configured controller and plan the cluster does not know yet (plans
-    /// at their initial state), so routing and the compare-and-set have them.
+    /// Registers every controller and plan of the configuration file the cluster does not
+    /// know yet (plans at their initial state), so routing and the compare-and-set have them.
+    /// The API registers its own.
     pub async fn register_plans(&self) -> Result<(), RuntimeError> {
-        let cluster = self.node.state();
-        for (id, c) in &self.config.config().controllers {
+        let file = self.cell.file();
+        let (controllers, known) = self.node.read_state(|s| {
+            (
+                s.controllers.clone(),
+                s.plans
+                    .keys()
+                    .cloned()
+                    .collect::<std::collections::BTreeSet<_>>(),
+            )
+        });
+        for (id, c) in &file.config().controllers {
             let record = ControllerRecord {
                 id: id.clone(),
                 site: c.site.clone(),
@@ -221,15 +257,14 @@ impl Inner {
                 // Secrets appear here by reference only.
                 config: serde_json::to_value(c).unwrap_or_default(),
             };
-            if cluster.controllers.get(id) != Some(&record) {
+            if controllers.get(id) != Some(&record) {
                 self.node
                     .write(ClusterCommand::RegisterController { controller: record })
                     .await?;
             }
         }
-        let known = cluster.plans;
-        for (id, plan) in self.config.plans() {
-            if known.contains_key(id) {
+        for (id, plan) in file.plans() {
+            if known.contains(id) {
                 continue;
             }
             let initial = StoredPlanState::from(PlanState::initial(plan));
@@ -348,17 +383,20 @@ pub struct Engine {
 }
 
 impl Engine {
-    /// An engine over a started cluster node, the validated configuration and an event log.
+    /// An engine over a started cluster node, the configuration cell and an event log.
+    /// The cell is attached to `node`: from now on it follows the API's replicated entries.
     pub fn new(
-        config: ValidatedConfig,
+        cell: Arc<ConfigCell>,
         node: ClusterNode,
         events: EventLog<JsonlStore>,
         metrics: Metrics,
         options: EngineOptions,
     ) -> Self {
+        cell.attach(node.clone());
+        cell.refresh();
         let inner = Arc::new(Inner {
             me: node.name().clone(),
-            config,
+            cell,
             node,
             events: Mutex::new(events),
             metrics,
@@ -395,6 +433,12 @@ impl Engine {
         lock(&self.inner.events).all().to_vec()
     }
 
+    /// The effective configuration in force (the file's plus the API's), rebuilt first if
+    /// the API's replicated entries changed.
+    pub fn config(&self) -> Arc<EffectiveConfig> {
+        self.inner.cell.refresh()
+    }
+
     /// The clock decisions read.
     pub fn clock(&self) -> Clock {
         self.inner.clock
@@ -419,9 +463,17 @@ impl Engine {
                 () = stop.cancelled() => break,
                 () = self.tick() => {}
             }
+            // A plan created through the API may want a shorter interval than the file's.
+            let tick = self
+                .inner
+                .config()
+                .plans()
+                .map(|(_, p)| p.interval)
+                .min()
+                .map_or(self.inner.options.tick, |i| i.min(self.inner.options.tick));
             tokio::select! {
                 () = stop.cancelled() => break,
-                () = tokio::time::sleep(self.inner.options.tick) => {}
+                () = tokio::time::sleep(tick) => {}
                 // A short pause coalesces a burst of results into one tick.
                 () = self.inner.wake.notified() => {
                     tokio::time::sleep(Duration::from_millis(10)).await;
@@ -484,9 +536,14 @@ impl Engine {
             tracing::warn!(error = %e, "Could not register the configured plans");
             return;
         }
-        let plans: Vec<PlanId> = inner.config.plans().map(|(id, _)| id.clone()).collect();
-        for plan in plans {
-            if let Err(e) = self.decide_plan(&plan, leadership, token.as_ref()).await {
+        // One configuration for the whole tick; plans created, changed or deleted through the
+        // API since the last one are in it.
+        let config = inner.cell.refresh();
+        for (plan, _) in config.plans() {
+            if let Err(e) = self
+                .decide_plan(&config, plan, leadership, token.as_ref())
+                .await
+            {
                 tracing::warn!(plan = %plan, error = %e, "The plan's cycle ended without acting");
             }
         }
@@ -494,6 +551,7 @@ impl Engine {
 
     async fn decide_plan(
         &self,
+        config: &EffectiveConfig,
         plan: &PlanId,
         leadership: Leadership,
         token: Option<&CancellationToken>,
@@ -505,7 +563,7 @@ impl Engine {
         let now = inner.clock.now();
         let view = self.runtime(plan);
         let decision = decide(&Snapshot {
-            config: &inner.config,
+            config,
             plan: plan.clone(),
             state: &state,
             observations: &view.observations,
@@ -545,7 +603,7 @@ impl Engine {
             if acted || changed {
                 entry.last_recorded = Some(gist);
             }
-            prune(entry, &state, now, inner.config.plan(plan.as_str()));
+            prune(entry, &state, now, config.plan(plan.as_str()));
         }
         let Some(token) = token else {
             return Ok(());
@@ -570,7 +628,7 @@ impl Engine {
                 );
             }
         }
-        self.publish(plan, leadership.term, &decision.reason, token)
+        self.publish(config, plan, leadership.term, &decision.reason, token)
             .await;
         if inner.draining.load(Ordering::SeqCst) {
             return Ok(());
@@ -594,13 +652,14 @@ impl Engine {
     /// stops the cycle.
     async fn publish(
         &self,
+        config: &EffectiveConfig,
         plan: &PlanId,
         term: qfence_model::Term,
         reason: &str,
         token: &CancellationToken,
     ) {
         let inner = &self.inner;
-        let Some(cfg) = inner.config.plan(plan.as_str()) else {
+        let Some(cfg) = config.plan(plan.as_str()) else {
             return;
         };
         let state = match inner.plan_state(plan) {
@@ -609,7 +668,7 @@ impl Engine {
         };
         let now = inner.clock.now();
         let view = self.runtime(plan);
-        let sites = site_verdicts(&inner.config, cfg, &state, &view, now);
+        let sites = site_verdicts(config, cfg, &state, &view, now);
         let gist = format!(
             "{term} {} {}",
             sites

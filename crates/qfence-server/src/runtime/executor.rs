@@ -62,7 +62,7 @@ impl Executor {
         let Some(key) = command.action.binding().cloned() else {
             return;
         };
-        {
+        let epoch = {
             let mut all = inner.runtime();
             let plan = all.entry(command.plan.clone()).or_default();
             if plan.in_flight.values().any(|k| *k == key) {
@@ -70,7 +70,8 @@ impl Executor {
                 return;
             }
             plan.in_flight.insert(command.op.clone(), key.clone());
-        }
+            plan.epoch
+        };
         let is_check = matches!(command.action, Action::Check { .. });
         let mut event = NewEvent::new(EventKind::Command, inner.me.as_str(), command.to_string())
             .plan(command.plan.as_str())
@@ -90,12 +91,20 @@ impl Executor {
             let started = tokio::time::Instant::now();
             let controller = this.controller_of(&command, &key);
             let finished = this.run(&command, &key, token).await;
-            this.finish(&command, key, controller, finished, started.elapsed());
+            this.finish(
+                &command,
+                key,
+                epoch,
+                controller,
+                finished,
+                started.elapsed(),
+            );
         });
     }
 
     fn controller_of(&self, command: &Command, key: &BindingKey) -> Option<String> {
-        let plan = self.inner.config.plan(command.plan.as_str())?;
+        let config = self.inner.config();
+        let plan = config.plan(command.plan.as_str())?;
         rules::binding(plan, key).map(|b| b.controller.to_string())
     }
 
@@ -114,7 +123,7 @@ impl Executor {
                 command.term
             ));
         }
-        if let Some(g) = inner.node.state().plan_generation(&command.plan)
+        if let Some(g) = inner.node.read_state(|s| s.plan_generation(&command.plan))
             && g > command.generation
         {
             return unknown(format!(
@@ -122,13 +131,16 @@ impl Executor {
                 command.generation
             ));
         }
-        let Some(plan) = inner.config.plan(command.plan.as_str()) else {
+        // The configuration in force now: a plan changed through the API since this was
+        // decided is at a newer generation, refused above.
+        let config = inner.config();
+        let Some(plan) = config.plan(command.plan.as_str()) else {
             return unknown(format!("plan {} is not configured", command.plan));
         };
         let Some(binding) = rules::binding(plan, key) else {
             return unknown(format!("plan {} has no binding {key}", command.plan));
         };
-        let Some(controller) = inner.config.controller(binding.controller.as_str()) else {
+        let Some(controller) = config.controller(binding.controller.as_str()) else {
             return unknown(format!(
                 "controller {} is not configured",
                 binding.controller
@@ -282,6 +294,7 @@ impl Executor {
         &self,
         command: &Command,
         key: BindingKey,
+        epoch: u64,
         controller: Option<String>,
         f: Finished,
         took: Duration,
@@ -293,9 +306,17 @@ impl Executor {
             let mut all = inner.runtime();
             let plan = all.entry(command.plan.clone()).or_default();
             plan.in_flight.remove(&command.op);
-            let news =
-                !is_check || plan.observations.get(&key).map(|o| o.value) != Some(f.observed);
-            if is_check {
+            // The plan was changed (or deleted, or created again) through the API while this
+            // ran: its binding keys may name other targets now, so what it read is dropped.
+            // An action's outcome is still logged.
+            let current = plan.epoch == epoch;
+            if !current {
+                tracing::info!(plan = %command.plan, binding = %key, op = %command.op,
+                    "Dropped a result decided on the plan's previous configuration");
+            }
+            let news = !is_check
+                || (current && plan.observations.get(&key).map(|o| o.value) != Some(f.observed));
+            if is_check && current {
                 plan.observations.insert(
                     key.clone(),
                     Observation {
@@ -305,18 +326,20 @@ impl Executor {
                     },
                 );
             }
-            plan.results.insert(
-                command.op.clone(),
-                OpResult {
-                    binding: Some(key.clone()),
-                    outcome: f.outcome,
-                    at,
-                },
-            );
+            if current {
+                plan.results.insert(
+                    command.op.clone(),
+                    OpResult {
+                        binding: Some(key.clone()),
+                        outcome: f.outcome,
+                        at,
+                    },
+                );
+            }
             news
         };
         let role = inner
-            .config
+            .config()
             .plan(command.plan.as_str())
             .and_then(|p| rules::binding(p, &key))
             .map(|b| b.role);

@@ -27,6 +27,7 @@
 pub mod backend;
 pub mod daemon;
 pub mod drivers;
+pub mod effective;
 pub mod engine;
 pub mod executor;
 
@@ -35,6 +36,7 @@ use std::time::{Duration, SystemTime};
 pub use backend::RuntimeBackend;
 pub use daemon::{Daemon, DaemonOptions};
 pub use drivers::{DriverExecutor, LocalDrivers};
+pub use effective::{ConfigCell, EffectiveConfig};
 pub use engine::{Engine, EngineOptions, PlanRuntime};
 pub use executor::Executor;
 

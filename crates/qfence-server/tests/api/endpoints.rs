@@ -752,7 +752,24 @@ async fn a_controller_is_probed_before_it_is_registered_and_changes_nothing() {
         "reach": ["dc2"], "secret": "lab-redfish", "username": "qfence", "tls": {"insecure": true}});
     let controllers_before = api.get("/api/v1/controllers", VIEWER).await.body;
 
-    phase("probe: the four steps, identity, fingerprint, grades, warnings");
+    phase("by default the double reaches nothing: four steps, connectivity skipped");
+    let r = api
+        .post(
+            "/api/v1/controllers/probe",
+            ADMIN,
+            json!({"name": "bmc-new", "spec": spec}),
+        )
+        .await;
+    assert_eq!(r.status, StatusCode::OK, "{r:?}");
+    assert_eq!(r.body["reachable"], false);
+    assert_eq!(r.body["steps"].as_array().unwrap().len(), 4);
+    assert_eq!(r.body["steps"][2]["status"], "skipped");
+    assert!(r.body["tls_fingerprint"].is_null());
+
+    phase("simulated targets: the four steps, identity, fingerprint, grades, warnings");
+    api.backend
+        .simulate_targets
+        .store(true, std::sync::atomic::Ordering::SeqCst);
     let r = api
         .post(
             "/api/v1/controllers/probe",

@@ -17,6 +17,10 @@ use crate::lab::{self, Sims, eventually, phase};
 const TOKEN: &str = "oncall-token-7";
 
 async fn start(sims: &Sims, data: &std::path::Path) -> Result<Daemon> {
+    start_with(sims, data, Access::Operator).await
+}
+
+async fn start_with(sims: &Sims, data: &std::path::Path, access: Access) -> Result<Daemon> {
     let text = sims.config_text();
     let config = match qfence_model::config::load_str(&text, "lab.yaml") {
         Ok(l) => l.config,
@@ -27,7 +31,7 @@ async fn start(sims: &Sims, data: &std::path::Path) -> Result<Daemon> {
         config_text: text,
         name: OrchestratorId::new("dc1-a")?,
         data_dir: data.to_owned(),
-        tokens: TokenStore::default().with_token(Access::Operator, "oncall", TOKEN),
+        tokens: TokenStore::default().with_token(access, "oncall", TOKEN),
         api_listen: "127.0.0.1:0".parse()?,
         cluster_listen: Some("127.0.0.1:0".parse()?),
         secrets: lab::secrets(),
@@ -137,6 +141,96 @@ async fn the_daemon_serves_the_api_over_https_and_restarts_where_it_stopped() ->
     d.shutdown().await;
     let records = read_jsonl(&data.join("events.jsonl"))?;
     verify(&records, &VerifyOptions::default()).map_err(|b| anyhow::anyhow!("{b:?}"))?;
+    sims.stop().await;
+    Ok(())
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_plan_created_through_the_api_survives_a_restart() -> Result<()> {
+    let sims = Sims::start().await?;
+    let dir = tempfile::tempdir()?;
+    let data = dir.path().join("data");
+    let d = start_with(&sims, &data, Access::Admin).await?;
+    let c = client(&data, &d)?;
+    let base = format!("https://localhost:{}/api/v1", d.api_addr.port());
+
+    phase("create a plan over HTTPS, then stage a change to it");
+    let mut spec = json!({"owner": "dc2", "interval_seconds": 1, "auto_failover": false,
+        "failover_after_seconds": 1200, "recovery_after_seconds": 600,
+        "fence_timeout_seconds": 3, "instances": {}});
+    for dc in ["dc1", "dc2"] {
+        spec["instances"][dc] = json!([
+            {"controller": format!("bmc-{dc}"), "capability": "power.off",
+             "resource": format!("pve-{dc}-01"), "role": "fence", "required": true},
+            {"controller": format!("pve-{dc}"), "capability": "vm.status",
+             "resource": format!("pve-{dc}-01/101"), "role": "health"}
+        ]);
+    }
+    let r = c
+        .post(format!("{base}/plans"))
+        .bearer_auth(TOKEN)
+        .json(&json!({"name": "kept", "spec": spec}))
+        .send()
+        .await?;
+    assert_eq!(r.status(), 201, "{:?}", r.text().await);
+    let mut staged = spec.clone();
+    staged["max_retries"] = json!(3);
+    let r = c
+        .put(format!("{base}/plans/kept/staged"))
+        .bearer_auth(TOKEN)
+        .json(&json!({"spec": staged}))
+        .send()
+        .await?;
+    assert_eq!(r.status(), 200);
+    d.shutdown().await;
+
+    phase("restarted on the same data directory: the plan, its generation and staged change");
+    drop(c);
+    let mut d = start_with(&sims, &data, Access::Admin).await;
+    for _ in 0..50 {
+        if d.is_ok() {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+        d = start_with(&sims, &data, Access::Admin).await;
+    }
+    let d = d?;
+    let c = client(&data, &d)?;
+    let base = format!("https://localhost:{}/api/v1", d.api_addr.port());
+    let plan: Value = c
+        .get(format!("{base}/plans/kept"))
+        .bearer_auth(TOKEN)
+        .send()
+        .await?
+        .json()
+        .await?;
+    assert_eq!(plan["source"], "api", "{plan}");
+    assert_eq!(plan["generation"], 1);
+    assert_eq!(plan["spec"]["owner"], "dc2");
+    assert_eq!(plan["staged"]["spec"]["max_retries"], 3);
+    eventually(
+        Duration::from_secs(20),
+        "kept decided after the restart",
+        || async {
+            let s: Value = c
+                .get(format!("{base}/status"))
+                .bearer_auth(TOKEN)
+                .send()
+                .await
+                .ok()?
+                .json()
+                .await
+                .ok()?;
+            let p = s["plans"]
+                .as_array()?
+                .iter()
+                .find(|p| p["plan"] == "kept")?
+                .clone();
+            (p["owner"] == "dc2" && !p["last_reason"].as_str()?.is_empty()).then_some(())
+        },
+    )
+    .await?;
+    d.shutdown().await;
     sims.stop().await;
     Ok(())
 }

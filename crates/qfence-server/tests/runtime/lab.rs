@@ -20,7 +20,7 @@ use qfence_lab::{LabTls, TlsIdentity};
 use qfence_model::{OrchestratorId, PlanId, SiteId};
 use qfence_server::Metrics;
 use qfence_server::events::{EventLog, JsonlStore};
-use qfence_server::runtime::{DriverExecutor, Engine, EngineOptions, LocalDrivers};
+use qfence_server::runtime::{ConfigCell, DriverExecutor, Engine, EngineOptions, LocalDrivers};
 use tokio_util::sync::CancellationToken;
 
 pub const PVE_TOKEN: &str = "0b6a7c3e-4d1f-4e2a-9c8b-7f6e5d4c3b2a";
@@ -286,7 +286,8 @@ impl Orchestrator {
         let dir = tempfile::tempdir()?;
         let me = OrchestratorId::new(name)?;
         let tls = ca.issue(name, &["127.0.0.1".into()])?;
-        let drivers = LocalDrivers::build(me.clone(), &config, &secrets());
+        let cell = ConfigCell::new(config.clone(), config_text);
+        let drivers = LocalDrivers::build(me.clone(), &cell, &secrets());
         assert!(
             drivers.unavailable().is_empty(),
             "every driver builds: {:?}",
@@ -315,7 +316,7 @@ impl Orchestrator {
         let log = EventLog::open(JsonlStore::open(&events_path)?)?;
         let options = EngineOptions::for_config(&config);
         let metrics = Metrics::new();
-        let engine = Engine::new(config, node.clone(), log, metrics.clone(), options);
+        let engine = Engine::new(cell, node.clone(), log, metrics.clone(), options);
         let stop = CancellationToken::new();
         let task = if run_loop {
             tokio::spawn(engine.clone().run(stop.clone()))

@@ -2,6 +2,7 @@
 //! over step by step, a planned switchover, leadership loss cancelling an operation, and a
 //! graceful drain.
 
+mod api_plans;
 mod daemon;
 mod lab;
 mod routing;
@@ -42,7 +43,7 @@ fn verdict(status: &qfence_server::dto::StatusResponse, site: &str) -> Option<Ve
 async fn a_lost_site_fails_over_step_by_step_and_the_vip_follows() -> Result<()> {
     let sims = Sims::start().await?;
     let o = Orchestrator::start(&sims.config_text(), true).await?;
-    let backend = RuntimeBackend::new(&o.engine, sims.config_text(), lab::secrets());
+    let backend = RuntimeBackend::new(&o.engine, lab::secrets());
 
     phase("steady state: dc1 owns erp-db and is healthy, dc2 reads FENCED");
     eventually(
@@ -184,7 +185,7 @@ fn operator() -> qfence_server::Caller {
 async fn a_planned_switchover_moves_erp_db_to_dc2_and_refuses_a_stale_generation() -> Result<()> {
     let sims = Sims::start().await?;
     let o = Orchestrator::start(&sims.config_text(), true).await?;
-    let backend = RuntimeBackend::new(&o.engine, sims.config_text(), lab::secrets());
+    let backend = RuntimeBackend::new(&o.engine, lab::secrets());
 
     phase("steady state first");
     eventually(Duration::from_secs(20), "dc2 FENCED", || async {
@@ -449,8 +450,8 @@ async fn with_an_orchestrator_per_site_dc2_calls_are_forwarded_and_the_failover_
     .inspect_err(|_| dump(&dc1))?;
 
     phase("the follower dc2-a answers status with the leader's verdicts and sentence");
-    let leader_api = RuntimeBackend::new(&dc1.engine, text.clone(), lab::secrets());
-    let follower_api = RuntimeBackend::new(&dc2.engine, text.clone(), lab::secrets());
+    let leader_api = RuntimeBackend::new(&dc1.engine, lab::secrets());
+    let follower_api = RuntimeBackend::new(&dc2.engine, lab::secrets());
     let seen = eventually(
         Duration::from_secs(20),
         "dc2 FENCED in the follower's status",

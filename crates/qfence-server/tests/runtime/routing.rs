@@ -29,8 +29,8 @@ async fn registration_checks_run_at_an_orchestrator_allowed_to_call_the_controll
         dc1.node.leader().map(|l| l.to_string()).as_deref(),
         Some("dc1-a")
     );
-    let at_dc1 = RuntimeBackend::new(&dc1.engine, text.clone(), lab::secrets());
-    let at_dc2 = RuntimeBackend::new(&dc2.engine, text.clone(), lab::secrets());
+    let at_dc1 = RuntimeBackend::new(&dc1.engine, lab::secrets());
+    let at_dc2 = RuntimeBackend::new(&dc2.engine, lab::secrets());
     let caller = Caller {
         name: "alice".into(),
         access: Access::Operator,

@@ -11,7 +11,7 @@ use std::time::Duration;
 use clap::{Args, Subcommand};
 use qfence_server::dto::{
     ConfirmFencedRequest, DryRun, DryRunResult, FailoverRequest, OperationAccepted, PauseRequest,
-    PlanView, StatusResponse, SwitchoverRequest,
+    PlanSource, PlanView, StatusResponse, SwitchoverRequest,
 };
 use serde_json::json;
 
@@ -320,10 +320,14 @@ async fn show(api: ApiArgs, plan: String, format: Format) -> Outcome {
         return Ok(());
     }
     println!(
-        "plan {}, generation {}{}",
+        "plan {}, generation {}{}, {}",
         view.name,
         view.generation,
-        if view.paused { ", paused" } else { "" }
+        if view.paused { ", paused" } else { "" },
+        match view.source {
+            PlanSource::Api => "managed through the API",
+            PlanSource::File => "from the configuration file (change it there)",
+        }
     );
     if let Some(s) = &st {
         println!("owner {}, phase {}: {}", s.owner, s.phase, s.last_reason);

@@ -1,0 +1,430 @@
+//! The effective configuration: the configuration file's, plus the plans and controllers
+//! registered through the API, which live in the cluster's replicated state.
+//!
+//! Every orchestrator rebuilds it from the same replicated records, with the file's own
+//! validation ([`qfence_model::config::load_str`] over the file's text with the API's entries
+//! added, as [`plan_api`] checks them), and swaps it in whole: readers take an
+//! `Arc<EffectiveConfig>` once (per tick, per API call, per driver call) and see one
+//! consistent configuration for as long as they hold it. See ADR 0008.
+//!
+//! What the API wrote is kept in the records the cluster already has: a plan's
+//! `ClusterState.plans[..].config` holds an [`ApiPlanRecord`] (its spec as sent, and a staged
+//! change), a controller's `ClusterState.controllers[..].config` an [`ApiControllerRecord`].
+//! Records the file registered carry no `source: api` and are left to the file.
+
+use std::collections::BTreeSet;
+use std::ops::Deref;
+use std::sync::{Arc, Mutex, OnceLock, RwLock};
+
+use qfence_cluster::node::ClusterNode;
+use qfence_cluster::state::ClusterState;
+use qfence_model::config::{ValidatedConfig, load_str, plan_api};
+use qfence_model::{ControllerId, PlanId};
+use serde::{Deserialize, Serialize};
+
+use crate::dto::IssueDto;
+
+/// The `source` an API record carries.
+pub const API_SOURCE: &str = "api";
+
+/// A plan created through the API, as its cluster record's `config` holds it.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct ApiPlanRecord {
+    /// Always [`API_SOURCE`].
+    pub source: String,
+    /// The plan in force, as the file writes `plans.NAME` (JSON).
+    pub spec: serde_json::Value,
+    /// A change waiting to be applied. Nothing of it is in force.
+    #[serde(default)]
+    pub staged: Option<StagedRecord>,
+    /// Who created it (the token's name).
+    pub created_by: String,
+}
+
+/// A staged change of a plan created through the API.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct StagedRecord {
+    pub spec: serde_json::Value,
+    /// The generation it was staged on: it applies only while that still holds.
+    pub base_generation: u64,
+    pub staged_by: String,
+    /// When, wall-clock ms.
+    pub staged_at_ms: u64,
+    #[serde(default)]
+    pub warnings: Vec<IssueDto>,
+}
+
+/// A controller registered through the API, as its cluster record's `config` holds it.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct ApiControllerRecord {
+    /// Always [`API_SOURCE`].
+    pub source: String,
+    /// The controller as the file writes `controllers.NAME` (JSON); secrets by reference.
+    pub spec: serde_json::Value,
+    pub registered_by: String,
+}
+
+fn is_api(config: &serde_json::Value) -> bool {
+    config.get("source").and_then(serde_json::Value::as_str) == Some(API_SOURCE)
+}
+
+impl ApiPlanRecord {
+    /// The record, when `config` is one the API wrote.
+    pub fn read(config: &serde_json::Value) -> Option<Self> {
+        is_api(config)
+            .then(|| serde_json::from_value(config.clone()).ok())
+            .flatten()
+    }
+}
+
+impl ApiControllerRecord {
+    /// The record, when `config` is one the API wrote.
+    pub fn read(config: &serde_json::Value) -> Option<Self> {
+        is_api(config)
+            .then(|| serde_json::from_value(config.clone()).ok())
+            .flatten()
+    }
+}
+
+/// The API's entries in the replicated state, in name order: what the effective
+/// configuration is built from.
+#[derive(Debug, Clone, Default, PartialEq, Serialize)]
+pub struct ApiEntries {
+    pub controllers: Vec<(ControllerId, serde_json::Value)>,
+    pub plans: Vec<(PlanId, serde_json::Value)>,
+}
+
+impl ApiEntries {
+    /// Reads them from the replicated state (a staged change is not in force, so not here).
+    pub fn from_state(state: &ClusterState) -> Self {
+        Self {
+            controllers: state
+                .controllers
+                .iter()
+                .filter_map(|(id, r)| {
+                    ApiControllerRecord::read(&r.config).map(|a| (id.clone(), a.spec))
+                })
+                .collect(),
+            plans: state
+                .plans
+                .iter()
+                .filter_map(|(id, r)| ApiPlanRecord::read(&r.config).map(|a| (id.clone(), a.spec)))
+                .collect(),
+        }
+    }
+}
+
+/// One consistent configuration: the file's plus the API's entries, validated as a whole.
+#[derive(Debug, Clone)]
+pub struct EffectiveConfig {
+    config: ValidatedConfig,
+    /// The YAML text `config` was validated from: what new API entries are checked against.
+    pub text: String,
+    /// The plans and controllers that came from the API (the rest came from the file).
+    pub api_plans: BTreeSet<PlanId>,
+    pub api_controllers: BTreeSet<ControllerId>,
+    /// API entries left out, each with why (they no longer validate, or the file took the
+    /// name). Said at ERROR when the configuration is built.
+    pub dropped: Vec<String>,
+    /// What it was built from, to tell when a rebuild is due.
+    key: String,
+}
+
+impl Deref for EffectiveConfig {
+    type Target = ValidatedConfig;
+
+    fn deref(&self) -> &ValidatedConfig {
+        &self.config
+    }
+}
+
+impl EffectiveConfig {
+    /// The file's configuration alone.
+    pub fn file_only(file: ValidatedConfig, text: String) -> Self {
+        Self {
+            config: file,
+            text,
+            api_plans: BTreeSet::new(),
+            api_controllers: BTreeSet::new(),
+            dropped: Vec::new(),
+            key: String::new(),
+        }
+    }
+
+    /// The validated configuration.
+    pub fn validated(&self) -> &ValidatedConfig {
+        &self.config
+    }
+
+    /// Whether plan `id` came from the API.
+    pub fn plan_is_api(&self, id: &PlanId) -> bool {
+        self.api_plans.contains(id)
+    }
+
+    /// Builds the effective configuration: the file's text, each API controller added if it
+    /// validates against what is there so far, then each API plan likewise, then the whole
+    /// validated once more. Pure. An entry that does not validate is left out (with why in
+    /// `dropped`) rather than taking the file's plans down with it; the file takes any name
+    /// it shares with an API entry.
+    pub fn build(file: &ValidatedConfig, file_text: &str, entries: &ApiEntries) -> Self {
+        let key = serde_json::to_string(entries).unwrap_or_default();
+        let mut text = file_text.to_owned();
+        let mut dropped = Vec::new();
+        let mut api_controllers = BTreeSet::new();
+        let mut api_plans = BTreeSet::new();
+        let issues = |issues: &[qfence_model::config::Issue]| {
+            issues
+                .iter()
+                .filter(|i| i.is_error())
+                .map(|i| format!("{}: {}", i.path, i.message))
+                .collect::<Vec<_>>()
+                .join("; ")
+        };
+        for (id, spec) in &entries.controllers {
+            if file.controller(id.as_str()).is_some() {
+                dropped.push(format!(
+                    "controller {id} registered through the API is shadowed by the configuration file's"
+                ));
+                continue;
+            }
+            let added = plan_api::check_controller(&text, id.as_str(), spec)
+                .and_then(|_| plan_api::with_entry(&text, "controllers", id.as_str(), spec, false));
+            match added {
+                Ok(t) => {
+                    text = t;
+                    api_controllers.insert(id.clone());
+                }
+                Err(i) => dropped.push(format!(
+                    "controller {id} registered through the API no longer validates: {}",
+                    issues(&i)
+                )),
+            }
+        }
+        for (id, spec) in &entries.plans {
+            if file.plan(id.as_str()).is_some() {
+                dropped.push(format!(
+                    "plan {id} created through the API is shadowed by the configuration file's"
+                ));
+                continue;
+            }
+            let added = plan_api::check_plan(&text, id.as_str(), spec)
+                .and_then(|_| plan_api::with_entry(&text, "plans", id.as_str(), spec, false));
+            match added {
+                Ok(t) => {
+                    text = t;
+                    api_plans.insert(id.clone());
+                }
+                Err(i) => dropped.push(format!(
+                    "plan {id} created through the API no longer validates: {}",
+                    issues(&i)
+                )),
+            }
+        }
+        match load_str(&text, "the effective configuration") {
+            Ok(loaded) => Self {
+                config: loaded.config,
+                text,
+                api_plans,
+                api_controllers,
+                dropped,
+                key,
+            },
+            // Each entry validated on its own; a whole that does not is a bug, and the file's
+            // configuration is still good.
+            Err(i) => {
+                dropped.push(format!(
+                    "the API's plans and controllers together do not validate, so none is in \
+                     force: {}",
+                    issues(&i)
+                ));
+                Self {
+                    dropped,
+                    key,
+                    ..Self::file_only(file.clone(), file_text.to_owned())
+                }
+            }
+        }
+    }
+}
+
+/// The effective configuration in force, swapped whole when the replicated API entries change.
+/// Shared by the engine, the executor, the local drivers and the API backend.
+#[derive(Debug)]
+pub struct ConfigCell {
+    file: ValidatedConfig,
+    file_text: String,
+    current: RwLock<Arc<EffectiveConfig>>,
+    node: OnceLock<ClusterNode>,
+    /// One rebuild at a time, so an older build never replaces a newer one.
+    rebuild: Mutex<()>,
+}
+
+impl ConfigCell {
+    /// A cell holding the file's configuration (validated from `file_text`) until it is
+    /// attached to a cluster node.
+    pub fn new(file: ValidatedConfig, file_text: impl Into<String>) -> Arc<Self> {
+        let file_text = file_text.into();
+        Arc::new(Self {
+            current: RwLock::new(Arc::new(EffectiveConfig::file_only(
+                file.clone(),
+                file_text.clone(),
+            ))),
+            file,
+            file_text,
+            node: OnceLock::new(),
+            rebuild: Mutex::new(()),
+        })
+    }
+
+    /// The configuration file's configuration.
+    pub fn file(&self) -> &ValidatedConfig {
+        &self.file
+    }
+
+    /// Reads the API's entries from `node`'s replicated state from now on.
+    pub fn attach(&self, node: ClusterNode) {
+        let _ = self.node.set(node);
+    }
+
+    /// The configuration in force, as last built.
+    pub fn get(&self) -> Arc<EffectiveConfig> {
+        self.current
+            .read()
+            .unwrap_or_else(|p| p.into_inner())
+            .clone()
+    }
+
+    /// The configuration in force, rebuilt first if the replicated API entries changed since
+    /// it was built. Cheap when nothing changed (the API entries are compared, not validated).
+    pub fn refresh(&self) -> Arc<EffectiveConfig> {
+        let Some(node) = self.node.get() else {
+            return self.get();
+        };
+        let _one = self.rebuild.lock().unwrap_or_else(|p| p.into_inner());
+        let entries = node.read_state(ApiEntries::from_state);
+        let key = serde_json::to_string(&entries).unwrap_or_default();
+        let current = self.get();
+        if current.key == key {
+            return current;
+        }
+        let built = Arc::new(EffectiveConfig::build(
+            &self.file,
+            &self.file_text,
+            &entries,
+        ));
+        for why in &built.dropped {
+            tracing::error!(orchestrator = %node.name(), "Left out of the effective configuration: {why}");
+        }
+        tracing::info!(
+            orchestrator = %node.name(),
+            plans = built.plans().count(),
+            api_plans = built.api_plans.len(),
+            api_controllers = built.api_controllers.len(),
+            "Rebuilt the effective configuration"
+        );
+        *self.current.write().unwrap_or_else(|p| p.into_inner()) = built.clone();
+        built
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    const BASE: &str = include_str!("../../../../examples/lab.yaml");
+
+    fn file() -> ValidatedConfig {
+        load_str(BASE, "lab").expect("the lab loads").config
+    }
+
+    fn plan_spec(controller: &str) -> serde_json::Value {
+        let inst = |dc: &str| {
+            json!([
+                {"controller": format!("bmc-{dc}"), "capability": "power.off", "resource": format!("pve-{dc}-01"), "role": "fence", "required": true},
+                {"controller": format!("pve-{dc}"), "capability": "vm.status", "resource": format!("pve-{dc}-01/101"), "role": "health"},
+                {"controller": format!("pve-{dc}"), "capability": "vm.start", "resource": format!("pve-{dc}-01/101"), "role": "switchover"}
+            ])
+        };
+        let mut spec = json!({"owner": "dc1", "interval_seconds": 10,
+            "instances": {"dc1": inst("dc1"), "dc2": inst("dc2")}});
+        spec["instances"]["dc1"][0]["controller"] = json!(controller);
+        spec
+    }
+
+    fn bmc_spec() -> serde_json::Value {
+        json!({"type": "redfish", "endpoint": "https://127.0.0.1:8446", "site": "dc1",
+            "reach": ["dc2"], "secret": "lab-redfish", "username": "qfence", "tls": {"insecure": true}})
+    }
+
+    #[test]
+    fn api_controllers_and_plans_join_the_files_and_say_where_they_came_from() {
+        let entries = ApiEntries {
+            controllers: vec![(ControllerId::new("bmc-x").unwrap(), bmc_spec())],
+            plans: vec![(PlanId::new("web").unwrap(), plan_spec("bmc-x"))],
+        };
+        let e = EffectiveConfig::build(&file(), BASE, &entries);
+        assert!(e.dropped.is_empty(), "{:?}", e.dropped);
+        assert!(e.plan("erp-db").is_some(), "the file's plan stays");
+        let web = e.plan("web").expect("the API's plan is in force");
+        assert_eq!(
+            web.instances[&qfence_model::SiteId::new("dc1").unwrap()][0]
+                .controller
+                .as_str(),
+            "bmc-x"
+        );
+        assert!(e.plan_is_api(&PlanId::new("web").unwrap()));
+        assert!(!e.plan_is_api(&PlanId::new("erp-db").unwrap()));
+        assert!(e.controller("bmc-x").is_some());
+        // New entries are checked against the effective text: a plan may bind bmc-x.
+        assert!(plan_api::check_plan(&e.text, "web2", &plan_spec("bmc-x")).is_ok());
+        assert!(plan_api::check_plan(BASE, "web2", &plan_spec("bmc-x")).is_err());
+    }
+
+    #[test]
+    fn an_entry_that_no_longer_validates_is_left_out_and_the_rest_stays() {
+        let entries = ApiEntries {
+            controllers: vec![],
+            plans: vec![
+                (PlanId::new("bad").unwrap(), plan_spec("gone")),
+                (PlanId::new("good").unwrap(), plan_spec("bmc-dc1")),
+            ],
+        };
+        let e = EffectiveConfig::build(&file(), BASE, &entries);
+        assert!(e.plan("bad").is_none());
+        assert!(e.plan("good").is_some());
+        assert!(e.plan("erp-db").is_some());
+        assert_eq!(e.dropped.len(), 1, "{:?}", e.dropped);
+        assert!(e.dropped[0].contains("plan bad"), "{:?}", e.dropped);
+        assert!(e.dropped[0].contains("gone"), "{:?}", e.dropped);
+    }
+
+    #[test]
+    fn the_file_keeps_a_name_it_shares_with_an_api_entry() {
+        let mut spec = plan_spec("bmc-dc1");
+        spec["owner"] = json!("dc2");
+        let entries = ApiEntries {
+            controllers: vec![(ControllerId::new("bmc-dc1").unwrap(), bmc_spec())],
+            plans: vec![(PlanId::new("erp-db").unwrap(), spec)],
+        };
+        let e = EffectiveConfig::build(&file(), BASE, &entries);
+        assert_eq!(e.plan("erp-db").unwrap().owner.as_str(), "dc1");
+        assert!(!e.plan_is_api(&PlanId::new("erp-db").unwrap()));
+        assert_eq!(e.dropped.len(), 2, "{:?}", e.dropped);
+    }
+
+    #[test]
+    fn api_records_are_told_from_the_files() {
+        assert!(ApiPlanRecord::read(&json!({"owner": "dc1"})).is_none());
+        let r = ApiPlanRecord {
+            source: API_SOURCE.into(),
+            spec: json!({"owner": "dc1"}),
+            staged: None,
+            created_by: "alice".into(),
+        };
+        assert_eq!(
+            ApiPlanRecord::read(&serde_json::to_value(&r).unwrap()),
+            Some(r)
+        );
+    }
+}
