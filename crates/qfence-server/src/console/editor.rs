@@ -1247,6 +1247,15 @@ async fn edit_form(
         Ok(c) => c,
         Err(r) => return r,
     };
+    if view.source == crate::dto::PlanSource::File {
+        return super::error_page(
+            Some(&session),
+            &BackendError::Conflict(format!(
+                "plan {plan} comes from the configuration file: change it there (the console and \
+                 the API change only the plans created through them)"
+            )),
+        );
+    }
     let use_staged = q.staged.as_deref() == Some("1") && view.staged.is_some();
     let spec = match (&view.staged, use_staged) {
         (Some(st), true) => &st.spec,

@@ -16,9 +16,9 @@ async fn registration_on_a_real_orchestrator_shows_the_bmcs_certificate_and_grad
     let sims = Sims::start().await?;
     let o = Orchestrator::start(&sims.config_text(), false).await?;
     o.engine.register().await?;
-    let backend = RuntimeBackend::new(&o.engine, sims.config_text(), lab::secrets());
+    let backend = Arc::new(RuntimeBackend::new(&o.engine, lab::secrets()));
     let app = qfence_server::router(
-        Arc::new(backend),
+        backend.clone(),
         tokens(),
         Metrics::new(),
         &ApiConfig::default(),
@@ -79,6 +79,19 @@ async fn registration_on_a_real_orchestrator_shows_the_bmcs_certificate_and_grad
     );
     b.screenshot("4-capabilities").await?;
 
+    phase("Register: the orchestrator records it, with its pin");
+    b.click("#register").await?;
+    b.wait_for_text("#registered", "bmc-dc1-mgmt").await?;
+    b.wait_for("tr[data-controller='bmc-dc1-mgmt']").await?;
+    {
+        use qfence_server::Backend;
+        let source = backend.config_source().await?;
+        ensure!(
+            source.contains("bmc-dc1-mgmt") && source.contains(want),
+            "the configuration in force has the controller and its pin"
+        );
+    }
+
     phase("The controllers list tests a registered BMC through its driver");
     b.open("/controllers").await?;
     b.click("tr[data-controller='bmc-dc1'] button[type=submit]")
@@ -106,7 +119,7 @@ async fn the_editor_offers_what_the_lab_controllers_discovered() -> Result<()> {
     let o = Orchestrator::start(&sims.config_text(), false).await?;
     // The controllers registered in the cluster (discovery is routed by their records).
     o.engine.register().await?;
-    let backend = RuntimeBackend::new(&o.engine, sims.config_text(), lab::secrets());
+    let backend = RuntimeBackend::new(&o.engine, lab::secrets());
     let app = qfence_server::router(
         Arc::new(backend),
         tokens(),
@@ -169,6 +182,146 @@ async fn the_editor_offers_what_the_lab_controllers_discovered() -> Result<()> {
     ensure!(vms.contains("<option value=\"pve-dc1-01/101\">"), "{vms}");
     let jobs = datalist("b:dc1:1")?;
     ensure!(jobs.contains("<option value=\"101-1\">"), "{jobs}");
+    o.shutdown().await;
+    sims.stop().await;
+    Ok(())
+}
+
+/// The plan editor on a real orchestrator, over HTTP: a plan created through the console is
+/// edited (staged and applied on its generation); a plan from the configuration file is not
+/// offered for editing.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_editor_creates_and_edits_a_plan_on_a_real_orchestrator() -> Result<()> {
+    use tower::ServiceExt;
+    let sims = Sims::start().await?;
+    let o = Orchestrator::start(&sims.config_text(), false).await?;
+    o.engine.register().await?;
+    let backend = Arc::new(RuntimeBackend::new(&o.engine, lab::secrets()));
+    let app = qfence_server::router(
+        backend.clone(),
+        tokens(),
+        Metrics::new(),
+        &ApiConfig::default(),
+    );
+    let send = |method: &str, path: &str, form: Option<&str>| {
+        let app = app.clone();
+        let mut b = axum::http::Request::builder()
+            .method(method)
+            .uri(path)
+            .header("host", "127.0.0.1:7400")
+            .header("origin", "https://127.0.0.1:7400")
+            .header("cookie", format!("qfence_session={ADMIN}"));
+        if form.is_some() {
+            b = b.header("content-type", "application/x-www-form-urlencoded");
+        }
+        let req = b.body(axum::body::Body::from(form.unwrap_or("").to_owned()));
+        async move {
+            let resp = app.oneshot(req?).await?;
+            let status = resp.status();
+            let location = resp
+                .headers()
+                .get("location")
+                .and_then(|v| v.to_str().ok())
+                .unwrap_or("")
+                .to_owned();
+            let body = axum::body::to_bytes(resp.into_body(), usize::MAX).await?;
+            anyhow::Ok((
+                status,
+                location,
+                String::from_utf8_lossy(&body).into_owned(),
+            ))
+        }
+    };
+    let enc = |pairs: &[(&str, &str)]| -> String {
+        pairs
+            .iter()
+            .map(|(k, v)| {
+                let e = |s: &str| {
+                    s.bytes()
+                        .map(|b| {
+                            if b.is_ascii_alphanumeric() || b"-_.~".contains(&b) {
+                                (b as char).to_string()
+                            } else {
+                                format!("%{b:02X}")
+                            }
+                        })
+                        .collect::<String>()
+                };
+                format!("{}={}", e(k), e(v))
+            })
+            .collect::<Vec<_>>()
+            .join("&")
+    };
+    let plan = |interval: &str| -> Vec<(&'static str, String)> {
+        let mut f = vec![
+            ("owner", "dc1".to_owned()),
+            ("interval_seconds", interval.to_owned()),
+        ];
+        for (dc, k0, k1, k2, k3) in [
+            (
+                "dc1",
+                "b:dc1:0:controller",
+                "b:dc1:0:capability",
+                "b:dc1:0:resource",
+                "b:dc1:0:role",
+            ),
+            (
+                "dc2",
+                "b:dc2:0:controller",
+                "b:dc2:0:capability",
+                "b:dc2:0:resource",
+                "b:dc2:0:role",
+            ),
+        ] {
+            f.push((k0, format!("bmc-{dc}")));
+            f.push((k1, "power.off".into()));
+            f.push((k2, format!("pve-{dc}-01")));
+            f.push((k3, "fence".into()));
+        }
+        f.push(("b:dc1:0:required", "true".into()));
+        f.push(("b:dc2:0:required", "true".into()));
+        f
+    };
+    let form =
+        |f: &[(&str, String)]| enc(&f.iter().map(|(k, v)| (*k, v.as_str())).collect::<Vec<_>>());
+
+    phase("A plan from the configuration file is not offered for editing");
+    let (status, _, body) = send("GET", "/plans/erp-db/edit", None).await?;
+    ensure!(status == 409, "{status}");
+    ensure!(body.contains("comes from the configuration file"), "{body}");
+
+    phase("A new plan is created through the console");
+    let mut f = plan("10");
+    f.push(("name", "web".into()));
+    let (status, location, body) = send("POST", "/plans/new", Some(&form(&f))).await?;
+    ensure!(
+        status == 303 && location == "/plans/web",
+        "{status} {location}: {body}"
+    );
+
+    phase("Its edit page shows it at generation 1; the edit is staged and applied");
+    let (status, _, body) = send("GET", "/plans/web/edit", None).await?;
+    ensure!(status == 200, "{status}: {body}");
+    ensure!(body.contains("name=\"expected_generation\" value=\"1\""));
+    ensure!(body.contains("value=\"pve-dc2-01\""));
+    let mut f = plan("5");
+    f.push(("expected_generation", "1".into()));
+    let (status, location, body) = send("POST", "/plans/web/edit", Some(&form(&f))).await?;
+    ensure!(
+        status == 303 && location == "/plans/web",
+        "{status} {location}: {body}"
+    );
+    {
+        use qfence_server::Backend;
+        let v = backend.plan(&qfence_model::PlanId::new("web")?).await?;
+        ensure!(v.generation == 2, "applied: generation {}", v.generation);
+        ensure!(v.spec["interval_seconds"] == 5, "{}", v.spec);
+    }
+
+    phase("The same edit again, on generation 1, is stale");
+    let (status, _, body) = send("POST", "/plans/web/edit", Some(&form(&f))).await?;
+    ensure!(status == 409, "{status}");
+    ensure!(body.contains("it is at generation 2, your edit started from generation 1"));
     o.shutdown().await;
     sims.stop().await;
     Ok(())

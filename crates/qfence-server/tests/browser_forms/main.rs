@@ -42,6 +42,10 @@ pub fn phase(what: &str) {
 /// The console over the in-memory lab backend.
 pub async fn memory_console() -> Result<(harness::Served, Arc<MemoryBackend>)> {
     let backend = Arc::new(MemoryBackend::lab());
+    // The registration pages show what a test reached: let the double pretend its targets answer.
+    backend
+        .simulate_targets
+        .store(true, std::sync::atomic::Ordering::SeqCst);
     let app = qfence_server::router(
         backend.clone(),
         tokens(),

@@ -425,7 +425,11 @@ async fn plans_and_controllers_are_created_changed_and_deleted_through_the_api()
     phase("a record that no longer validates is out of force but listed, and can be deleted");
     let doc = o
         .node
-        .read_state(|s| s.plans.get(&PlanId::new("web2").ok()?).map(|r| r.state.clone()))
+        .read_state(|s| {
+            s.plans
+                .get(&PlanId::new("web2").ok()?)
+                .map(|r| r.state.clone())
+        })
         .expect("web2's state");
     let r = o
         .node
@@ -440,19 +444,26 @@ async fn plans_and_controllers_are_created_changed_and_deleted_through_the_api()
     assert!(cfg.plan("stale").is_none());
     assert!(cfg.plan("erp-db").is_some() && cfg.plan("web2").is_some());
     assert!(
-        cfg.dropped.iter().any(|d| d.contains("plan stale") && d.contains("bmc-gone")),
+        cfg.dropped
+            .iter()
+            .any(|d| d.contains("plan stale") && d.contains("bmc-gone")),
         "{:?}",
         cfg.dropped
     );
     let (_, list) = api.get("/api/v1/plans").await;
     assert!(
-        list.as_array()
-            .is_some_and(|l| l.iter().any(|p| p["name"] == "stale" && p["source"] == "api")),
+        list.as_array().is_some_and(|l| l
+            .iter()
+            .any(|p| p["name"] == "stale" && p["source"] == "api")),
         "{list}"
     );
     assert!(api.plan_status("stale").await.is_none(), "not decided");
     let (st, body) = api
-        .call(Method::DELETE, "/api/v1/plans/stale?expected_generation=1", None)
+        .call(
+            Method::DELETE,
+            "/api/v1/plans/stale?expected_generation=1",
+            None,
+        )
         .await;
     assert!(st.is_success(), "{st} {body}");
     assert!(o.engine.config().dropped.is_empty());
