@@ -75,7 +75,13 @@ async fn the_plan_editor_offers_only_what_fits_and_keeps_a_rejected_edit() -> Re
 
     phase("A fence timeout longer than the failover delay is refused next to its field");
     b.fill("#fence_timeout_seconds", "90").await?;
-    b.screenshot("2-filled").await?;
+    b.driver
+        .execute(
+            "document.querySelector(\"fieldset[data-group='service']\").scrollIntoView()",
+            Vec::new(),
+        )
+        .await?;
+    b.screenshot("2-filled-bottom").await?;
     b.click("#save").await?;
     b.wait_for(".field-error[data-for='fence_timeout_seconds']")
         .await?;
