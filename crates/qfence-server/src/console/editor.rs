@@ -1243,10 +1243,6 @@ async fn edit_form(
         Ok(v) => v,
         Err(e) => return super::error_page(Some(&session), &e),
     };
-    let ch = match choices(&s, &session).await {
-        Ok(c) => c,
-        Err(r) => return r,
-    };
     if view.source == crate::dto::PlanSource::File {
         return super::error_page(
             Some(&session),
@@ -1256,6 +1252,10 @@ async fn edit_form(
             )),
         );
     }
+    let ch = match choices(&s, &session).await {
+        Ok(c) => c,
+        Err(r) => return r,
+    };
     let use_staged = q.staged.as_deref() == Some("1") && view.staged.is_some();
     let spec = match (&view.staged, use_staged) {
         (Some(st), true) => &st.spec,
@@ -1270,7 +1270,7 @@ async fn edit_form(
     if !unknown.is_empty() {
         return super::error_page(
             Some(&session),
-            &BackendError::Unavailable(format!(
+            &BackendError::Conflict(format!(
                 "the backend returned plan {plan} in a shape the editor cannot hold whole (no \
                  place for {}); editing it here could drop parts of it, so the editor refuses. \
                  Change it in the configuration file, or through the API",
