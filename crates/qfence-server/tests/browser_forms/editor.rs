@@ -126,6 +126,66 @@ async fn the_plan_editor_offers_only_what_fits_and_keeps_a_rejected_edit() -> Re
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_stale_edit_shows_the_current_generation_and_applies_only_when_asked() -> Result<()> {
+    let (served, backend) = memory_console().await?;
+    let b = Browser::start(&served.base, "plan-stale").await?;
+    b.sign_in(ADMIN).await?;
+    b.open("/plans/erp-db/edit").await?;
+    b.wait_for("#plan-form").await?;
+    b.fill("#interval_seconds", "4").await?;
+
+    phase("Meanwhile someone applies another change: erp-db moves to generation 2");
+    let id = qfence_model::PlanId::new("erp-db")?;
+    let mut spec = backend.plan(&id).await?.spec;
+    spec["interval_seconds"] = serde_json::json!(8);
+    let base = backend.config_source().await?;
+    let checked = qfence_model::config::plan_api::check_plan(&base, "erp-db", &spec)
+        .map_err(|i| anyhow::anyhow!("{i:?}"))?;
+    let bob = qfence_server::Caller {
+        name: "bob".into(),
+        access: qfence_server::Access::Admin,
+    };
+    backend
+        .stage_plan(
+            &bob,
+            qfence_server::CheckedPlan {
+                name: id.clone(),
+                spec,
+                config: checked.value,
+                warnings: checked.warnings,
+            },
+        )
+        .await?;
+    backend.apply_staged(&bob, &id, 1).await?;
+
+    phase("Saving on generation 1 is refused as stale; the text typed is kept");
+    b.click("#save").await?;
+    let banner = b
+        .wait_for_text("#form-banner", "it is at generation 2")
+        .await?;
+    ensure!(
+        banner.contains("your edit started from generation 1"),
+        "{banner}"
+    );
+    ensure!(value(&b, "interval_seconds").await? == "4");
+    ensure!(backend.plan(&id).await?.spec["interval_seconds"] == 8);
+    b.screenshot("1-stale").await?;
+
+    phase("Applying mine over generation 2 is a deliberate second step");
+    b.click("#apply-over").await?;
+    b.wait_until("applied", || async {
+        Ok(b.path().await? == "/plans/erp-db")
+    })
+    .await?;
+    let v = backend.plan(&id).await?;
+    ensure!(
+        v.generation == 3 && v.spec["interval_seconds"] == 4,
+        "{v:?}"
+    );
+    b.quit().await
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_new_plan_is_refused_then_created() -> Result<()> {
     let (served, backend) = memory_console().await?;
     let b = Browser::start(&served.base, "plan-new").await?;
