@@ -848,6 +848,8 @@ async fn step(
         None => false,
     };
     let target = match action {
+        // Step 3 is the test's result (and its pin box): back to it runs the test again.
+        "back" if at == 4 => 3,
         "back" => {
             let to = at.saturating_sub(1).max(1);
             return show(
@@ -948,17 +950,27 @@ async fn step(
             match s.backend.probe_controller(&session.caller, checked).await {
                 Ok(t) => {
                     let probe = ProbeView::from(&t);
+                    let before = form.get("probed_fingerprint");
+                    let mut issues = FieldIssues::default();
+                    let mut step = target;
                     if let Some(fp) = &probe.fingerprint {
+                        // A pin is only ever the certificate the user saw: a different one
+                        // than the last test's unticks the box and goes back to compare.
+                        if form.pinned() && !before.is_empty() && before != *fp {
+                            form.set("pin_fingerprint", "");
+                            issues.add(
+                                None,
+                                format!(
+                                    "the certificate changed since the last test (it was {before}, \
+                                     it is {fp}): compare the new one with the device's before \
+                                     pinning it"
+                                ),
+                            );
+                            step = 3;
+                        }
                         form.set("probed_fingerprint", fp.clone());
                     }
-                    show(
-                        &form,
-                        target,
-                        FieldIssues::default(),
-                        Some(probe),
-                        warnings,
-                        StatusCode::OK,
-                    )
+                    show(&form, step, issues, Some(probe), warnings, StatusCode::OK)
                 }
                 Err(e) => {
                     let mut issues = FieldIssues::default();

@@ -243,6 +243,19 @@ async fn the_four_steps_end_in_a_registered_controller_with_its_pin() {
         "{}",
         s4.body
     );
+    phase("Back to step 3 tests again and keeps the pin ticked");
+    let back = go(&c, &s4, "4", &[("action", "back")]).await;
+    assert_eq!(back.status, StatusCode::OK, "{}", back.body);
+    assert!(back.body.contains("aria-current=\"step\">3."));
+    assert!(back.has("Reachable."));
+    assert!(
+        back.body
+            .contains("name=\"pin_fingerprint\" value=\"true\" checked"),
+        "{}",
+        back.body
+    );
+    let s4 = go(&c, &back, "3", &[("pin_fingerprint", "true")]).await;
+    assert!(s4.body.contains(&format!("&#34;pin&#34;: &#34;{fp}&#34;")));
     phase("Register");
     let done = go(&c, &s4, "4", &[("action", "register")]).await;
     assert_eq!(done.status, StatusCode::SEE_OTHER, "{}", done.body);
@@ -260,6 +273,39 @@ async fn the_four_steps_end_in_a_registered_controller_with_its_pin() {
     let again = c.post("/controllers/new", ADMIN, &step1()).await;
     assert_eq!(again.status, StatusCode::UNPROCESSABLE_ENTITY);
     assert!(again.errors_at("name")[0].contains("already exists"));
+}
+
+#[tokio::test]
+async fn a_pin_is_never_moved_to_a_certificate_the_user_did_not_see() {
+    let c = Console::new();
+    let s2 = c.post("/controllers/new", ADMIN, &step1()).await;
+    let s3 = go(&c, &s2, "2", &[("secret", "lab-redfish")]).await;
+    assert_eq!(s3.status, StatusCode::OK);
+    // The page as if the test had shown another certificate than the one the target shows now.
+    let seen = format!("sha256:{}", "ab".repeat(32));
+    let mut f: Vec<(String, String)> = hidden(&s3)
+        .into_iter()
+        .filter(|(k, _)| k != "probed_fingerprint")
+        .collect();
+    f.push(("probed_fingerprint".into(), seen.clone()));
+    f.push(("step".into(), "3".into()));
+    f.push(("pin_fingerprint".into(), "true".into()));
+    let p = c.post("/controllers/new", ADMIN, &refs(&f)).await;
+    assert_eq!(p.status, StatusCode::OK, "{}", p.body);
+    assert!(
+        p.body.contains("aria-current=\"step\">3."),
+        "back to the test"
+    );
+    assert!(
+        p.has("the certificate changed since the last test"),
+        "{}",
+        p.body
+    );
+    assert!(p.has(&seen));
+    assert!(
+        !p.body.contains("value=\"true\" checked"),
+        "the pin box is unticked"
+    );
 }
 
 #[tokio::test]
