@@ -346,15 +346,16 @@ impl ClusterNode {
         &self.inner.raft
     }
 
-    /// A copy of the applied replicated state.
+    /// A copy of the applied replicated state. It copies every plan, status and event: to
+    /// read a few fields, [`ClusterNode::read`] is far cheaper.
     pub fn state(&self) -> ClusterState {
         self.inner.reader.state()
     }
 
-    /// Runs `f` on the applied replicated state, without copying it (the event log makes a
-    /// copy costly).
-    pub fn read_state<T>(&self, f: impl FnOnce(&ClusterState) -> T) -> T {
-        self.inner.reader.read(|i| f(&i.state))
+    /// Runs `f` on the applied replicated state without copying it. `f` holds the state
+    /// machine's read lock, so applying waits for it: keep it short, and never await in it.
+    pub fn read<T>(&self, f: impl FnOnce(&ClusterState) -> T) -> T {
+        self.inner.reader.read(|image| f(&image.state))
     }
 
     /// The current Raft metrics.

@@ -121,6 +121,10 @@ pub enum Command {
     /// Replaces a plan's published status: the leader's view (verdicts, last sentence), so
     /// that every orchestrator can answer a status request. One record per plan, overwritten.
     PublishStatus { status: StatusDraft },
+    /// Replaces the published status of many plans at once, as [`Command::PublishStatus`]
+    /// does for each: one consensus write per tick instead of one per plan. All or nothing: a
+    /// draft of an unknown format refuses the whole batch. Each draft carries its own format.
+    PublishStatuses { statuses: Vec<StatusDraft> },
     /// Publishes an orchestrator's Ed25519 public key (forwarded calls are signed with it).
     SetNodeKey {
         orchestrator: OrchestratorId,
@@ -143,6 +147,7 @@ impl Command {
             Command::OrchestratorState { .. } => "orchestrator_state",
             Command::AppendEvent { .. } => "append_event",
             Command::PublishStatus { .. } => "publish_status",
+            Command::PublishStatuses { .. } => "publish_statuses",
             Command::SetNodeKey { .. } => "set_node_key",
         }
     }
@@ -358,6 +363,16 @@ impl ClusterState {
         self.plans.get(plan).map(|p| p.state.generation)
     }
 
+    fn publish(&mut self, status: &StatusDraft, term: Term) {
+        self.statuses.insert(
+            status.plan.clone(),
+            PublishedStatus {
+                term,
+                status: status.clone(),
+            },
+        );
+    }
+
     /// Applies one committed request, written by the leader of `term`.
     pub fn apply_request(&mut self, request: &Request, term: Term) -> Response {
         if request.format != COMMAND_FORMAT {
@@ -532,21 +547,19 @@ impl ClusterState {
                 Response::Applied
             }
             Command::PublishStatus { status } => {
-                if status.format != STATUS_FORMAT {
-                    return Response::Rejected {
-                        reason: format!(
-                            "status format {} is not known to this build (it reads format {STATUS_FORMAT})",
-                            status.format
-                        ),
-                    };
+                if let Some(refused) = unknown_status_format(status) {
+                    return refused;
                 }
-                self.statuses.insert(
-                    status.plan.clone(),
-                    PublishedStatus {
-                        term,
-                        status: status.clone(),
-                    },
-                );
+                self.publish(status, term);
+                Response::Applied
+            }
+            Command::PublishStatuses { statuses } => {
+                if let Some(refused) = statuses.iter().find_map(unknown_status_format) {
+                    return refused;
+                }
+                for status in statuses {
+                    self.publish(status, term);
+                }
                 Response::Applied
             }
             Command::SetNodeKey {
@@ -566,6 +579,16 @@ impl ClusterState {
             },
         }
     }
+}
+
+/// The refusal of a status draft whose format this build does not read.
+fn unknown_status_format(status: &StatusDraft) -> Option<Response> {
+    (status.format != STATUS_FORMAT).then(|| Response::Rejected {
+        reason: format!(
+            "status format {} of plan {} is not known to this build (it reads format {STATUS_FORMAT})",
+            status.format, status.plan
+        ),
+    })
 }
 
 #[cfg(test)]
@@ -1073,6 +1096,80 @@ mod tests {
             json!({"format": 1, "command": {"type": "remove_plan", "plan": "erp-db",
                 "expected_generation": 2}})
         );
+    }
+
+    #[test]
+    fn a_batch_of_statuses_publishes_each_plan_with_the_entry_term() {
+        let mut state = ClusterState::default();
+        let other = PlanId::new("crm").unwrap();
+        state.apply(
+            &Command::PublishStatus {
+                status: status(Verdict::Unknown, "checking"),
+            },
+            Term(2),
+        );
+        let a = status(Verdict::Fenced, "no action");
+        let b = StatusDraft {
+            plan: other.clone(),
+            ..status(Verdict::Failed, "fencing")
+        };
+        let r = state.apply(
+            &Command::PublishStatuses {
+                statuses: vec![a.clone(), b.clone()],
+            },
+            Term(4),
+        );
+        assert_eq!(r, Response::Applied);
+        assert_eq!(state.statuses.len(), 2);
+        assert_eq!(
+            state.statuses[&plan()],
+            PublishedStatus {
+                term: Term(4),
+                status: a
+            }
+        );
+        assert_eq!(state.statuses[&other].status, b);
+        assert_eq!(state.statuses[&other].term, Term(4));
+    }
+
+    #[test]
+    fn a_batch_with_one_status_of_an_unknown_format_changes_nothing() {
+        let mut state = ClusterState::default();
+        let r = state.apply(
+            &Command::PublishStatuses {
+                statuses: vec![
+                    status(Verdict::Fenced, "no action"),
+                    StatusDraft {
+                        format: STATUS_FORMAT + 1,
+                        plan: PlanId::new("crm").unwrap(),
+                        ..status(Verdict::Fenced, "x")
+                    },
+                ],
+            },
+            Term(1),
+        );
+        let Response::Rejected { reason } = r else {
+            panic!("{r:?}");
+        };
+        assert!(reason.contains("plan crm"), "{reason}");
+        assert!(state.statuses.is_empty(), "all or nothing");
+    }
+
+    #[test]
+    fn publish_statuses_has_a_stable_encoding() {
+        let request = Request::new(Command::PublishStatuses {
+            statuses: vec![status(Verdict::Fenced, "no action")],
+        });
+        let text = serde_json::to_value(&request).unwrap();
+        assert_eq!(
+            text,
+            json!({"format": 1, "command": {"type": "publish_statuses", "statuses": [{
+                "format": 1, "plan": "erp-db",
+                "sites": [{"site": "dc2", "verdict": "FENCED", "checked_at_ms": 7}],
+                "reason": "no action", "at_unix_ms": 9, "by": "dc1-a"}]}})
+        );
+        let back: Request = serde_json::from_value(text).unwrap();
+        assert_eq!(back, request);
     }
 
     #[test]

@@ -58,7 +58,7 @@ pub fn build_client(controller: &ControllerId, trust: &TlsTrust) -> Result<HttpC
         .redirect(policy)
         .no_proxy()
         .connect_timeout(Duration::from_secs(10))
-        .pool_max_idle_per_host(2)
+        .pool_max_idle_per_host(8)
         .build()
         .map_err(|e| Error::Build {
             controller: controller.to_string(),

@@ -32,9 +32,8 @@ use qfence_controllers::SecretStore;
 use qfence_controllers::secrets::{ENV_PREFIX, SecretSource, env_name};
 use qfence_core::{BindingKey, Observed, Phase, StoredPlanState};
 use qfence_lab::fortios::{self, FortiSim, FortiState, Vip};
-use qfence_lab::proxmox::{
-    self, Acl, ApiToken, PveHandle, PveState, ReplicationJob, User, Vm, VmStatus,
-};
+use qfence_lab::lab::{self, PveVm};
+use qfence_lab::proxmox::{self, PveHandle, PveState, VmStatus};
 use qfence_lab::redfish::{self, Account, BmcHandle, BmcState, PowerState, Role, System};
 use qfence_lab::{LabTls, TlsIdentity};
 use qfence_model::{OrchestratorId, PlanId, SiteId};
@@ -44,7 +43,7 @@ use qfence_server::runtime::engine::PLAN_STATE_SCHEMA;
 use qfence_server::runtime::{ConfigCell, DriverExecutor, Engine, EngineOptions, LocalDrivers};
 use tokio_util::sync::CancellationToken;
 
-const PVE_TOKEN: &str = "0b6a7c3e-4d1f-4e2a-9c8b-7f6e5d4c3b2a";
+use qfence_lab::lab::PVE_TOKEN;
 const BMC_PASSWORD: &str = "lab-bmc-pw";
 const FGT_KEY: &str = "admin-key";
 const SIM_THREADS: &str = "lab-sim";
@@ -169,6 +168,9 @@ fn run() -> Result<()> {
 #[derive(Debug, serde::Serialize, serde::Deserialize)]
 struct Figures {
     plans: usize,
+    /// Decisions recorded as "left alone" for want of a lease during the whole run.
+    #[serde(default)]
+    left_alone: usize,
     /// From the orchestrator's start to every plan steady.
     settle_ms: u64,
     /// Site lost → every plan's VIP at dc2; `None` when the limit passed first.
@@ -195,7 +197,7 @@ fn table(rows: &[Figures]) -> String {
     let mut t = String::new();
     let _ = writeln!(
         t,
-        "\n{:>6} {:>9} {:>10} {:>8} {:>8} {:>8} | {:>9} {:>9} {:>9} | {:>10} {:>10} | {:>11} {:>11}",
+        "\n{:>6} {:>9} {:>10} {:>8} {:>8} {:>8} | {:>9} {:>9} {:>9} | {:>10} {:>10} | {:>11} {:>11} | {:>6}",
         "plans",
         "settle s",
         "all VIPs s",
@@ -208,7 +210,8 @@ fn table(rows: &[Figures]) -> String {
         "idle cores",
         "fail cores",
         "fail CPU s",
-        "proc CPU s"
+        "proc CPU s",
+        "alone"
     );
     for r in rows {
         let secs = |ms: u64| ms as f64 / 1000.0;
@@ -219,7 +222,7 @@ fn table(rows: &[Figures]) -> String {
         );
         let _ = writeln!(
             t,
-            "{:>6} {:>9.1} {:>10} {:>8.2} {:>8.2} {:>8.2} | {:>9.1} {:>9.1} {:>9.1} | {:>10.3} {:>10.3} | {:>11.2} {:>11.2}",
+            "{:>6} {:>9.1} {:>10} {:>8.2} {:>8.2} {:>8.2} | {:>9.1} {:>9.1} {:>9.1} | {:>10.3} {:>10.3} | {:>11.2} {:>11.2} | {:>6}",
             r.plans,
             secs(r.settle_ms),
             all,
@@ -233,6 +236,7 @@ fn table(rows: &[Figures]) -> String {
             r.failover_orch_cpu_s / r.failover_seconds.max(1e-9),
             r.failover_orch_cpu_s,
             r.failover_process_cpu_s,
+            r.left_alone,
         );
     }
     let _ = writeln!(
@@ -240,7 +244,8 @@ fn table(rows: &[Figures]) -> String {
         "settle: orchestrator start → every plan steady; all VIPs / first / p50 / p99: dc1's host \
          powered off → VIPs at dc2;\nMiB: process RSS (sims only before the orchestrator starts; \
          idle; peak = VmHWM); cores and fail CPU s: the orchestrator's threads only; proc CPU s: \
-         the whole process (simulators included) during the failover."
+         the whole process (simulators included) during the failover;\nalone: decisions recorded as \
+         \"left alone\" for want of a lease over the whole run (one orchestrator: should be 0)."
     );
     t
 }
@@ -320,36 +325,21 @@ fn plan_name(i: usize) -> String {
     format!("p{i:05}")
 }
 
-fn pve_state(cluster: &str, node: &str, n: usize, vm: VmStatus, replica_to: &str) -> PveState {
-    let mut s = PveState::single_node(cluster, node, "root-pw");
-    s.users.push(User {
-        userid: "qfence@pve".into(),
-        password: None,
-        acl: vec![Acl::new(
-            "/",
-            &["VM.Audit", "VM.PowerMgmt", "Sys.Audit", "Datastore.Audit"],
-            true,
-        )],
-    });
-    s.tokens.push(ApiToken {
-        userid: "qfence@pve".into(),
-        name: "fence".into(),
-        secret: PVE_TOKEN.into(),
-        privsep: false,
-        acl: vec![],
-    });
-    s.remote_nodes.insert(replica_to.into(), true);
-    for i in 0..n {
-        let id = vmid(i);
-        s.vms.push(Vm::new(id, &plan_name(i), node, vm));
-        s.replication.push(ReplicationJob::new(
-            &format!("{id}-1"),
-            id,
-            replica_to,
-            Duration::from_secs(5),
-        ));
-    }
-    s
+/// The scenario of one Proxmox VE cluster holding the `names`' VMs (ids from [`vmid`]), each
+/// replicated to `replica_to` every 5 s: the lab's, with N VMs.
+fn pve_state(
+    cluster: &str,
+    node: &str,
+    names: &[String],
+    vm: VmStatus,
+    replica_to: &str,
+) -> PveState {
+    let vms: Vec<PveVm<'_>> = names
+        .iter()
+        .enumerate()
+        .map(|(i, name)| PveVm { id: vmid(i), name })
+        .collect();
+    lab::pve_state(cluster, node, &vms, vm, replica_to, Duration::from_secs(5))
 }
 
 fn bmc_state(host: &str, power: PowerState) -> BmcState {
@@ -387,10 +377,17 @@ impl Sims {
             bmc_state("pve-dc2-01", PowerState::Off),
         )
         .await?;
+        let names: Vec<String> = (0..n).map(plan_name).collect();
         let pve1 = proxmox::start(
             loopback(),
             TlsIdentity::loopback()?,
-            pve_state("pve-dc1", "pve-dc1-01", n, VmStatus::Running, "pve-dc2-01"),
+            pve_state(
+                "pve-dc1",
+                "pve-dc1-01",
+                &names,
+                VmStatus::Running,
+                "pve-dc2-01",
+            ),
         )
         .await?;
         pve1.attach_power(
@@ -400,7 +397,13 @@ impl Sims {
         let pve2 = proxmox::start(
             loopback(),
             TlsIdentity::loopback()?,
-            pve_state("pve-dc2", "pve-dc2-01", n, VmStatus::Stopped, "pve-dc1-01"),
+            pve_state(
+                "pve-dc2",
+                "pve-dc2-01",
+                &names,
+                VmStatus::Stopped,
+                "pve-dc1-01",
+            ),
         )
         .await?;
         let mut forti = FortiState::example();
@@ -782,10 +785,18 @@ fn one(n: usize, o: &Options) -> Result<Figures> {
         n - left
     ));
 
+    // Decisions recorded as "left alone" (no lease) while this, the only orchestrator, led.
+    let left_alone = orch
+        .engine
+        .events()
+        .iter()
+        .filter(|e| e.message.contains("left alone"))
+        .count();
     orch_rt.block_on(orch.shutdown());
     sim_rt.block_on(sims.stop());
     Ok(Figures {
         plans: n,
+        left_alone,
         settle_ms,
         all_ms,
         moved: n - left,

@@ -31,7 +31,8 @@ mod sims;
 pub use control::{ControlFile, FaultRequest, LabState, OrchestratorView};
 pub use orchestrators::{Orchestrator, Orchestrators, Topology};
 pub use sims::{
-    BMC_PASSWORD, FGT_KEY, PVE_TOKEN, Sims, TIMINGS, VIP, VIP_DC1, VIP_DC2, hex_sha256,
+    BMC_PASSWORD, FGT_KEY, PVE_TOKEN, PveVm, Sims, TIMINGS, VIP, VIP_DC1, VIP_DC2, hex_sha256,
+    pve_state,
 };
 
 use std::path::{Path, PathBuf};

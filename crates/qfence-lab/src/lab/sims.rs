@@ -54,7 +54,25 @@ fn loopback() -> SocketAddr {
     SocketAddr::from(([127, 0, 0, 1], 0))
 }
 
-fn pve_state(cluster: &str, node: &str, vm: VmStatus, replica_to: &str) -> PveState {
+/// One VM of a [`pve_state`] scenario: its id and name.
+#[derive(Debug, Clone, Copy)]
+pub struct PveVm<'a> {
+    pub id: u32,
+    pub name: &'a str,
+}
+
+/// The lab's Proxmox VE scenario for cluster `cluster` with one node `node`: the `qfence@pve`
+/// user with the roles fencing needs, its API token `fence` ([`PVE_TOKEN`]), the given VMs in
+/// state `vm` on `node`, and one replication job per VM to `replica_to` (seen online) every
+/// `sync_every`. The lab, the runtime tests and the scale benchmark all start this one.
+pub fn pve_state(
+    cluster: &str,
+    node: &str,
+    vms: &[PveVm<'_>],
+    vm: VmStatus,
+    replica_to: &str,
+    sync_every: Duration,
+) -> PveState {
     let mut s = PveState::single_node(cluster, node, "root-pw");
     s.users.push(User {
         userid: "qfence@pve".into(),
@@ -72,17 +90,26 @@ fn pve_state(cluster: &str, node: &str, vm: VmStatus, replica_to: &str) -> PveSt
         privsep: false,
         acl: vec![],
     });
-    s.vms.push(Vm::new(101, "erp-db", node, vm));
     s.remote_nodes.insert(replica_to.into(), true);
-    // One lab "interval" stands for PVE's 15 minutes: a sync every 2 s keeps the lag small.
-    s.replication.push(ReplicationJob::new(
-        "101-1",
-        101,
-        replica_to,
-        Duration::from_secs(2),
-    ));
+    for v in vms {
+        s.vms.push(Vm::new(v.id, v.name, node, vm));
+        s.replication.push(ReplicationJob::new(
+            &format!("{}-1", v.id),
+            v.id,
+            replica_to,
+            sync_every,
+        ));
+    }
     s
 }
+
+/// The lab's one VM.
+const LAB_VMS: &[PveVm<'static>] = &[PveVm {
+    id: 101,
+    name: "erp-db",
+}];
+/// One lab "interval" stands for PVE's 15 minutes: a sync every 2 s keeps the lag small.
+const LAB_SYNC_EVERY: Duration = Duration::from_secs(2);
 
 fn bmc_state(host: &str, uuid: &str, power: PowerState) -> BmcState {
     let mut system = System::new(host, uuid);
@@ -122,7 +149,14 @@ impl Sims {
         let pve1 = proxmox::start(
             loopback(),
             TlsIdentity::loopback()?,
-            pve_state("pve-dc1", "pve-dc1-01", VmStatus::Running, "pve-dc2-01"),
+            pve_state(
+                "pve-dc1",
+                "pve-dc1-01",
+                LAB_VMS,
+                VmStatus::Running,
+                "pve-dc2-01",
+                LAB_SYNC_EVERY,
+            ),
         )
         .await?;
         let line = bmc1
@@ -132,7 +166,14 @@ impl Sims {
         let pve2 = proxmox::start(
             loopback(),
             TlsIdentity::loopback()?,
-            pve_state("pve-dc2", "pve-dc2-01", VmStatus::Stopped, "pve-dc1-01"),
+            pve_state(
+                "pve-dc2",
+                "pve-dc2-01",
+                LAB_VMS,
+                VmStatus::Stopped,
+                "pve-dc1-01",
+                LAB_SYNC_EVERY,
+            ),
         )
         .await?;
         let mut forti = FortiState::example();

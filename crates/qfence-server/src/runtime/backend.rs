@@ -93,7 +93,7 @@ impl RuntimeBackend {
         let record = self
             .inner
             .node
-            .read_state(|s| s.plans.get(plan).map(|r| r.config.clone()));
+            .read(|s| s.plans.get(plan).map(|r| r.config.clone()));
         let in_force = cfg.plan(plan.as_str()).is_some();
         if in_force && !cfg.plan_is_api(plan) {
             return Err(file_owned(plan));
@@ -244,7 +244,7 @@ impl RuntimeBackend {
         let record = cfg
             .plan_is_api(name)
             .then(|| {
-                self.inner.node.read_state(|s| {
+                self.inner.node.read(|s| {
                     s.plans
                         .get(name)
                         .and_then(|r| ApiPlanRecord::read(&r.config))
@@ -361,7 +361,7 @@ impl RuntimeBackend {
             .generation(next.generation.0)
             .data(json!({"intent": kind})),
         );
-        self.inner.wake.notify_one();
+        self.inner.wake_all();
         Ok(OperationAccepted {
             plan: plan.to_string(),
             operation: operation.to_owned(),
@@ -679,7 +679,7 @@ impl Backend for RuntimeBackend {
         let leader = self.leader_info().await;
         let now = self.inner.clock.now();
         // A follower reads nothing itself: it shows what the leader last published.
-        let published = (!leader.is_self).then(|| self.inner.node.state().statuses);
+        let published = (!leader.is_self).then(|| self.inner.node.read(|s| s.statuses.clone()));
         let mut plans = Vec::new();
         let config = self.cfg();
         for (id, cfg) in config.plans() {
@@ -752,7 +752,7 @@ impl Backend for RuntimeBackend {
             .collect::<Result<Vec<_>, _>>()?;
         // Plans the API created that are not in force (they no longer validate) are listed
         // too, from their records, so an operator sees them and can fix or delete them.
-        let left_out: Vec<PlanId> = self.inner.node.read_state(|s| {
+        let left_out: Vec<PlanId> = self.inner.node.read(|s| {
             s.plans
                 .iter()
                 .filter(|(id, r)| {
@@ -786,9 +786,10 @@ impl Backend for RuntimeBackend {
         let name = plan.name.clone();
         {
             // Plan writes one at a time on this leader: the name check and the write are one.
-            let _one_writer = self.inner.write_lock.lock().await;
+            let plan_lock = self.inner.write_lock(&name);
+            let _one_writer = plan_lock.lock().await;
             let cfg = self.cfg();
-            let known = self.inner.node.read_state(|s| s.plans.contains_key(&name));
+            let known = self.inner.node.read(|s| s.plans.contains_key(&name));
             if cfg.plan(name.as_str()).is_some() || known {
                 return Err(BackendError::Conflict(format!(
                     "plan {name:?} already exists; stage a change to it instead"
@@ -842,7 +843,8 @@ impl Backend for RuntimeBackend {
         self.write_guard().await?;
         let name = plan.name.clone();
         let generation = {
-            let _one_writer = self.inner.write_lock.lock().await;
+            let plan_lock = self.inner.write_lock(&name);
+            let _one_writer = plan_lock.lock().await;
             let mut record = self.api_plan(&name)?;
             let state = self.replicated_state(&name)?;
             record.staged = Some(StagedRecord {
@@ -876,7 +878,8 @@ impl Backend for RuntimeBackend {
     ) -> Result<PlanView, BackendError> {
         self.write_guard().await?;
         let generation = {
-            let _one_writer = self.inner.write_lock.lock().await;
+            let plan_lock = self.inner.write_lock(name);
+            let _one_writer = plan_lock.lock().await;
             let mut record = self.api_plan(name)?;
             if record.staged.take().is_none() {
                 return Err(BackendError::Conflict(format!(
@@ -908,7 +911,8 @@ impl Backend for RuntimeBackend {
     ) -> Result<PlanView, BackendError> {
         self.write_guard().await?;
         let (from, to, by) = {
-            let _one_writer = self.inner.write_lock.lock().await;
+            let plan_lock = self.inner.write_lock(name);
+            let _one_writer = plan_lock.lock().await;
             let mut record = self.api_plan(name)?;
             let state = self.replicated_state(name)?;
             if state.generation.0 != expected {
@@ -990,7 +994,8 @@ impl Backend for RuntimeBackend {
     ) -> Result<(), BackendError> {
         self.write_guard().await?;
         {
-            let _one_writer = self.inner.write_lock.lock().await;
+            let plan_lock = self.inner.write_lock(name);
+            let _one_writer = plan_lock.lock().await;
             self.api_plan(name)?;
             let state = self.replicated_state(name)?;
             if state.generation.0 != expected {
@@ -1101,11 +1106,8 @@ impl Backend for RuntimeBackend {
         self.write_guard().await?;
         let name = c.name.clone();
         {
-            let _one_writer = self.inner.write_lock.lock().await;
-            let known = self
-                .inner
-                .node
-                .read_state(|s| s.controllers.contains_key(&name));
+            let _one_writer = self.inner.controller_lock.lock().await;
+            let known = self.inner.node.read(|s| s.controllers.contains_key(&name));
             if self.cfg().controller(name.as_str()).is_some() || known {
                 return Err(BackendError::Conflict(format!(
                     "controller {:?} already exists",

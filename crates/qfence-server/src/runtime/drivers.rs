@@ -7,7 +7,8 @@
 //! A registration check ([`Verb::Register`]) travels the same way, so it runs where routing
 //! says a fence would; its answer is the registration report as JSON ([`WireReport`]).
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, HashMap};
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
@@ -19,10 +20,139 @@ use qfence_controllers::{AnyDriver, SecretStore};
 use qfence_model::config::ControllerConfig;
 use qfence_model::{ControllerId, OrchestratorId, SiteId};
 use serde::{Deserialize, Serialize};
+use tokio::sync::{Semaphore, oneshot};
 use tokio_util::sync::CancellationToken;
 
 use super::RuntimeError;
 use super::effective::ConfigCell;
+
+/// Checks one controller runs at once from this orchestrator. Controllers have few sessions
+/// (the lab's BMCs eight, as many real ones) and a burst of hundreds of concurrent calls only
+/// opens hundreds of TLS connections that then time out; queued calls wait within their own
+/// deadline instead.
+pub const CHECKS_PER_CONTROLLER: usize = 3;
+/// Calls that may change a target (perform, undo, renew) one controller runs at once; kept
+/// apart from checks so a fence never waits behind a queue of routine reads.
+pub const CHANGES_PER_CONTROLLER: usize = 2;
+/// How long a check may wait for its turn before it is sent; its own timeout starts when it
+/// is sent. A queued check is not a reading: the decision core waits for a check on its way
+/// rather than read a site as lost because this orchestrator is busy (a change, by contrast,
+/// waits within its own deadline).
+pub const CHECK_QUEUE_LIMIT: Duration = Duration::from_secs(60);
+
+/// What a shared check's waiters receive.
+type Shared = Result<WireResult, String>;
+/// Who waits for a check's answer.
+type Waiters = Arc<Mutex<Vec<oneshot::Sender<Shared>>>>;
+
+/// One controller's lane: bounded concurrency, and identical checks coalesced.
+#[derive(Debug)]
+struct Lane {
+    checks: Semaphore,
+    changes: Semaphore,
+    /// Bumped when a call that may change a target starts and when it ends.
+    epoch: AtomicU64,
+    /// Such calls running now.
+    changing: AtomicUsize,
+    /// The joinable check in flight for each reading, with the epoch it started in.
+    in_flight: Mutex<HashMap<String, (u64, Waiters)>>,
+}
+
+impl Default for Lane {
+    fn default() -> Self {
+        Self {
+            checks: Semaphore::new(CHECKS_PER_CONTROLLER),
+            changes: Semaphore::new(CHANGES_PER_CONTROLLER),
+            epoch: AtomicU64::new(0),
+            changing: AtomicUsize::new(0),
+            in_flight: Mutex::new(HashMap::new()),
+        }
+    }
+}
+
+impl Lane {
+    /// Joins the check in flight for `key` if it started in this epoch and nothing that may
+    /// change a target is running; otherwise this check leads (and later ones may join it).
+    fn join_or_lead(&self, key: String) -> Result<oneshot::Receiver<Shared>, Leading<'_>> {
+        let mut flights = self.in_flight.lock().unwrap_or_else(|p| p.into_inner());
+        let epoch = self.epoch.load(Ordering::SeqCst);
+        let quiet = self.changing.load(Ordering::SeqCst) == 0;
+        if let Some((started, waiters)) = flights.get(&key)
+            && *started == epoch
+            && quiet
+        {
+            let (tx, rx) = oneshot::channel();
+            waiters.lock().unwrap_or_else(|p| p.into_inner()).push(tx);
+            return Ok(rx);
+        }
+        // A flight from before a change keeps its own waiters; it just cannot be joined.
+        let waiters = Waiters::default();
+        flights.insert(key.clone(), (epoch, waiters.clone()));
+        Err(Leading {
+            lane: self,
+            key,
+            waiters,
+        })
+    }
+}
+
+/// Marks a changing call for its lifetime.
+struct Changing<'a>(&'a Lane);
+
+impl<'a> Changing<'a> {
+    fn start(lane: &'a Lane) -> Self {
+        lane.changing.fetch_add(1, Ordering::SeqCst);
+        lane.epoch.fetch_add(1, Ordering::SeqCst);
+        Self(lane)
+    }
+}
+
+impl Drop for Changing<'_> {
+    fn drop(&mut self) {
+        self.0.epoch.fetch_add(1, Ordering::SeqCst);
+        self.0.changing.fetch_sub(1, Ordering::SeqCst);
+    }
+}
+
+/// The check that others may join: when it ends (or is dropped), its waiters get its answer
+/// (or a closed channel, which reads UNKNOWN).
+struct Leading<'a> {
+    lane: &'a Lane,
+    key: String,
+    waiters: Waiters,
+}
+
+impl Leading<'_> {
+    fn finish(self, answer: &Shared) {
+        for w in self.take() {
+            let _ = w.send(answer.clone());
+        }
+    }
+
+    fn take(&self) -> Vec<oneshot::Sender<Shared>> {
+        {
+            let mut flights = self
+                .lane
+                .in_flight
+                .lock()
+                .unwrap_or_else(|p| p.into_inner());
+            if flights
+                .get(&self.key)
+                .is_some_and(|(_, w)| Arc::ptr_eq(w, &self.waiters))
+            {
+                flights.remove(&self.key);
+            }
+        }
+        std::mem::take(&mut *self.waiters.lock().unwrap_or_else(|p| p.into_inner()))
+    }
+}
+
+impl Drop for Leading<'_> {
+    fn drop(&mut self) {
+        // Abandoned (cancelled): the waiters' receivers see a closed channel.
+        drop(self.take());
+    }
+}
 
 /// Which driver method a call runs.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
@@ -200,6 +330,8 @@ pub struct LocalDrivers {
     /// forwarded call refreshes it, so a controller registered a moment ago is known) and
     /// this orchestrator's own secret stores.
     config: Arc<ConfigCell>,
+    /// Each controller's lane, made when it is first called.
+    lanes: Mutex<BTreeMap<ControllerId, Arc<Lane>>>,
     secrets: SecretStore,
 }
 
@@ -233,6 +365,7 @@ impl LocalDrivers {
         Self {
             me,
             drivers: Mutex::new(drivers),
+            lanes: Mutex::new(BTreeMap::new()),
             config: config.clone(),
             secrets: secrets.clone(),
         }
@@ -270,7 +403,26 @@ impl LocalDrivers {
         built.map_err(|e| format!("controller {id} has no driver here: {e}"))
     }
 
-    /// Runs one call here.
+    /// The lane of `id`, made on its first call (a controller registered through the API has
+    /// none before).
+    fn lane(&self, id: &ControllerId) -> Arc<Lane> {
+        self.lanes
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .entry(id.clone())
+            .or_default()
+            .clone()
+    }
+
+    /// Runs one call here, in the controller's lane: at most [`CHECKS_PER_CONTROLLER`] checks
+    /// and [`CHANGES_PER_CONTROLLER`] other calls at once, waiting for a turn within the
+    /// call's own deadline.
+    ///
+    /// A check identical to one in flight (same capability, resource, parameters and site:
+    /// many plans reading one host's power) shares its answer instead of asking again, but
+    /// only if no call that may change a target has started on this controller since that
+    /// check started, and none is running: a reading that began before a fence, an undo or a
+    /// renewal is never taken as evidence after it.
     pub async fn run(
         &self,
         controller: &ControllerId,
@@ -278,8 +430,62 @@ impl LocalDrivers {
         cancel: CancellationToken,
     ) -> Result<WireResult, String> {
         let d = self.driver(controller)?;
+        let deadline = tokio::time::Instant::now() + Duration::from_millis(call.timeout_ms);
+        let lane = Some(self.lane(controller));
+        let lane = lane.as_deref();
+        let (Some(lane), Verb::Check) = (lane, call.verb) else {
+            let _changing = lane.map(Changing::start);
+            let _turn = match lane {
+                Some(lane) => match wait_turn(&lane.changes, deadline, call, &cancel).await {
+                    Ok(turn) => Some(turn),
+                    // Nothing was sent: the target is as it was, so this is a refusal.
+                    Err(message) => {
+                        return Ok(WireResult::Error(WireError {
+                            kind: "timeout".into(),
+                            message,
+                            state_unknown: false,
+                        }));
+                    }
+                },
+                None => None,
+            };
+            return Ok(self.call_driver(&d, call, deadline, cancel).await);
+        };
+        let key = format!(
+            "{}\u{0}{}\u{0}{:?}\u{0}{}",
+            call.capability, call.resource, call.params, call.site
+        );
+        let leading = match lane.join_or_lead(key) {
+            Ok(rx) => {
+                return tokio::select! {
+                    () = cancel.cancelled() => Err("cancelled: leadership was lost or the caller gave up".into()),
+                        // The check joined ends within its own queue limit and deadline.
+                    r = rx => r.unwrap_or_else(|_| Err("the identical check this one joined was abandoned".into())),
+                };
+            }
+            Err(leading) => leading,
+        };
+        let queued_until = tokio::time::Instant::now() + CHECK_QUEUE_LIMIT;
+        let answer = match wait_turn(&lane.checks, queued_until, call, &cancel).await {
+            Ok(_turn) => {
+                let deadline = tokio::time::Instant::now() + Duration::from_millis(call.timeout_ms);
+                Ok(self.call_driver(&d, call, deadline, cancel).await)
+            }
+            Err(e) => Err(e),
+        };
+        leading.finish(&answer);
+        answer
+    }
+
+    async fn call_driver(
+        &self,
+        d: &AnyDriver,
+        call: &WireCall,
+        deadline: tokio::time::Instant,
+        cancel: CancellationToken,
+    ) -> WireResult {
         let ctx = CallContext {
-            deadline: tokio::time::Instant::now() + Duration::from_millis(call.timeout_ms),
+            deadline,
             cancel,
             orchestrator: self.me.clone(),
         };
@@ -295,10 +501,14 @@ impl LocalDrivers {
             Verb::Undo => d.undo(&ctx, &target).await,
             Verb::Renew => d.renew(&ctx, &target).await,
             Verb::Register | Verb::Discover => {
-                return Err("a registration check or discovery is not a driver call".into());
+                return WireResult::Error(WireError {
+                    kind: "rejected".into(),
+                    message: "a registration check or discovery is not a driver call".into(),
+                    state_unknown: false,
+                });
             }
         };
-        Ok(result.into())
+        result.into()
     }
 
     /// Runs the registration check of `controller` here, as this orchestrator, giving up
@@ -363,6 +573,30 @@ impl LocalDrivers {
     }
 }
 
+/// Waits for a turn in `slots` until the call's deadline or its cancellation (nothing has
+/// been sent to the controller when it gives up).
+async fn wait_turn<'a>(
+    slots: &'a Semaphore,
+    deadline: tokio::time::Instant,
+    call: &WireCall,
+    cancel: &CancellationToken,
+) -> Result<tokio::sync::SemaphorePermit<'a>, String> {
+    tokio::select! {
+        () = cancel.cancelled() => Err("cancelled: leadership was lost or the caller gave up".into()),
+        r = tokio::time::timeout_at(deadline, slots.acquire()) => match r {
+            Ok(Ok(permit)) => Ok(permit),
+            Ok(Err(_)) => Err("the controller's call slots are closed".into()),
+            Err(_) => Err(format!(
+                "not sent: no free call slot for this controller in time ({} a time)",
+                match call.verb {
+                    Verb::Check => CHECKS_PER_CONTROLLER,
+                    _ => CHANGES_PER_CONTROLLER,
+                }
+            )),
+        },
+    }
+}
+
 /// The cluster's executor over [`LocalDrivers`]: what this orchestrator runs for a call routed
 /// here, its own or forwarded by the leader.
 #[derive(Debug, Clone)]
@@ -398,4 +632,84 @@ impl CallExecutor for DriverExecutor {
 pub(crate) fn unix_ms(t: SystemTime) -> u64 {
     t.duration_since(UNIX_EPOCH)
         .map_or(0, |d| u64::try_from(d.as_millis()).unwrap_or(u64::MAX))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn reading(holds: bool) -> Shared {
+        Ok(WireResult::Reading(WireReading {
+            holds,
+            detail: format!("holds={holds}"),
+            at_unix_ms: 1,
+            by: "dc1-a".into(),
+        }))
+    }
+
+    #[tokio::test]
+    async fn identical_checks_share_one_answer() {
+        let lane = Lane::default();
+        let Err(first) = lane.join_or_lead("power".into()) else {
+            panic!("the first check leads");
+        };
+        let Ok(second) = lane.join_or_lead("power".into()) else {
+            panic!("an identical check joins");
+        };
+        let Err(other) = lane.join_or_lead("vm".into()) else {
+            panic!("another reading leads its own");
+        };
+        first.finish(&reading(true));
+        assert_eq!(second.await.unwrap(), reading(true));
+        drop(other);
+        // Once answered, the next check asks again.
+        assert!(lane.join_or_lead("power".into()).is_err());
+    }
+
+    #[tokio::test]
+    async fn a_check_never_joins_one_that_started_before_a_change() {
+        let lane = Lane::default();
+        let Err(before) = lane.join_or_lead("power".into()) else {
+            panic!("leads");
+        };
+        let Ok(early) = lane.join_or_lead("power".into()) else {
+            panic!("joins");
+        };
+        {
+            let _fence = Changing::start(&lane);
+            // While a change runs, nothing joins: each check reads for itself.
+            let Err(during) = lane.join_or_lead("power".into()) else {
+                panic!("a check during a change must not join");
+            };
+            drop(during);
+        }
+        // After the change: the flight from before it cannot be joined either.
+        let Err(after) = lane.join_or_lead("power".into()) else {
+            panic!("a check after a change must not join one from before it");
+        };
+        let Ok(late) = lane.join_or_lead("power".into()) else {
+            panic!("but later checks join the one after the change");
+        };
+        // Each flight answers its own waiters, even once replaced in the map.
+        before.finish(&reading(false));
+        after.finish(&reading(true));
+        assert_eq!(early.await.unwrap(), reading(false));
+        assert_eq!(late.await.unwrap(), reading(true));
+    }
+
+    #[tokio::test]
+    async fn an_abandoned_check_leaves_its_waiters_unknown_not_hanging() {
+        let lane = Lane::default();
+        let Err(leader) = lane.join_or_lead("power".into()) else {
+            panic!("leads");
+        };
+        let Ok(waiter) = lane.join_or_lead("power".into()) else {
+            panic!("joins");
+        };
+        drop(leader);
+        assert!(
+            waiter.await.is_err(),
+            "a closed channel: the caller reads UNKNOWN"
+        );
+    }
 }

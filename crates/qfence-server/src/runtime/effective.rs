@@ -301,7 +301,7 @@ impl ConfigCell {
             return self.get();
         };
         let _one = self.rebuild.lock().unwrap_or_else(|p| p.into_inner());
-        let entries = node.read_state(ApiEntries::from_state);
+        let entries = node.read(ApiEntries::from_state);
         let key = serde_json::to_string(&entries).unwrap_or_default();
         let current = self.get();
         if current.key == key {

@@ -1,18 +1,19 @@
 //! The engine: one decision per plan per tick, on the leader only.
 
-use std::collections::BTreeMap;
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::collections::{BTreeMap, BTreeSet};
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::Duration;
 
+use futures_util::StreamExt;
 use qfence_cluster::node::ClusterNode;
 use qfence_cluster::state::{
     Command as ClusterCommand, ControllerRecord, PlanStateDoc, Response, STATUS_FORMAT,
     SiteVerdict, StatusDraft,
 };
 use qfence_core::{
-    BindingKey, Leadership, Millis, Observation, OpId, OpResult, PlanState, Rules, Snapshot,
-    StoredPlanState, decide,
+    BindingKey, Decision, Leadership, Millis, Observation, OpId, OpResult, PlanState, Rules,
+    Snapshot, StoredPlanState, decide,
 };
 use qfence_model::config::ValidatedConfig;
 use qfence_model::{Generation, OrchestratorId, PlanId};
@@ -34,6 +35,13 @@ pub const PUBLISH_DURING_TRANSITION: Duration = Duration::from_secs(2);
 pub const PUBLISH_TIMEOUT: Duration = Duration::from_secs(1);
 /// In steady state an unchanged status is republished this often (check times move on).
 pub const PUBLISH_WHEN_STEADY: Duration = Duration::from_secs(30);
+/// Plans decided on one read of the replicated state whose cluster writes then go together
+/// (concurrently, so the cluster commits them in few log batches).
+pub const DECIDE_BATCH: usize = 128;
+/// Statuses carried by one `PublishStatuses` write.
+pub const PUBLISH_BATCH: usize = 500;
+/// Cluster writes of registration at start-up in flight at once.
+const REGISTER_CONCURRENCY: usize = 64;
 
 /// Timers of the engine.
 #[derive(Debug, Clone)]
@@ -185,10 +193,19 @@ pub(crate) struct Inner {
     pub metrics: Metrics,
     pub clock: Clock,
     pub plans: Mutex<BTreeMap<PlanId, PlanRuntime>>,
-    /// Plan state writes one at a time: the cluster compares the generation, this lock makes
-    /// the revision half of the compare-and-set hold too.
-    pub write_lock: tokio::sync::Mutex<()>,
+    /// A plan's state writes one at a time: the cluster compares the generation, this lock
+    /// makes the revision half of the compare-and-set hold too. One lock per plan, so plans
+    /// commit concurrently.
+    pub write_locks: Mutex<BTreeMap<PlanId, Arc<tokio::sync::Mutex<()>>>>,
+    /// Controller registrations through the API one at a time (the name check and the
+    /// write are one).
+    pub controller_lock: tokio::sync::Mutex<()>,
     pub wake: Notify,
+    /// Plans with news (a result came back) since the last tick: a wake decides only these;
+    /// every plan is decided at least every `options.tick`.
+    pub dirty: Mutex<BTreeSet<PlanId>>,
+    /// Set by [`Inner::wake_all`]: the next tick decides every plan.
+    pub wake_all: AtomicBool,
     /// Draining: no new operations start.
     pub draining: AtomicBool,
     pub options: EngineOptions,
@@ -218,55 +235,99 @@ impl Inner {
         }
     }
 
+    /// Wakes the engine for a tick that decides `plan` (and any other plan with news).
+    pub fn wake_plan(&self, plan: &PlanId) {
+        lock(&self.dirty).insert(plan.clone());
+        self.wake.notify_one();
+    }
+
+    /// Wakes the engine for a tick that decides every plan (an operator's intent).
+    pub fn wake_all(&self) {
+        self.wake_all.store(true, Ordering::SeqCst);
+        self.wake.notify_one();
+    }
+
     /// The plan's replicated state, or `None` when the cluster does not know the plan yet.
+    /// Reads that one plan's record in place (no copy of the whole replicated state).
     pub fn plan_state(&self, plan: &PlanId) -> Result<Option<PlanState>, RuntimeError> {
-        let state = self.node.state();
-        let Some(record) = state.plans.get(plan) else {
-            return Ok(None);
-        };
-        let stored: StoredPlanState =
-            record
-                .state
-                .decode(PLAN_STATE_SCHEMA)
-                .map_err(|e| RuntimeError::Plan {
-                    plan: plan.to_string(),
-                    reason: e.to_string(),
-                })?;
-        Ok(Some(stored.into_current()))
+        self.plan_states(std::slice::from_ref(plan))
+            .pop()
+            .and_then(|(_, s)| s.transpose())
+            .transpose()
+    }
+
+    /// The replicated state of each of `plans`, read together under one read of the cluster
+    /// state (the documents are decoded after the read lock is released).
+    pub fn plan_states(
+        &self,
+        plans: &[PlanId],
+    ) -> Vec<(PlanId, Result<Option<PlanState>, RuntimeError>)> {
+        let docs: Vec<Option<PlanStateDoc>> = self.node.read(|state| {
+            plans
+                .iter()
+                .map(|p| state.plans.get(p).map(|r| r.state.clone()))
+                .collect()
+        });
+        plans
+            .iter()
+            .zip(docs)
+            .map(|(plan, doc)| {
+                let decoded = doc
+                    .map(|doc| {
+                        doc.decode::<StoredPlanState>(PLAN_STATE_SCHEMA)
+                            .map(StoredPlanState::into_current)
+                            .map_err(|e| RuntimeError::Plan {
+                                plan: plan.to_string(),
+                                reason: e.to_string(),
+                            })
+                    })
+                    .transpose();
+                (plan.clone(), decoded)
+            })
+            .collect()
     }
 
     /// Registers every controller and plan of the configuration file the cluster does not
-    /// know yet (plans at their initial state), so routing and the compare-and-set have them.
-    /// The API registers its own.
+    /// know yet (plans at their initial state), so routing and the compare-and-set have them;
+    /// the API registers its own. The writes of many plans go concurrently, so the cluster
+    /// commits them in few batches.
     pub async fn register_plans(&self) -> Result<(), RuntimeError> {
         let file = self.cell.file();
-        let (controllers, known) = self.node.read_state(|s| {
-            (
-                s.controllers.clone(),
-                s.plans
-                    .keys()
-                    .cloned()
-                    .collect::<std::collections::BTreeSet<_>>(),
-            )
-        });
-        for (id, c) in &file.config().controllers {
-            let record = ControllerRecord {
+        let controllers: Vec<ControllerRecord> = file
+            .config()
+            .controllers
+            .iter()
+            .map(|(id, c)| ControllerRecord {
                 id: id.clone(),
                 site: c.site.clone(),
                 reach: c.reach.clone(),
                 // Secrets appear here by reference only.
                 config: serde_json::to_value(c).unwrap_or_default(),
-            };
-            if controllers.get(id) != Some(&record) {
-                self.node
-                    .write(ClusterCommand::RegisterController { controller: record })
-                    .await?;
-            }
+            })
+            .collect();
+        let (controllers, missing): (Vec<ControllerRecord>, Vec<PlanId>) =
+            self.node.read(|cluster| {
+                (
+                    controllers
+                        .into_iter()
+                        .filter(|r| cluster.controllers.get(&r.id) != Some(r))
+                        .collect(),
+                    file.plans()
+                        .filter(|(id, _)| !cluster.plans.contains_key(*id))
+                        .map(|(id, _)| id.clone())
+                        .collect(),
+                )
+            });
+        for record in controllers {
+            self.node
+                .write(ClusterCommand::RegisterController { controller: record })
+                .await?;
         }
-        for (id, plan) in file.plans() {
-            if known.contains(id) {
-                continue;
-            }
+        let mut writes = futures_util::stream::iter(missing.into_iter().map(|id| async move {
+            let plan = file.plan(id.as_str()).ok_or_else(|| RuntimeError::Plan {
+                plan: id.to_string(),
+                reason: "not configured".into(),
+            })?;
             let initial = StoredPlanState::from(PlanState::initial(plan));
             let doc =
                 PlanStateDoc::encode(PLAN_STATE_SCHEMA, Generation(1), &initial).map_err(|e| {
@@ -283,8 +344,24 @@ impl Inner {
                 })
                 .await?;
             tracing::info!(plan = %id, owner = %plan.owner, "Registered the plan at generation 1");
+            Ok::<(), RuntimeError>(())
+        }))
+        .buffer_unordered(REGISTER_CONCURRENCY);
+        let mut first_error = None;
+        while let Some(r) = writes.next().await {
+            if let Err(e) = r {
+                first_error.get_or_insert(e);
+            }
         }
-        Ok(())
+        first_error.map_or(Ok(()), Err)
+    }
+
+    /// The lock that makes one plan's writes go one at a time on this orchestrator.
+    pub fn write_lock(&self, plan: &PlanId) -> Arc<tokio::sync::Mutex<()>> {
+        lock(&self.write_locks)
+            .entry(plan.clone())
+            .or_default()
+            .clone()
     }
 
     /// Writes `change` if the plan is still exactly as it was decided on: generation and
@@ -294,7 +371,8 @@ impl Inner {
         plan: &PlanId,
         change: &qfence_core::PlanStateChange,
     ) -> Result<PlanState, RuntimeError> {
-        let _one_writer = self.write_lock.lock().await;
+        let writer = self.write_lock(plan);
+        let _one_writer = writer.lock().await;
         let current = self.plan_state(plan)?.ok_or_else(|| RuntimeError::Plan {
             plan: plan.to_string(),
             reason: "not registered".into(),
@@ -316,7 +394,8 @@ impl Inner {
         expected: Option<Generation>,
         f: impl FnOnce(&mut PlanState),
     ) -> Result<PlanState, RuntimeError> {
-        let _one_writer = self.write_lock.lock().await;
+        let writer = self.write_lock(plan);
+        let _one_writer = writer.lock().await;
         let current = self.plan_state(plan)?.ok_or_else(|| RuntimeError::Plan {
             plan: plan.to_string(),
             reason: "not registered".into(),
@@ -380,6 +459,35 @@ impl Inner {
 pub struct Engine {
     pub(crate) inner: Arc<Inner>,
     executor: Executor,
+    /// Where the next full tick starts in the list of plans: it moves on every tick, so no
+    /// plan is always decided last.
+    rotation: Arc<AtomicUsize>,
+}
+
+/// The leadership a run of decisions is made under.
+#[derive(Debug, Clone)]
+struct Lease {
+    leadership: Leadership,
+    token: Option<CancellationToken>,
+    /// When the confirmation was asked for: the lease counts from here, not from the answer,
+    /// so a slow confirmation shortens it rather than stretching it.
+    from: Millis,
+}
+
+/// One plan's decision, made under `token` (`None`: not leading), waiting to be acted on.
+struct Decided {
+    plan: PlanId,
+    state: PlanState,
+    decision: Decision,
+    term: qfence_model::Term,
+    token: Option<CancellationToken>,
+}
+
+/// A status to publish, and what its publication will be remembered as.
+struct ToPublish {
+    status: StatusDraft,
+    gist: String,
+    token: CancellationToken,
 }
 
 impl Engine {
@@ -402,14 +510,18 @@ impl Engine {
             metrics,
             clock: Clock::system(),
             plans: Mutex::new(BTreeMap::new()),
-            write_lock: tokio::sync::Mutex::new(()),
+            write_locks: Mutex::new(BTreeMap::new()),
+            controller_lock: tokio::sync::Mutex::new(()),
             wake: Notify::new(),
+            dirty: Mutex::new(BTreeSet::new()),
+            wake_all: AtomicBool::new(false),
             draining: AtomicBool::new(false),
             options,
         });
         Self {
             executor: Executor::new(inner.clone()),
             inner,
+            rotation: Arc::new(AtomicUsize::new(0)),
         }
     }
 
@@ -450,30 +562,44 @@ impl Engine {
         self.inner.register_plans().await
     }
 
-    /// Wakes the loop for an immediate tick.
+    /// Wakes the loop for an immediate tick of every plan.
     pub fn wake(&self) {
-        self.inner.wake.notify_one();
+        self.inner.wake_all();
     }
 
-    /// Runs ticks until `stop` is cancelled.
+    /// Runs ticks until `stop` is cancelled: every plan at least every `options.tick`, and,
+    /// when results come back in between, the plans they belong to.
     pub async fn run(self, stop: CancellationToken) {
+        let mut next_full = tokio::time::Instant::now();
         loop {
-            // A tick can wait on the cluster (a leader that lost its quorum); stopping must not.
-            tokio::select! {
-                () = stop.cancelled() => break,
-                () = self.tick() => {}
+            let now = tokio::time::Instant::now();
+            let full = self.inner.wake_all.swap(false, Ordering::SeqCst) || now >= next_full;
+            let dirty = std::mem::take(&mut *lock(&self.inner.dirty));
+            let only = if full {
+                // A plan created through the API may want a shorter interval than the file's.
+                let every = self
+                    .inner
+                    .config()
+                    .plans()
+                    .map(|(_, p)| p.interval)
+                    .min()
+                    .map_or(self.inner.options.tick, |i| i.min(self.inner.options.tick));
+                next_full = now + every;
+                None
+            } else {
+                Some(dirty)
+            };
+            if only.as_ref().is_none_or(|d| !d.is_empty()) {
+                // A tick can wait on the cluster (a leader that lost its quorum); stopping must
+                // not.
+                tokio::select! {
+                    () = stop.cancelled() => break,
+                    () = self.tick_plans(only) => {}
+                }
             }
-            // A plan created through the API may want a shorter interval than the file's.
-            let tick = self
-                .inner
-                .config()
-                .plans()
-                .map(|(_, p)| p.interval)
-                .min()
-                .map_or(self.inner.options.tick, |i| i.min(self.inner.options.tick));
             tokio::select! {
                 () = stop.cancelled() => break,
-                () = tokio::time::sleep(tick) => {}
+                () = tokio::time::sleep_until(next_full) => {}
                 // A short pause coalesces a burst of results into one tick.
                 () = self.inner.wake.notified() => {
                     tokio::time::sleep(Duration::from_millis(10)).await;
@@ -499,7 +625,13 @@ impl Engine {
 
     /// One tick: decide every plan (when leading), commit, execute.
     pub async fn tick(&self) {
+        self.tick_plans(None).await;
+    }
+
+    /// Asks the cluster whether this orchestrator leads with a valid lease.
+    async fn confirm(&self) -> Lease {
         let inner = &self.inner;
+        let from = inner.clock.now();
         // A leader without a quorum may never get its lease confirmed (openraft waits for the
         // read index to apply): bounded, and then it is not leading.
         let lead = match tokio::time::timeout(
@@ -511,26 +643,39 @@ impl Engine {
             Ok(lead) => lead,
             Err(_) => Err(qfence_cluster::ClusterError::NotLeader { leader: None }),
         };
-        let now = inner.clock.now();
-        let (leadership, token) = match &lead {
-            Ok(l) if !l.token.is_cancelled() => (
-                Leadership {
+        match lead {
+            Ok(l) if !l.token.is_cancelled() => Lease {
+                leadership: Leadership {
                     leader: true,
                     term: l.term,
-                    lease_until: now.plus(inner.options.lease),
+                    lease_until: from.plus(inner.options.lease),
                 },
-                Some(l.token.clone()),
-            ),
-            _ => (
-                Leadership {
+                token: Some(l.token),
+                from,
+            },
+            _ => Lease {
+                leadership: Leadership {
                     leader: false,
                     term: inner.node.term(),
-                    lease_until: now,
+                    lease_until: from,
                 },
-                None,
-            ),
-        };
-        if token.is_some()
+                token: None,
+                from,
+            },
+        }
+    }
+
+    /// Decides `only` these plans, or every plan, in batches of [`DECIDE_BATCH`]: one read of
+    /// the replicated state per batch; the lease confirmed again whenever half of it is spent,
+    /// so each decision gets the lease actually held when it is made; then the batch's
+    /// commits go together, each plan's commands start once its own commit is in, and the
+    /// statuses to publish go in one write per [`PUBLISH_BATCH`] at the end.
+    async fn tick_plans(&self, only: Option<BTreeSet<PlanId>>) {
+        let inner = &self.inner;
+        let mut lease = self.confirm().await;
+        // Plans with news are registered already: only a full tick looks for new ones.
+        if only.is_none()
+            && lease.token.is_some()
             && let Err(e) = inner.register_plans().await
         {
             tracing::warn!(error = %e, "Could not register the configured plans");
@@ -539,29 +684,51 @@ impl Engine {
         // One configuration for the whole tick; plans created, changed or deleted through the
         // API since the last one are in it.
         let config = inner.cell.refresh();
-        for (plan, _) in config.plans() {
-            if let Err(e) = self
-                .decide_plan(&config, plan, leadership, token.as_ref())
-                .await
-            {
-                tracing::warn!(plan = %plan, error = %e, "The plan's cycle ended without acting");
-            }
+        let mut plans: Vec<PlanId> = config
+            .plans()
+            .map(|(id, _)| id)
+            .filter(|id| only.as_ref().is_none_or(|o| o.contains(*id)))
+            .cloned()
+            .collect();
+        if only.is_none() && !plans.is_empty() {
+            let start = self.rotation.fetch_add(DECIDE_BATCH, Ordering::Relaxed) % plans.len();
+            plans.rotate_left(start);
         }
+        let renew_after = inner.options.lease / 2;
+        let mut to_publish = Vec::new();
+        for batch in plans.chunks(DECIDE_BATCH) {
+            let mut decided = Vec::with_capacity(batch.len());
+            for (plan, state) in inner.plan_states(batch) {
+                if lease.token.is_some() && inner.clock.now() >= lease.from.plus(renew_after) {
+                    lease = self.confirm().await;
+                }
+                match state {
+                    Ok(Some(state)) => decided.push(self.decide_plan(&config, plan, state, &lease)),
+                    Ok(None) => {}
+                    Err(e) => {
+                        tracing::warn!(plan = %plan, error = %e, "The plan's cycle ended without acting");
+                    }
+                }
+            }
+            let acted =
+                futures_util::future::join_all(decided.into_iter().map(|d| self.act(&config, d)));
+            to_publish.extend(acted.await.into_iter().flatten());
+        }
+        self.publish(to_publish).await;
     }
 
-    async fn decide_plan(
+    /// Decides one plan on its replicated `state` under `lease`, and records what is news.
+    fn decide_plan(
         &self,
         config: &EffectiveConfig,
-        plan: &PlanId,
-        leadership: Leadership,
-        token: Option<&CancellationToken>,
-    ) -> Result<(), RuntimeError> {
+        plan: PlanId,
+        state: PlanState,
+        lease: &Lease,
+    ) -> Decided {
         let inner = &self.inner;
-        let Some(state) = inner.plan_state(plan)? else {
-            return Ok(());
-        };
+        let leadership = lease.leadership;
         let now = inner.clock.now();
-        let view = self.runtime(plan);
+        let view = self.runtime(&plan);
         let decision = decide(&Snapshot {
             config,
             plan: plan.clone(),
@@ -605,11 +772,31 @@ impl Engine {
             }
             prune(entry, &state, now, config.plan(plan.as_str()));
         }
-        let Some(token) = token else {
-            return Ok(());
-        };
-        if let Some(change) = &decision.state_change {
-            let next = inner.commit(plan, change).await?;
+        Decided {
+            plan,
+            state,
+            decision,
+            term: leadership.term,
+            token: lease.token.clone(),
+        }
+    }
+
+    /// Acts on a decision made as leader: commits its state change (a stale generation is
+    /// refused by the cluster, and then nothing starts), starts its commands, and says what
+    /// status to publish, if any.
+    async fn act(&self, config: &EffectiveConfig, d: Decided) -> Option<ToPublish> {
+        let inner = &self.inner;
+        let token = d.token?;
+        let plan = &d.plan;
+        let mut state = d.state;
+        if let Some(change) = &d.decision.state_change {
+            let next = match inner.commit(plan, change).await {
+                Ok(next) => next,
+                Err(e) => {
+                    tracing::warn!(plan = %plan, error = %e, "The plan's cycle ended without acting");
+                    return None;
+                }
+            };
             if next.generation != state.generation {
                 inner.metrics.failover(plan.as_str(), "committed");
                 inner.record(
@@ -623,52 +810,47 @@ impl Engine {
                     )
                     .plan(plan.as_str())
                     .site(next.owner.as_str())
-                    .term(leadership.term.0)
+                    .term(d.term.0)
                     .generation(next.generation.0),
                 );
             }
+            state = next;
         }
-        self.publish(config, plan, leadership.term, &decision.reason, token)
-            .await;
-        if inner.draining.load(Ordering::SeqCst) {
-            return Ok(());
+        let status = self.status_to_publish(config, plan, d.term, &d.decision.reason, &state);
+        if !inner.draining.load(Ordering::SeqCst) {
+            if d.decision.state_change.is_some() && d.decision.commands.is_empty() {
+                // A step was committed with nothing to wait for: the next may go at once.
+                inner.wake_plan(plan);
+            }
+            for command in d.decision.commands {
+                self.executor.start(command, &token);
+            }
         }
-        if decision.state_change.is_some() && decision.commands.is_empty() {
-            // A step was committed with nothing to wait for: the next may go at once.
-            inner.wake.notify_one();
-        }
-        for command in decision.commands {
-            self.executor.start(command, token);
-        }
-        Ok(())
+        status.map(|(status, gist)| ToPublish {
+            status,
+            gist,
+            token,
+        })
     }
-}
 
-impl Engine {
-    /// Publishes the plan's status (the leader's verdicts and sentence) into the replicated
-    /// state when it changed, or when the last publication is old (see
-    /// [`PUBLISH_DURING_TRANSITION`], [`PUBLISH_WHEN_STEADY`]), so any orchestrator can answer
-    /// a status request. A failed write is logged and retried on the next tick; it never
-    /// stops the cycle.
-    async fn publish(
+    /// The plan's status (the leader's verdicts and sentence) if it is due for publication:
+    /// it changed, or the last publication is old (see [`PUBLISH_DURING_TRANSITION`],
+    /// [`PUBLISH_WHEN_STEADY`]). "Changed" reads the sentence's gist ([`routine_gist`]): a
+    /// steady plan's sentence alternates between "checking health (N checks); ..." and
+    /// "no action: ..." as its checks go out and come back, which is not news.
+    fn status_to_publish(
         &self,
         config: &EffectiveConfig,
         plan: &PlanId,
         term: qfence_model::Term,
         reason: &str,
-        token: &CancellationToken,
-    ) {
+        state: &PlanState,
+    ) -> Option<(StatusDraft, String)> {
         let inner = &self.inner;
-        let Some(cfg) = config.plan(plan.as_str()) else {
-            return;
-        };
-        let state = match inner.plan_state(plan) {
-            Ok(Some(s)) => s,
-            _ => return,
-        };
+        let cfg = config.plan(plan.as_str())?;
         let now = inner.clock.now();
         let view = self.runtime(plan);
-        let sites = site_verdicts(config, cfg, &state, &view, now);
+        let sites = site_verdicts(config, cfg, state, &view, now);
         let gist = format!(
             "{term} {} {}",
             sites
@@ -676,7 +858,7 @@ impl Engine {
                 .map(|s| format!("{}={}", s.site, s.verdict.as_str()))
                 .collect::<Vec<_>>()
                 .join(","),
-            without_times(reason)
+            routine_gist(reason)
         );
         let every = if state.transition().is_some() {
             PUBLISH_DURING_TRANSITION
@@ -687,7 +869,7 @@ impl Engine {
             && *last == gist
             && now.since(*at) < every
         {
-            return;
+            return None;
         }
         let status = StatusDraft {
             format: STATUS_FORMAT,
@@ -697,30 +879,49 @@ impl Engine {
             at_unix_ms: now.0,
             by: inner.me.clone(),
         };
-        // A leader that has lost its quorum must not hang its cycle on a view: the write is
-        // bounded and dropped with the leadership.
-        let write = inner.node.write(ClusterCommand::PublishStatus { status });
-        let outcome = tokio::select! {
-            () = token.cancelled() => return,
-            r = tokio::time::timeout(PUBLISH_TIMEOUT, write) => r,
-        };
-        let Ok(outcome) = outcome else {
-            tracing::warn!(plan = %plan, term = %term, "Publishing the plan's status timed out");
-            return;
-        };
-        match outcome {
-            Ok(Response::Applied) => {
-                if let Some(entry) = inner.runtime().get_mut(plan) {
-                    entry.last_published = Some((gist, now));
+        Some((status, gist))
+    }
+
+    /// Publishes statuses into the replicated state, [`PUBLISH_BATCH`] to a write, so any
+    /// orchestrator can answer a status request. A failed write is logged and retried on the
+    /// next tick; it never stops the cycle.
+    async fn publish(&self, all: Vec<ToPublish>) {
+        let inner = &self.inner;
+        let writes = all.chunks(PUBLISH_BATCH).map(|batch| async move {
+            let token = batch[0].token.clone();
+            let statuses = batch.iter().map(|p| p.status.clone()).collect();
+            // A leader that has lost its quorum must not hang its cycle on a view: the write
+            // is bounded and dropped with the leadership.
+            let write = inner
+                .node
+                .write(ClusterCommand::PublishStatuses { statuses });
+            let outcome = tokio::select! {
+                () = token.cancelled() => return,
+                r = tokio::time::timeout(PUBLISH_TIMEOUT, write) => r,
+            };
+            let Ok(outcome) = outcome else {
+                tracing::warn!(plans = batch.len(), "Publishing the plans' statuses timed out");
+                return;
+            };
+            match outcome {
+                Ok(Response::Applied) => {
+                    let mut all = inner.runtime();
+                    for p in batch {
+                        if let Some(entry) = all.get_mut(&p.status.plan) {
+                            entry.last_published =
+                                Some((p.gist.clone(), Millis(p.status.at_unix_ms)));
+                        }
+                    }
+                }
+                Ok(other) => {
+                    tracing::warn!(plans = batch.len(), "The cluster refused the plans' statuses: {other:?}");
+                }
+                Err(e) => {
+                    tracing::warn!(plans = batch.len(), error = %e, "Could not publish the plans' statuses");
                 }
             }
-            Ok(other) => {
-                tracing::warn!(plan = %plan, term = %term, "The cluster refused the plan's status: {other:?}");
-            }
-            Err(e) => {
-                tracing::warn!(plan = %plan, term = %term, error = %e, "Could not publish the plan's status");
-            }
-        }
+        });
+        futures_util::future::join_all(writes).await;
     }
 }
 

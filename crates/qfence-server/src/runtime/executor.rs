@@ -123,7 +123,7 @@ impl Executor {
                 command.term
             ));
         }
-        if let Some(g) = inner.node.read_state(|s| s.plan_generation(&command.plan))
+        if let Some(g) = inner.node.read(|s| s.plan_generation(&command.plan))
             && g > command.generation
         {
             return unknown(format!(
@@ -265,7 +265,11 @@ impl Executor {
             Some((command.plan.clone(), command.generation)),
             call_json,
         );
-        let outer = Duration::from_millis(call.timeout_ms) + Duration::from_secs(2);
+        let mut outer = Duration::from_millis(call.timeout_ms) + Duration::from_secs(2);
+        if call.verb == Verb::Check {
+            // A check may queue for its turn at the controller before its own timeout starts.
+            outer += super::drivers::CHECK_QUEUE_LIMIT;
+        }
         let outcome = tokio::select! {
             () = token.cancelled() => {
                 return Err("cancelled: leadership was lost or the runtime stopped".into())
@@ -383,6 +387,6 @@ impl Executor {
         if news {
             inner.record(event);
         }
-        inner.wake.notify_one();
+        inner.wake_plan(&command.plan);
     }
 }

@@ -159,11 +159,7 @@ async fn plans_and_controllers_are_created_changed_and_deleted_through_the_api()
     eventually(
         Duration::from_secs(10),
         "web's status published",
-        || async {
-            o.node
-                .read_state(|s| s.statuses.contains_key(&web))
-                .then_some(())
-        },
+        || async { o.node.read(|s| s.statuses.contains_key(&web)).then_some(()) },
     )
     .await?;
     let health = o
@@ -399,7 +395,7 @@ async fn plans_and_controllers_are_created_changed_and_deleted_through_the_api()
         .await;
     assert!(st.is_success(), "{st} {body}");
     assert!(o.engine.plan_state(&web)?.is_none());
-    assert!(!o.node.read_state(|s| s.statuses.contains_key(&web)));
+    assert!(!o.node.read(|s| s.statuses.contains_key(&web)));
     let (st, _) = api.get("/api/v1/plans/web").await;
     assert_eq!(st, StatusCode::NOT_FOUND);
     assert!(api.plan_status("web").await.is_none());
@@ -425,7 +421,7 @@ async fn plans_and_controllers_are_created_changed_and_deleted_through_the_api()
     phase("a record that no longer validates is out of force but listed, and can be deleted");
     let doc = o
         .node
-        .read_state(|s| {
+        .read(|s| {
             s.plans
                 .get(&PlanId::new("web2").ok()?)
                 .map(|r| r.state.clone())

@@ -12,9 +12,8 @@ use qfence_cluster::tls::CertificateAuthority;
 use qfence_controllers::SecretStore;
 use qfence_controllers::secrets::{ENV_PREFIX, SecretSource, env_name};
 use qfence_lab::fortios::{self, FortiSim, FortiState, Vip};
-use qfence_lab::proxmox::{
-    self, Acl, ApiToken, PveHandle, PveState, ReplicationJob, User, Vm, VmStatus,
-};
+use qfence_lab::lab::{PveVm, pve_state};
+use qfence_lab::proxmox::{self, PveHandle, VmStatus};
 use qfence_lab::redfish::{self, Account, BmcHandle, BmcState, PowerState, Role, System};
 use qfence_lab::{LabTls, TlsIdentity};
 use qfence_model::{OrchestratorId, PlanId, SiteId};
@@ -23,7 +22,7 @@ use qfence_server::events::{EventLog, JsonlStore};
 use qfence_server::runtime::{ConfigCell, DriverExecutor, Engine, EngineOptions, LocalDrivers};
 use tokio_util::sync::CancellationToken;
 
-pub const PVE_TOKEN: &str = "0b6a7c3e-4d1f-4e2a-9c8b-7f6e5d4c3b2a";
+pub use qfence_lab::lab::PVE_TOKEN;
 pub const BMC_PASSWORD: &str = "lab-bmc-pw";
 pub const FGT_KEY: &str = "admin-key";
 pub const VIP: &str = "vip-erp-db";
@@ -46,34 +45,12 @@ pub struct Sims {
     pub fgt_pin: String,
 }
 
-fn pve_state(cluster: &str, node: &str, vm: VmStatus, replica_to: &str) -> PveState {
-    let mut s = PveState::single_node(cluster, node, "root-pw");
-    s.users.push(User {
-        userid: "qfence@pve".into(),
-        password: None,
-        acl: vec![Acl::new(
-            "/",
-            &["VM.Audit", "VM.PowerMgmt", "Sys.Audit", "Datastore.Audit"],
-            true,
-        )],
-    });
-    s.tokens.push(ApiToken {
-        userid: "qfence@pve".into(),
-        name: "fence".into(),
-        secret: PVE_TOKEN.into(),
-        privsep: false,
-        acl: vec![],
-    });
-    s.vms.push(Vm::new(101, "erp-db", node, vm));
-    s.remote_nodes.insert(replica_to.into(), true);
-    s.replication.push(ReplicationJob::new(
-        "101-1",
-        101,
-        replica_to,
-        Duration::from_millis(200),
-    ));
-    s
-}
+/// The runtime tests' VM 101, replicated every 200 ms.
+const VMS: &[PveVm<'static>] = &[PveVm {
+    id: 101,
+    name: "erp-db",
+}];
+const SYNC_EVERY: Duration = Duration::from_millis(200);
 
 fn bmc_state(host: &str, power: PowerState) -> BmcState {
     let mut system = System::new(host, "5b7e4f10-0001-4c2a-9d5e-000000000001");
@@ -105,7 +82,14 @@ impl Sims {
         let pve1 = proxmox::start(
             loopback(),
             TlsIdentity::loopback()?,
-            pve_state("pve-dc1", "pve-dc1-01", VmStatus::Running, "pve-dc2-01"),
+            pve_state(
+                "pve-dc1",
+                "pve-dc1-01",
+                VMS,
+                VmStatus::Running,
+                "pve-dc2-01",
+                SYNC_EVERY,
+            ),
         )
         .await?;
         pve1.attach_power(
@@ -115,7 +99,14 @@ impl Sims {
         let pve2 = proxmox::start(
             loopback(),
             TlsIdentity::loopback()?,
-            pve_state("pve-dc2", "pve-dc2-01", VmStatus::Stopped, "pve-dc1-01"),
+            pve_state(
+                "pve-dc2",
+                "pve-dc2-01",
+                VMS,
+                VmStatus::Stopped,
+                "pve-dc1-01",
+                SYNC_EVERY,
+            ),
         )
         .await?;
         let mut forti = FortiState::example();

@@ -6,6 +6,7 @@ mod api_plans;
 mod daemon;
 mod lab;
 mod routing;
+mod scale;
 
 use std::time::Duration;
 
