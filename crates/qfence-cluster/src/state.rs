@@ -125,6 +125,12 @@ pub enum Command {
     /// does for each: one consensus write per tick instead of one per plan. All or nothing: a
     /// draft of an unknown format refuses the whole batch. Each draft carries its own format.
     PublishStatuses { statuses: Vec<StatusDraft> },
+    /// Replaces the record of a controller's last test (its grades), so every orchestrator
+    /// lists them.
+    RecordControllerTest {
+        controller: ControllerId,
+        test: ControllerTestRecord,
+    },
     /// Publishes an orchestrator's Ed25519 public key (forwarded calls are signed with it).
     SetNodeKey {
         orchestrator: OrchestratorId,
@@ -148,6 +154,7 @@ impl Command {
             Command::AppendEvent { .. } => "append_event",
             Command::PublishStatus { .. } => "publish_status",
             Command::PublishStatuses { .. } => "publish_statuses",
+            Command::RecordControllerTest { .. } => "record_controller_test",
             Command::SetNodeKey { .. } => "set_node_key",
         }
     }
@@ -340,6 +347,20 @@ pub struct ClusterState {
     /// it existed, hence the default.
     #[serde(default)]
     pub statuses: BTreeMap<PlanId, PublishedStatus>,
+    /// Each controller's last test. Absent from snapshots written before it existed.
+    #[serde(default)]
+    pub controller_tests: BTreeMap<ControllerId, ControllerTestRecord>,
+}
+
+/// A controller's last test, as the orchestrator that ran it recorded it.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct ControllerTestRecord {
+    /// Wall-clock time of the test, milliseconds since the Unix epoch.
+    pub at_unix_ms: u64,
+    /// The orchestrator that ran it.
+    pub by: OrchestratorId,
+    /// The grades, as the API encodes them (opaque here).
+    pub grades: serde_json::Value,
 }
 
 impl Default for ClusterState {
@@ -353,6 +374,7 @@ impl Default for ClusterState {
             events: VecDeque::new(),
             next_event_seq: 1,
             statuses: BTreeMap::new(),
+            controller_tests: BTreeMap::new(),
         }
     }
 }
@@ -396,6 +418,7 @@ impl ClusterState {
             }
             Command::RemoveController { controller } => {
                 self.controllers.remove(controller);
+                self.controller_tests.remove(controller);
                 Response::Applied
             }
             Command::RegisterPlan {
@@ -560,6 +583,16 @@ impl ClusterState {
                 for status in statuses {
                     self.publish(status, term);
                 }
+                Response::Applied
+            }
+            Command::RecordControllerTest { controller, test } => {
+                if !self.controllers.contains_key(controller) {
+                    return Response::Rejected {
+                        reason: format!("controller {controller:?} is not registered"),
+                    };
+                }
+                self.controller_tests
+                    .insert(controller.clone(), test.clone());
                 Response::Applied
             }
             Command::SetNodeKey {
@@ -1170,6 +1203,59 @@ mod tests {
         );
         let back: Request = serde_json::from_value(text).unwrap();
         assert_eq!(back, request);
+    }
+
+    #[test]
+    fn a_controller_test_is_kept_per_registered_controller_and_goes_with_it() {
+        let mut state = ClusterState::default();
+        let c = ControllerId::new("bmc-dc1").unwrap();
+        let test = |at: u64| ControllerTestRecord {
+            at_unix_ms: at,
+            by: OrchestratorId::new("dc1-a").unwrap(),
+            grades: json!([{"capability": "power.off", "grade": "proven"}]),
+        };
+        let unknown = state.apply(
+            &Command::RecordControllerTest {
+                controller: c.clone(),
+                test: test(1),
+            },
+            Term(1),
+        );
+        assert!(matches!(unknown, Response::Rejected { .. }));
+        assert!(state.controller_tests.is_empty());
+        state.apply(
+            &Command::RegisterController {
+                controller: ControllerRecord {
+                    id: c.clone(),
+                    site: SiteId::new("dc1").unwrap(),
+                    reach: vec![],
+                    config: json!({}),
+                },
+            },
+            Term(1),
+        );
+        for at in [1, 2] {
+            let r = state.apply(
+                &Command::RecordControllerTest {
+                    controller: c.clone(),
+                    test: test(at),
+                },
+                Term(1),
+            );
+            assert_eq!(r, Response::Applied);
+        }
+        assert_eq!(state.controller_tests[&c], test(2), "the last one is kept");
+        state.apply(
+            &Command::RemoveController {
+                controller: c.clone(),
+            },
+            Term(1),
+        );
+        assert!(state.controller_tests.is_empty());
+        let mut old = serde_json::to_value(ClusterState::default()).unwrap();
+        old.as_object_mut().unwrap().remove("controller_tests");
+        let read: ClusterState = serde_json::from_value(old).unwrap();
+        assert!(read.controller_tests.is_empty());
     }
 
     #[test]

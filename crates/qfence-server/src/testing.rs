@@ -6,6 +6,14 @@
 //! unique, a failover refuses while the owner is not proven fenced, every accepted write is
 //! appended to a real hash-chained event log, and a follower refuses writes. Tests can flip it
 //! into follower mode, make one call panic, or make one call slow.
+//!
+//! Controllers: a test or probe runs the four steps without a driver: configuration and secret
+//! pass, connectivity is skipped (not reachable), every capability is unverifiable; with
+//! [`MemoryBackend::simulate_targets`] it pretends the target answered (an identity and, for
+//! `https`, a fingerprint made from the endpoint). An endpoint host ending in `.invalid` is
+//! unreachable either way. Discovery lists what the plans bind through the controller, plus
+//! one made-up resource (`NAME-CAPABILITY-1`) per capability no plan binds. Every plan of the
+//! double, erp-db included, has `source: api`.
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::sync::Mutex;

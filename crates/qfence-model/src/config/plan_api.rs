@@ -92,6 +92,16 @@ pub fn with_entry(
     spec: &serde_json::Value,
     drop_plans: bool,
 ) -> Result<String, Vec<Issue>> {
+    with_entries(config_text, &[(section, name, spec)], drop_plans)
+}
+
+/// [`with_entry`] for many entries at once (`(section, name, spec)`, set in order): the text
+/// is parsed and written once, however many there are.
+pub fn with_entries(
+    config_text: &str,
+    new: &[(&str, &str, &serde_json::Value)],
+    drop_plans: bool,
+) -> Result<String, Vec<Issue>> {
     let mut root = tree::parse(config_text).map_err(|e| {
         vec![Issue {
             path: String::new(),
@@ -114,29 +124,31 @@ pub fn with_entry(
     if drop_plans {
         entries.retain(|(k, _)| k.value != Value::Str("plans".to_owned()));
     }
-    let key = Value::Str(section.to_owned());
-    let pos = match entries.iter().position(|(k, _)| k.value == key) {
-        Some(i) => i,
-        None => {
-            entries.push((bare(key), bare(Value::Map(Vec::new()))));
-            entries.len() - 1
+    for (section, name, spec) in new {
+        let key = Value::Str((*section).to_owned());
+        let pos = match entries.iter().position(|(k, _)| k.value == key) {
+            Some(i) => i,
+            None => {
+                entries.push((bare(key), bare(Value::Map(Vec::new()))));
+                entries.len() - 1
+            }
+        };
+        let sect = &mut entries[pos].1;
+        if sect.value == Value::Null {
+            sect.value = Value::Map(Vec::new());
         }
-    };
-    let sect = &mut entries[pos].1;
-    if sect.value == Value::Null {
-        sect.value = Value::Map(Vec::new());
+        let Value::Map(items) = &mut sect.value else {
+            return Err(vec![Issue {
+                path: (*section).to_owned(),
+                message: format!("the base configuration's {section} is not a mapping"),
+                severity: Severity::Error,
+                line: None,
+            }]);
+        };
+        let name_key = Value::Str((*name).to_owned());
+        items.retain(|(k, _)| k.value != name_key);
+        items.push((bare(name_key), from_json(spec)));
     }
-    let Value::Map(items) = &mut sect.value else {
-        return Err(vec![Issue {
-            path: section.to_owned(),
-            message: format!("the base configuration's {section} is not a mapping"),
-            severity: Severity::Error,
-            line: None,
-        }]);
-    };
-    let name_key = Value::Str(name.to_owned());
-    items.retain(|(k, _)| k.value != name_key);
-    items.push((bare(name_key), from_json(spec)));
     let mut out = String::new();
     emit(&root, &mut out);
     Ok(out)

@@ -10,8 +10,8 @@ use async_trait::async_trait;
 use qfence_cluster::forward::CallOutcome;
 use qfence_cluster::routing::{self, Placement, Route};
 use qfence_cluster::state::{
-    Command as ClusterCommand, ControllerRecord, PlanStateDoc, PublishedStatus, Response,
-    SiteVerdict,
+    Command as ClusterCommand, ControllerRecord, ControllerTestRecord, PlanStateDoc,
+    PublishedStatus, Response, SiteVerdict,
 };
 use qfence_controllers::SecretStore;
 use qfence_controllers::registration::{self, Registration};
@@ -1089,12 +1089,22 @@ impl Backend for RuntimeBackend {
     }
 
     async fn controllers(&self) -> Result<Vec<ControllerView>, BackendError> {
+        let tests = self.inner.node.read(|s| s.controller_tests.clone());
         Ok(self
             .cfg()
             .config()
             .controllers
             .iter()
-            .map(|(id, c)| controller_view(id, c))
+            .map(|(id, c)| {
+                let mut v = controller_view(id, c);
+                if let Some(t) = tests.get(id) {
+                    // A record this build cannot read shows as untested rather than failing
+                    // the list.
+                    v.grades = serde_json::from_value(t.grades.clone()).unwrap_or_default();
+                    v.tested_at_ms = Some(t.at_unix_ms);
+                }
+                v
+            })
             .collect())
     }
 
@@ -1173,7 +1183,29 @@ impl Backend for RuntimeBackend {
             )
             .data(json!({"passed": report.passed(), "by": report.orchestrator, "route": how})),
         );
-        Ok(controller_test(name, &report, &how, Vec::new()))
+        let test = controller_test(name, &report, &how, Vec::new());
+        // The grades go to the replicated state, so every orchestrator lists them. Only the
+        // leader writes; a follower's test is answered but not kept.
+        if self.inner.node.leadership().await.is_ok() {
+            let record = ControllerTestRecord {
+                at_unix_ms: self.inner.clock.now().0,
+                by: report.orchestrator.clone(),
+                grades: serde_json::to_value(&test.grades)
+                    .map_err(|e| BackendError::Unavailable(e.to_string()))?,
+            };
+            let written = self
+                .inner
+                .node
+                .write(ClusterCommand::RecordControllerTest {
+                    controller: name.clone(),
+                    test: record,
+                })
+                .await;
+            if let Err(e) = written {
+                tracing::warn!(controller = %name, error = %e, "Could not record the controller's grades");
+            }
+        }
+        Ok(test)
     }
 
     async fn probe_controller(

@@ -161,43 +161,24 @@ impl EffectiveConfig {
         self.api_plans.contains(id)
     }
 
-    /// Builds the effective configuration: the file's text, each API controller added if it
-    /// validates against what is there so far, then each API plan likewise, then the whole
-    /// validated once more. Pure. An entry that does not validate is left out (with why in
-    /// `dropped`) rather than taking the file's plans down with it; the file takes any name
-    /// it shares with an API entry.
+    /// Builds the effective configuration: the file's text with every API entry added, all
+    /// validated at once by the file's loader. Pure. When the whole does not validate, the API
+    /// entries the errors name are left out (with why, in `dropped`) and the rest is validated
+    /// again, until it does: an entry that no longer validates (its controller left the file,
+    /// say) never takes the file's plans, or the other entries, down with it. The file keeps
+    /// any name it shares with an API entry. One validation when all is well, whatever the
+    /// number of entries.
     pub fn build(file: &ValidatedConfig, file_text: &str, entries: &ApiEntries) -> Self {
         let key = serde_json::to_string(entries).unwrap_or_default();
-        let mut text = file_text.to_owned();
         let mut dropped = Vec::new();
-        let mut api_controllers = BTreeSet::new();
-        let mut api_plans = BTreeSet::new();
-        let issues = |issues: &[qfence_model::config::Issue]| {
-            issues
-                .iter()
-                .filter(|i| i.is_error())
-                .map(|i| format!("{}: {}", i.path, i.message))
-                .collect::<Vec<_>>()
-                .join("; ")
-        };
+        let mut candidates: Vec<(&str, String, &serde_json::Value)> = Vec::new();
         for (id, spec) in &entries.controllers {
             if file.controller(id.as_str()).is_some() {
                 dropped.push(format!(
                     "controller {id} registered through the API is shadowed by the configuration file's"
                 ));
-                continue;
-            }
-            let added = plan_api::check_controller(&text, id.as_str(), spec)
-                .and_then(|_| plan_api::with_entry(&text, "controllers", id.as_str(), spec, false));
-            match added {
-                Ok(t) => {
-                    text = t;
-                    api_controllers.insert(id.clone());
-                }
-                Err(i) => dropped.push(format!(
-                    "controller {id} registered through the API no longer validates: {}",
-                    issues(&i)
-                )),
+            } else {
+                candidates.push(("controllers", id.to_string(), spec));
             }
         }
         for (id, spec) in &entries.plans {
@@ -205,46 +186,122 @@ impl EffectiveConfig {
                 dropped.push(format!(
                     "plan {id} created through the API is shadowed by the configuration file's"
                 ));
-                continue;
-            }
-            let added = plan_api::check_plan(&text, id.as_str(), spec)
-                .and_then(|_| plan_api::with_entry(&text, "plans", id.as_str(), spec, false));
-            match added {
-                Ok(t) => {
-                    text = t;
-                    api_plans.insert(id.clone());
-                }
-                Err(i) => dropped.push(format!(
-                    "plan {id} created through the API no longer validates: {}",
-                    issues(&i)
-                )),
+            } else {
+                candidates.push(("plans", id.to_string(), spec));
             }
         }
-        match load_str(&text, "the effective configuration") {
-            Ok(loaded) => Self {
-                config: loaded.config,
-                text,
-                api_plans,
-                api_controllers,
+        let file_only = |mut dropped: Vec<String>, why: String| {
+            dropped.push(why);
+            Self {
                 dropped,
-                key,
-            },
-            // Each entry validated on its own; a whole that does not is a bug, and the file's
-            // configuration is still good.
-            Err(i) => {
-                dropped.push(format!(
-                    "the API's plans and controllers together do not validate, so none is in \
-                     force: {}",
-                    issues(&i)
-                ));
-                Self {
-                    dropped,
-                    key,
-                    ..Self::file_only(file.clone(), file_text.to_owned())
+                key: key.clone(),
+                ..Self::file_only(file.clone(), file_text.to_owned())
+            }
+        };
+        // Each round leaves out at least one entry or ends.
+        loop {
+            let new: Vec<(&str, &str, &serde_json::Value)> = candidates
+                .iter()
+                .map(|(section, name, spec)| (*section, name.as_str(), *spec))
+                .collect();
+            let text = match plan_api::with_entries(file_text, &new, false) {
+                Ok(t) => t,
+                Err(i) => {
+                    return file_only(
+                        dropped,
+                        format!(
+                            "the API's plans and controllers could not be added to the \
+                             configuration file's, so none is in force: {}",
+                            describe(&i.iter().collect::<Vec<_>>())
+                        ),
+                    );
                 }
+            };
+            let issues = match load_str(&text, "the effective configuration") {
+                Ok(loaded) => {
+                    let names = |section: &str| {
+                        candidates
+                            .iter()
+                            .filter(|(s, _, _)| *s == section)
+                            .map(|(_, n, _)| n.clone())
+                            .collect::<Vec<_>>()
+                    };
+                    return Self {
+                        config: loaded.config,
+                        text,
+                        api_plans: names("plans")
+                            .into_iter()
+                            .filter_map(|n| PlanId::new(n).ok())
+                            .collect(),
+                        api_controllers: names("controllers")
+                            .into_iter()
+                            .filter_map(|n| ControllerId::new(n).ok())
+                            .collect(),
+                        dropped,
+                        key,
+                    };
+                }
+                Err(issues) => issues,
+            };
+            // Which entry each error is about: the longest name whose path it is under (names
+            // may hold dots: `plans.a.b.x` is about plan `a.b`, not `a`).
+            let mut blamed: Vec<(usize, Vec<&qfence_model::config::Issue>)> = Vec::new();
+            let mut unattributed = Vec::new();
+            for issue in issues.iter().filter(|i| i.is_error()) {
+                let owner = candidates
+                    .iter()
+                    .enumerate()
+                    .filter(|(_, (section, name, _))| {
+                        let prefix = format!("{section}.{name}");
+                        issue.path == prefix
+                            || issue.path.starts_with(&format!("{prefix}."))
+                            || issue.path.starts_with(&format!("{prefix}["))
+                    })
+                    .max_by_key(|(_, (_, name, _))| name.len())
+                    .map(|(i, _)| i);
+                match owner {
+                    Some(i) => match blamed.iter_mut().find(|(j, _)| *j == i) {
+                        Some((_, list)) => list.push(issue),
+                        None => blamed.push((i, vec![issue])),
+                    },
+                    None => unattributed.push(issue),
+                }
+            }
+            if blamed.is_empty() {
+                return file_only(
+                    dropped,
+                    format!(
+                        "the API's plans and controllers together do not validate, so none is \
+                         in force: {}",
+                        describe(&unattributed)
+                    ),
+                );
+            }
+            blamed.sort_by_key(|(i, _)| std::cmp::Reverse(*i));
+            for (i, why) in blamed {
+                let (section, name, _) = candidates.remove(i);
+                let what = if section == "plans" {
+                    format!("plan {name} created")
+                } else {
+                    format!("controller {name} registered")
+                };
+                dropped.push(format!(
+                    "{what} through the API no longer validates: {}",
+                    describe(&why)
+                ));
             }
         }
     }
+}
+
+/// Errors, one `path: message` each.
+fn describe(issues: &[&qfence_model::config::Issue]) -> String {
+    issues
+        .iter()
+        .filter(|i| i.is_error())
+        .map(|i| format!("{}: {}", i.path, i.message))
+        .collect::<Vec<_>>()
+        .join("; ")
 }
 
 /// The effective configuration in force, swapped whole when the replicated API entries change.
@@ -400,6 +457,41 @@ mod tests {
     }
 
     #[test]
+    fn a_bad_controller_takes_out_the_plans_binding_it_and_nothing_else() {
+        let mut bad = bmc_spec();
+        bad["password"] = json!("inline");
+        let entries = ApiEntries {
+            controllers: vec![
+                (ControllerId::new("bmc-bad").unwrap(), bad),
+                (ControllerId::new("bmc-x").unwrap(), bmc_spec()),
+            ],
+            plans: vec![
+                (PlanId::new("a").unwrap(), plan_spec("bmc-x")),
+                (PlanId::new("a.b").unwrap(), plan_spec("bmc-bad")),
+                (PlanId::new("c").unwrap(), plan_spec("bmc-dc1")),
+            ],
+        };
+        let e = EffectiveConfig::build(&file(), BASE, &entries);
+        assert!(e.controller("bmc-bad").is_none());
+        assert!(e.controller("bmc-x").is_some());
+        assert!(e.plan("a.b").is_none(), "it binds the bad controller");
+        assert!(
+            e.plan("a").is_some(),
+            "a dotted name is not blamed on its prefix"
+        );
+        assert!(e.plan("c").is_some() && e.plan("erp-db").is_some());
+        assert_eq!(e.dropped.len(), 2, "{:?}", e.dropped);
+        assert!(
+            e.dropped
+                .iter()
+                .any(|d| d.starts_with("controller bmc-bad"))
+        );
+        assert!(e.dropped.iter().any(|d| d.starts_with("plan a.b")));
+        let again = EffectiveConfig::build(&file(), BASE, &entries);
+        assert_eq!(again.dropped, e.dropped, "the same records build the same");
+    }
+
+    #[test]
     fn the_file_keeps_a_name_it_shares_with_an_api_entry() {
         let mut spec = plan_spec("bmc-dc1");
         spec["owner"] = json!("dc2");
@@ -411,6 +503,27 @@ mod tests {
         assert_eq!(e.plan("erp-db").unwrap().owner.as_str(), "dc1");
         assert!(!e.plan_is_api(&PlanId::new("erp-db").unwrap()));
         assert_eq!(e.dropped.len(), 2, "{:?}", e.dropped);
+    }
+
+    /// How long a rebuild takes with N plans from the API (docs/benchmarks.md). Reports,
+    /// asserts only that every plan made it:
+    /// `cargo test -p qfence-server --lib effective::tests::rebuild_cost -- --ignored --nocapture`
+    #[test]
+    #[ignore = "a measurement, not a check"]
+    fn rebuild_cost() {
+        for n in [1, 10, 50, 200] {
+            let entries = ApiEntries {
+                controllers: vec![(ControllerId::new("bmc-x").unwrap(), bmc_spec())],
+                plans: (0..n)
+                    .map(|i| (PlanId::new(format!("p{i}")).unwrap(), plan_spec("bmc-x")))
+                    .collect(),
+            };
+            let t = std::time::Instant::now();
+            let e = EffectiveConfig::build(&file(), BASE, &entries);
+            let took = t.elapsed();
+            assert_eq!(e.api_plans.len(), n, "{:?}", e.dropped);
+            eprintln!("{n} API plans: rebuilt in {took:?}");
+        }
     }
 
     #[test]

@@ -9,10 +9,14 @@ use std::time::Duration;
 use anyhow::Result;
 use axum::body::Body;
 use axum::http::{Method, Request, StatusCode, header};
-use qfence_core::{BindingKey, Observed};
+use qfence_cluster::state::{Command as ClusterCommand, PlanStateDoc, Response};
+use qfence_core::{
+    BindingKey, Millis, Observed, Phase, Stage, StoredPlanState, Transition, TransitionKind,
+};
 use qfence_model::PlanId;
 use qfence_server::events::EventKind;
 use qfence_server::runtime::RuntimeBackend;
+use qfence_server::runtime::engine::PLAN_STATE_SCHEMA;
 use qfence_server::{Access, ApiConfig, Metrics, TokenStore};
 use serde_json::{Value, json};
 use tower::ServiceExt;
@@ -364,6 +368,20 @@ async fn plans_and_controllers_are_created_changed_and_deleted_through_the_api()
         .await;
     assert_eq!(st, StatusCode::OK, "{test}");
     assert_eq!(test["reachable"], true, "{test}");
+    let (_, list) = api.get("/api/v1/controllers").await;
+    let listed = list
+        .as_array()
+        .and_then(|l| l.iter().find(|c| c["name"] == "bmc-dc2-api").cloned())
+        .expect("listed");
+    assert_eq!(
+        listed["grades"], test["grades"],
+        "the list shows the last test's grades"
+    );
+    assert!(listed["tested_at_ms"].is_u64(), "{listed}");
+    assert!(
+        !listed["grades"].as_array().is_some_and(Vec::is_empty),
+        "{listed}"
+    );
     let (st, found) = api.get("/api/v1/controllers/bmc-dc2-api/resources").await;
     assert_eq!(st, StatusCode::OK, "{found}");
     assert!(
@@ -616,8 +634,139 @@ async fn every_orchestrator_sees_api_plans_and_a_new_leader_decides_them() -> Re
     .await?;
     assert!(read.detail.contains("read by dc1-a"), "{}", read.detail);
 
+    phase("the leader tests it (run at dc1-a); the follower lists the grades");
+    let (st, test) = at_dc2
+        .post("/api/v1/controllers/pve-dc1-api/test", json!({}))
+        .await;
+    assert_eq!(st, StatusCode::OK, "{test}");
+    assert!(
+        test["message"]
+            .as_str()
+            .unwrap_or("")
+            .starts_with("Run by dc1-a"),
+        "{test}"
+    );
+    let listed = eventually(Duration::from_secs(10), "grades at dc1-a", || async {
+        let (_, list) = at_dc1.get("/api/v1/controllers").await;
+        list.as_array()?
+            .iter()
+            .find(|c| c["name"] == "pve-dc1-api" && c["tested_at_ms"].is_u64())
+            .cloned()
+    })
+    .await?;
+    assert_eq!(listed["grades"], test["grades"]);
+
     dc1.shutdown().await;
     dc2.shutdown().await;
+    sims.stop().await;
+    Ok(())
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_plan_in_transition_is_neither_changed_nor_deleted() -> Result<()> {
+    let sims = Sims::start().await?;
+    let o = Orchestrator::start(&sims.config_text(), true).await?;
+    let api = Http::over(&o);
+    let web = PlanId::new("web")?;
+    let (st, body) = api
+        .post(
+            "/api/v1/plans",
+            json!({"name": "web", "spec": spec("bmc-dc2")}),
+        )
+        .await;
+    assert_eq!(st, StatusCode::CREATED, "{body}");
+    let mut changed = spec("bmc-dc2");
+    changed["max_retries"] = json!(5);
+    let (st, body) = api
+        .call(
+            Method::PUT,
+            "/api/v1/plans/web/staged",
+            Some(json!({"spec": changed})),
+        )
+        .await;
+    assert_eq!(st, StatusCode::OK, "{body}");
+
+    phase("paused, then put in a halted switchover (written as the engine would)");
+    let (st, body) = api.post("/api/v1/plans/web/pause", json!({})).await;
+    assert_eq!(st, StatusCode::OK, "{body}");
+    let paused = eventually(Duration::from_secs(10), "web paused", || async {
+        o.engine.plan_state(&web).ok()?.filter(|s| s.paused)
+    })
+    .await?;
+    let mut next = paused.clone();
+    next.revision += 1;
+    next.phase = Phase::Transition(Transition {
+        kind: TransitionKind::Switchover {
+            by: "test".into(),
+            why: "held".into(),
+        },
+        from: lab::site("dc1"),
+        target: lab::site("dc2"),
+        started: Millis(0),
+        stage: Stage::Preflight,
+        after_verify: Stage::Readiness,
+        stage_started: Millis(0),
+        attempt: 0,
+        retry_at: None,
+        term: o.node.term(),
+        pending: Default::default(),
+        entered: false,
+        halted: Some("held by the test".into()),
+    });
+    let doc = PlanStateDoc::encode(
+        PLAN_STATE_SCHEMA,
+        next.generation,
+        &StoredPlanState::from(next.clone()),
+    )?;
+    let r = o
+        .node
+        .write(ClusterCommand::PlanStateCas {
+            plan: web.clone(),
+            expected_generation: paused.generation,
+            new_state: doc,
+        })
+        .await?;
+    assert_eq!(r, Response::Applied);
+
+    phase("apply and delete are refused while it runs, and change nothing");
+    let (st, body) = api
+        .post("/api/v1/plans/web/apply", json!({"expected_generation": 1}))
+        .await;
+    assert_eq!(
+        (st, body["code"].as_str()),
+        (StatusCode::CONFLICT, Some("refused")),
+        "{body}"
+    );
+    assert!(
+        body["message"].as_str().unwrap_or("").contains("under way"),
+        "{body}"
+    );
+    let (st, body) = api
+        .call(
+            Method::DELETE,
+            "/api/v1/plans/web?expected_generation=1",
+            None,
+        )
+        .await;
+    assert_eq!(
+        (st, body["code"].as_str()),
+        (StatusCode::CONFLICT, Some("refused")),
+        "{body}"
+    );
+    let state = o.engine.plan_state(&web)?.expect("web is still there");
+    assert_eq!(state.generation.0, 1);
+    assert!(state.transition().is_some());
+    let (_, view) = api.get("/api/v1/plans/web").await;
+    assert_eq!(
+        view["staged"]["spec"]["max_retries"], 5,
+        "the staged change waits"
+    );
+    assert_eq!(
+        o.engine.config().plan("web").map(|p| p.max_retries),
+        Some(2)
+    );
+
+    o.shutdown().await;
     sims.stop().await;
     Ok(())
 }
