@@ -984,7 +984,24 @@ async fn step(
             .register_controller(&session.caller, checked)
             .await
         {
-            Ok(v) => Redirect::to(&format!("/controllers?registered={}", v.name)).into_response(),
+            Ok(v) => {
+                // Registering records the controller, not the grades the user just saw: test
+                // it once as registered (read-only, like step 4) so the list shows its grades.
+                // A test that fails or hangs leaves the list saying "not tested".
+                if let Ok(id) = ControllerId::new(v.name.as_str()) {
+                    let t = s.backend.test_controller(&session.caller, &id);
+                    match tokio::time::timeout(std::time::Duration::from_secs(15), t).await {
+                        Ok(Ok(_)) => {}
+                        Ok(Err(e)) => {
+                            tracing::warn!(controller = %v.name, error = %e, "The first test of a registered controller failed");
+                        }
+                        Err(_) => {
+                            tracing::warn!(controller = %v.name, "The first test of a registered controller did not finish in 15 s");
+                        }
+                    }
+                }
+                Redirect::to(&format!("/controllers?registered={}", v.name)).into_response()
+            }
             Err(e) => {
                 let mut issues = FieldIssues::default();
                 let status = status_of(&e);

@@ -83,6 +83,16 @@ async fn registration_on_a_real_orchestrator_shows_the_bmcs_certificate_and_grad
     b.click("#register").await?;
     b.wait_for_text("#registered", "bmc-dc1-mgmt").await?;
     b.wait_for("tr[data-controller='bmc-dc1-mgmt']").await?;
+    let row = b
+        .wait_for("tr[data-controller='bmc-dc1-mgmt']")
+        .await?
+        .text()
+        .await?;
+    ensure!(
+        row.contains("power.off proven"),
+        "graded once registered: {row}"
+    );
+    b.screenshot("5-registered").await?;
     {
         use qfence_server::Backend;
         let source = backend.config_source().await?;
@@ -102,7 +112,7 @@ async fn registration_on_a_real_orchestrator_shows_the_bmcs_certificate_and_grad
         .text()
         .await?;
     ensure!(graded == "proven", "bmc-dc1's power.off graded {graded}");
-    b.screenshot("5-test").await?;
+    b.screenshot("6-test").await?;
     b.quit().await?;
     o.shutdown().await;
     sims.stop().await;

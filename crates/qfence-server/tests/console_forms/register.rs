@@ -263,6 +263,12 @@ async fn the_four_steps_end_in_a_registered_controller_with_its_pin() {
     let list = c.get(done.location(), ADMIN).await;
     assert!(list.body.contains("id=\"registered\""));
     assert!(list.body.contains("data-controller=\"bmc-dc3\""));
+    let row = &list.body[list.body.find("data-controller=\"bmc-dc3\"").unwrap()..];
+    let row = &row[..row.find("</tr>").unwrap()];
+    assert!(
+        row.contains("power.off") && !row.contains("never"),
+        "tested once registered: {row}"
+    );
     use qfence_server::Backend;
     let base = c.backend.config_source().await.unwrap();
     assert!(
