@@ -395,6 +395,12 @@ impl ClusterNode {
         Ok(())
     }
 
+    /// Whether this node belongs to a cluster already (it was initialised, or joined one and
+    /// received its membership).
+    pub async fn is_initialized(&self) -> Result<bool, ClusterError> {
+        self.inner.raft.is_initialized().await.map_err(raft_err)
+    }
+
     /// Joins the cluster through any member at `seed` (`host:port`).
     pub async fn join(&self, seed: &str) -> Result<(), ClusterError> {
         let request = JoinRequest {

@@ -147,6 +147,86 @@ impl CertificateAuthority {
     }
 }
 
+/// What a new orchestrator needs to join: the cluster's name, who it is for, and its TLS
+/// material (the cluster CA, its certificate and its private key), issued by the node that
+/// holds the CA (`qfence serve --init` writes one per other orchestrator of the configuration).
+///
+/// It is a secret: it holds a private key. It travels as one line of text, `qfence-join-v1.`
+/// then URL-safe base64 of JSON, so it fits a file, an environment variable or a secret store;
+/// it never crosses the network in qfence itself (the joining node presents the certificate
+/// it carries on the cluster's mutual TLS, exactly as with `qfence cluster issue` + `join`).
+#[derive(Clone, serde::Serialize, serde::Deserialize)]
+pub struct JoinToken {
+    pub cluster: String,
+    /// The orchestrator it was issued for: only that one may use it.
+    pub name: String,
+    pub ca_pem: String,
+    pub cert_pem: String,
+    pub key_pem: String,
+}
+
+impl fmt::Debug for JoinToken {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("JoinToken")
+            .field("cluster", &self.cluster)
+            .field("name", &self.name)
+            .finish_non_exhaustive()
+    }
+}
+
+const JOIN_TOKEN_PREFIX: &str = "qfence-join-v1.";
+
+impl JoinToken {
+    /// Issues a token for orchestrator `name`, its certificate naming `hosts` too.
+    pub fn issue(
+        ca: &CertificateAuthority,
+        name: &str,
+        hosts: &[String],
+    ) -> Result<Self, ClusterError> {
+        let tls = ca.issue(name, hosts)?;
+        Ok(Self {
+            cluster: ca.cluster.clone(),
+            name: name.to_owned(),
+            ca_pem: tls.ca_pem,
+            cert_pem: tls.cert_pem,
+            key_pem: tls.key_pem,
+        })
+    }
+
+    /// The one-line form.
+    pub fn encode(&self) -> String {
+        use base64::Engine as _;
+        let json = serde_json::to_vec(self).expect("a join token serialises");
+        format!(
+            "{JOIN_TOKEN_PREFIX}{}",
+            base64::engine::general_purpose::URL_SAFE_NO_PAD.encode(json)
+        )
+    }
+
+    /// Reads the one-line form (surrounding white space ignored).
+    pub fn decode(text: &str) -> Result<Self, ClusterError> {
+        use base64::Engine as _;
+        let bad = |why: String| ClusterError::Tls(format!("not a qfence join token: {why}"));
+        let body = text
+            .trim()
+            .strip_prefix(JOIN_TOKEN_PREFIX)
+            .ok_or_else(|| bad(format!("it does not start with {JOIN_TOKEN_PREFIX:?}")))?;
+        let json = base64::engine::general_purpose::URL_SAFE_NO_PAD
+            .decode(body)
+            .map_err(|e| bad(e.to_string()))?;
+        serde_json::from_slice(&json).map_err(|e| bad(e.to_string()))
+    }
+
+    /// The TLS material it carries.
+    pub fn tls(&self) -> NodeTls {
+        NodeTls {
+            ca_pem: self.ca_pem.clone(),
+            cert_pem: self.cert_pem.clone(),
+            key_pem: self.key_pem.clone(),
+        }
+    }
+}
+
 /// One orchestrator's TLS material: the cluster CA, its certificate and its private key.
 #[derive(Clone)]
 pub struct NodeTls {
@@ -387,5 +467,39 @@ impl axum::serve::Listener for TlsListener {
 
     fn local_addr(&self) -> std::io::Result<Self::Addr> {
         Ok(self.local)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_join_token_reads_back_and_carries_a_certificate_from_the_cluster_ca() {
+        let ca = CertificateAuthority::generate("lab").unwrap();
+        let token = JoinToken::issue(&ca, "dc2-a", &["10.2.0.10".into()]).unwrap();
+        let line = token.encode();
+        assert!(line.starts_with("qfence-join-v1."), "{line}");
+        assert!(!line.contains('\n') && !line.contains(' '));
+        let back = JoinToken::decode(&format!("  {line}\n")).unwrap();
+        assert_eq!(
+            (back.cluster.as_str(), back.name.as_str()),
+            ("lab", "dc2-a")
+        );
+        assert_eq!(back.ca_pem, ca.cert_pem());
+        // The material is usable as is: it builds the mutual-TLS configurations.
+        back.tls().server_config().unwrap();
+        back.tls().client_config().unwrap();
+        // The key never shows in debug output.
+        assert!(!format!("{back:?}").contains("PRIVATE KEY"));
+        for bad in [
+            "",
+            "qfence-join-v1.",
+            "qfence-join-v2.abc",
+            "qfence-join-v1.!!!",
+        ] {
+            let e = JoinToken::decode(bad).unwrap_err().to_string();
+            assert!(e.contains("not a qfence join token"), "{bad:?}: {e}");
+        }
     }
 }

@@ -332,6 +332,10 @@ impl Cx<'_, '_> {
                         Some(format!("{to} already owns it"))
                     } else if !self.plan.instances.contains_key(&to) {
                         Some(format!("{to} is not a site of this plan"))
+                    } else if self.state.in_maintenance(&to) {
+                        Some(format!(
+                            "{to} is in maintenance: take it out of maintenance first"
+                        ))
                     } else {
                         None
                     };
@@ -406,6 +410,7 @@ impl Cx<'_, '_> {
             paused: self.state.paused,
             sites: verdicts,
             ready,
+            maintenance: self.state.maintenance.clone(),
         });
     }
 
@@ -556,6 +561,23 @@ impl Cx<'_, '_> {
                 order.push(s.clone());
             }
         }
+        // A site in maintenance is never a target; it is not even asked for its readiness.
+        let (maintenance, order): (Vec<SiteId>, Vec<SiteId>) = order.into_iter().partition(|s| {
+            self.state.in_maintenance(s)
+                && self.rules.mutation != rules::Mutation::MaintenanceIgnored
+        });
+        let in_maintenance = || {
+            let names: Vec<&str> = maintenance.iter().map(SiteId::as_str).collect();
+            let verb = if names.len() == 1 { "is" } else { "are" };
+            format!("{} {verb} in maintenance", names.join(", "))
+        };
+        if order.is_empty() {
+            return Err(if maintenance.is_empty() {
+                "no site to fail over to".to_owned()
+            } else {
+                format!("no site to fail over to: {}", in_maintenance())
+            });
+        }
         let mut why = Vec::new();
         for site in order {
             let keys = rules::keys(self.plan, &site, Role::Readiness);
@@ -588,7 +610,12 @@ impl Cx<'_, '_> {
                 return Ok(site);
             }
         }
-        Err(format!("no site is ready ({})", why.join(", ")))
+        let mut why = format!("no site is ready ({})", why.join(", "));
+        if !maintenance.is_empty() {
+            why.push_str(", and ");
+            why.push_str(&in_maintenance());
+        }
+        Err(why)
     }
 
     fn start_transition(&mut self, kind: TransitionKind, target: SiteId) {
@@ -695,7 +722,15 @@ impl Cx<'_, '_> {
                 }
             }
             let judged = !checking && !never_read;
-            if v.verdict != Verdict::Fenced && judged && !self.state.alarmed.contains(&site) {
+            // A site in maintenance is checked and shown, but an operator is at work there:
+            // its state raises no alarm (it can never be promoted meanwhile, and the owner's
+            // shield still goes up).
+            let quiet = self.state.in_maintenance(&site);
+            if v.verdict != Verdict::Fenced
+                && judged
+                && !quiet
+                && !self.state.alarmed.contains(&site)
+            {
                 self.change().alarmed.insert(site.clone());
                 self.issue(Action::Alarm {
                     site: Some(site.clone()),

@@ -27,6 +27,9 @@ pub enum CoreError {
     },
     #[error("plan {plan:?} has no binding {binding}")]
     UnknownBinding { plan: String, binding: String },
+    /// Why a site may not go into maintenance now, in one sentence.
+    #[error("{0}")]
+    MaintenanceRefused(String),
     #[error("site {site:?} already owns plan {plan:?}: choose another site")]
     AlreadyOwner { plan: String, site: String },
 }

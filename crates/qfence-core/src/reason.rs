@@ -2,6 +2,8 @@
 //! and they all speak alike: "no action: erp-db owned by dc1 at generation 7; dc2 fenced
 //! (power.off FENCED at 14:02:07)".
 
+use std::collections::BTreeSet;
+
 use qfence_model::{Generation, PlanId, SiteId, Term, Verdict};
 
 use crate::rules::{Basis, SiteVerdict};
@@ -58,6 +60,8 @@ pub(crate) enum Note {
         sites: Vec<SiteVerdict>,
         /// The readiness watch's summary of each other site that has readiness bindings.
         ready: Vec<(SiteId, String)>,
+        /// Sites in maintenance.
+        maintenance: BTreeSet<SiteId>,
     },
     CheckingHealth {
         n: usize,
@@ -258,6 +262,7 @@ fn render(plan: &PlanId, n: &Note) -> String {
             paused,
             sites,
             ready,
+            maintenance,
         } => {
             let mut s = format!("{plan} owned by {owner} at generation {generation}");
             if *paused {
@@ -265,7 +270,16 @@ fn render(plan: &PlanId, n: &Note) -> String {
             }
             for v in sites {
                 s.push_str("; ");
-                s.push_str(&site_summary(v));
+                let summary = site_summary(v);
+                if maintenance.contains(&v.site) {
+                    // "dc2 in maintenance, not fenced (...)": shown, raising nothing.
+                    let rest = summary
+                        .strip_prefix(v.site.as_str())
+                        .map_or(summary.as_str(), str::trim_start);
+                    s.push_str(&format!("{} in maintenance, {rest}", v.site));
+                } else {
+                    s.push_str(&summary);
+                }
                 if let Some((_, r)) = ready.iter().find(|(site, _)| *site == v.site) {
                     s.push_str(", ");
                     s.push_str(r);

@@ -21,6 +21,8 @@ pub enum Mutation {
     None,
     /// Treat an UNKNOWN reading (unreachable, timed out, stale) as FENCED.
     UnknownIsFenced,
+    /// Forget which sites are in maintenance when choosing a failover target.
+    MaintenanceIgnored,
 }
 
 /// The rules `decide` applies. [`Rules::default`] is the only one production uses.

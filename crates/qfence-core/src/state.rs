@@ -68,6 +68,12 @@ pub struct PlanState {
     pub alarmed: BTreeSet<SiteId>,
     /// Operators' requests, oldest first, not yet acted on.
     pub intents: Vec<Intent>,
+    /// Sites an operator put in maintenance (like a Pacemaker standby node or a Proxmox HA
+    /// node in maintenance): never chosen as a failover or switchover target; their checks
+    /// run and are shown but raise no alarm. Never the owner, nor the target of the move
+    /// under way. Absent from states written before it existed: none.
+    #[serde(default)]
+    pub maintenance: BTreeSet<SiteId>,
 }
 
 impl PlanState {
@@ -87,7 +93,61 @@ impl PlanState {
             dead_man_armed: BTreeSet::new(),
             alarmed: BTreeSet::new(),
             intents: Vec::new(),
+            maintenance: BTreeSet::new(),
         }
+    }
+
+    /// Whether `site` is in maintenance.
+    pub fn in_maintenance(&self, site: &SiteId) -> bool {
+        self.maintenance.contains(site)
+    }
+
+    /// This state with `site` taken in (`on`) or out of maintenance, or why not: the owner
+    /// cannot go into maintenance (switch over first), nor the target of the move under way
+    /// (abort it first). Taking a site out, or asking for what already holds, is always
+    /// accepted. The revision is left to the write.
+    pub fn with_maintenance(
+        &self,
+        plan: &PlanConfig,
+        plan_name: &str,
+        site: &SiteId,
+        on: bool,
+    ) -> Result<PlanState, CoreError> {
+        if !plan.instances.contains_key(site) {
+            return Err(CoreError::UnknownSite {
+                plan: plan_name.to_owned(),
+                site: site.to_string(),
+                sites: plan
+                    .sites()
+                    .map(SiteId::as_str)
+                    .collect::<Vec<_>>()
+                    .join(", "),
+            });
+        }
+        let mut next = self.clone();
+        if !on {
+            next.maintenance.remove(site);
+            return Ok(next);
+        }
+        if self.maintenance.contains(site) {
+            return Ok(next);
+        }
+        if *site == self.owner {
+            return Err(CoreError::MaintenanceRefused(format!(
+                "{site} owns {plan_name}: switch over to another site before putting it in \
+                 maintenance"
+            )));
+        }
+        if let Some(t) = self.transition()
+            && t.target == *site
+        {
+            return Err(CoreError::MaintenanceRefused(format!(
+                "{site} is the target of {plan_name}'s move under way: abort it or let it \
+                 finish before putting {site} in maintenance"
+            )));
+        }
+        next.maintenance.insert(site.clone());
+        Ok(next)
     }
 
     /// The transition under way, if any.

@@ -1494,3 +1494,257 @@ fn a_late_orchestrator_does_not_read_a_healthy_owner_as_lost() {
         k => panic!("{k:?}"),
     }
 }
+
+// ----- site maintenance -----
+
+fn put_in_maintenance(b: &mut Bench, s: &str) {
+    let name = b.plan.as_str().to_owned();
+    let next = b
+        .state
+        .with_maintenance(b.plan(), &name, &site(s), true)
+        .expect("accepted");
+    b.state = next;
+}
+
+#[test]
+fn the_owner_and_the_target_of_a_move_cannot_go_into_maintenance() {
+    let mut b = Bench::lab();
+    let plan = b.plan().clone();
+    assert_eq!(
+        b.state
+            .with_maintenance(&plan, "erp-db", &site("dc1"), true)
+            .unwrap_err()
+            .to_string(),
+        "dc1 owns erp-db: switch over to another site before putting it in maintenance"
+    );
+    assert_eq!(
+        b.state
+            .with_maintenance(&plan, "erp-db", &site("dc7"), true)
+            .unwrap_err(),
+        CoreError::UnknownSite {
+            plan: "erp-db".into(),
+            site: "dc7".into(),
+            sites: "dc1, dc2".into()
+        }
+    );
+    // Taking the owner "out" is harmless: nothing changes.
+    assert_eq!(
+        b.state
+            .with_maintenance(&plan, "erp-db", &site("dc1"), false)
+            .unwrap(),
+        b.state
+    );
+    b.intent(IntentKind::Failover { to: site("dc2") });
+    b.step();
+    assert_eq!(b.stage(), Some(Stage::Fences));
+    assert_eq!(
+        b.state
+            .with_maintenance(&plan, "erp-db", &site("dc2"), true)
+            .unwrap_err()
+            .to_string(),
+        "dc2 is the target of erp-db's move under way: abort it or let it finish before \
+         putting dc2 in maintenance"
+    );
+    // Once the move is done the old owner, now a standby, may go into maintenance.
+    walk(&mut b, 12);
+    assert_eq!(b.state.owner, site("dc2"));
+    assert_eq!(b.state.phase, Phase::Steady);
+    let next = b
+        .state
+        .with_maintenance(&plan, "erp-db", &site("dc1"), true)
+        .unwrap();
+    assert!(next.in_maintenance(&site("dc1")));
+    assert_eq!(
+        next.with_maintenance(&plan, "erp-db", &site("dc1"), false)
+            .unwrap()
+            .maintenance,
+        Default::default()
+    );
+}
+
+#[test]
+fn a_site_in_maintenance_is_checked_and_shown_but_raises_no_alarm() {
+    let mut b = Bench::lab();
+    put_in_maintenance(&mut b, "dc2");
+    // The same checks as ever: dc1's health, dc2's fences and readiness.
+    let d = b.step();
+    assert_eq!(
+        acts(&d),
+        vec![
+            check("dc1", 3),
+            check("dc2", 0),
+            check("dc2", 1),
+            check("dc2", 2)
+        ]
+    );
+    let d = b.step();
+    assert_eq!(
+        d.reason,
+        "no action: erp-db owned by dc1 at generation 1; dc2 in maintenance, fenced \
+         (power.off FENCED at 14:02:01), ready (replication.lag at 14:02:01)"
+    );
+    // An operator at work powers dc2 on: shown, but no alarm.
+    b.world.insert(k("dc2", 0), Observed::NotHeld);
+    b.tick(8);
+    b.step();
+    let d = b.step();
+    assert_eq!(acts(&d), vec![]);
+    assert_eq!(
+        d.reason,
+        "no action: erp-db owned by dc1 at generation 1; dc2 in maintenance, not fenced \
+         (power.off FAILED at 14:02:11), ready (replication.lag at 14:02:11)"
+    );
+    assert!(b.state.alarmed.is_empty());
+    // Out of maintenance, the same reading raises the alarm at once.
+    b.state.maintenance.clear();
+    let d = b.step();
+    assert_eq!(
+        acts(&d),
+        vec![Action::Alarm {
+            site: Some(site("dc2")),
+            detail: "dc2 not fenced (power.off FAILED at 14:02:11)".into()
+        }]
+    );
+}
+
+#[test]
+fn a_switchover_or_failover_to_a_site_in_maintenance_is_refused_and_touches_nothing() {
+    let mut b = Bench::lab();
+    b.step();
+    put_in_maintenance(&mut b, "dc2");
+    b.intent(IntentKind::Switchover { to: site("dc2") });
+    let d = b.step();
+    assert_eq!(acts(&d), vec![]);
+    assert_eq!(
+        d.reason,
+        "refused alice's switchover to dc2 for erp-db: dc2 is in maintenance: take it out of \
+         maintenance first; erp-db owned by dc1 at generation 1; dc2 in maintenance, fenced \
+         (power.off FENCED at 14:02:01), ready (replication.lag at 14:02:01)"
+    );
+    assert_eq!(b.state.phase, Phase::Steady);
+    assert!(b.state.intents.is_empty());
+    b.intent(IntentKind::Failover { to: site("dc2") });
+    let d = b.step();
+    assert!(
+        d.reason.starts_with(
+            "refused alice's failover to dc2 for erp-db: dc2 is in maintenance: take it out \
+             of maintenance first; "
+        ),
+        "{}",
+        d.reason
+    );
+    assert_eq!(b.state.phase, Phase::Steady);
+    // Out of maintenance, the same request goes through.
+    b.state.maintenance.clear();
+    b.intent(IntentKind::Switchover { to: site("dc2") });
+    b.step();
+    assert_eq!(b.stage(), Some(Stage::Preflight));
+}
+
+#[test]
+fn an_automatic_failover_with_the_only_other_site_in_maintenance_does_nothing_and_says_why() {
+    let mut b = Bench::lab();
+    put_in_maintenance(&mut b, "dc2");
+    b.world.insert(k("dc1", 3), Observed::NotHeld);
+    let mut all = Vec::new();
+    let mut last = String::new();
+    for _ in 0..90 {
+        let d = b.step();
+        all.extend(acts(&d));
+        last = d.reason;
+    }
+    assert_eq!(b.state.phase, Phase::Steady);
+    // Nothing is fenced, nothing promoted, no alarm.
+    assert!(
+        !all.iter().any(|a| matches!(
+            a,
+            Action::Fence { .. } | Action::Switchover { .. } | Action::Alarm { .. }
+        )),
+        "{all:?}"
+    );
+    assert!(
+        last.starts_with("no action: erp-db should fail over (vm.status unhealthy at "),
+        "{last}"
+    );
+    assert!(
+        last.contains(") but no site to fail over to: dc2 is in maintenance; "),
+        "{last}"
+    );
+}
+
+#[test]
+fn an_automatic_failover_picks_the_next_site_when_the_first_is_in_maintenance() {
+    // dc3 comes first by priority, is ready, and is in maintenance: dc2 is chosen.
+    let mut b = Bench::new("erp-db", fixtures::erp_plan_three(&["dc3", "dc2"]));
+    put_in_maintenance(&mut b, "dc3");
+    b.world.insert(k("dc1", 3), Observed::NotHeld);
+    let mut started = None;
+    for _ in 0..80 {
+        let d = b.step();
+        if b.state.transition().is_some() {
+            started = Some(d);
+            break;
+        }
+    }
+    let d = started.expect("a failover");
+    assert_eq!(b.state.transition().unwrap().target, site("dc2"));
+    assert!(
+        d.reason
+            .contains("failing erp-db over from dc1 to dc2: vm.status unhealthy at"),
+        "{}",
+        d.reason
+    );
+    // A site in maintenance is still fenced and read back like every site given up.
+    let steps = walk(&mut b, 1);
+    assert_eq!(
+        steps[0],
+        vec![
+            check("dc1", 0),
+            check("dc1", 1),
+            check("dc3", 0),
+            check("dc3", 1)
+        ]
+    );
+    walk(&mut b, 10);
+    assert_eq!(b.state.owner, site("dc2"));
+    assert!(b.state.in_maintenance(&site("dc3")));
+    // Not ready at dc2, dc3 in maintenance: both named.
+    let mut b = Bench::new("erp-db", fixtures::erp_plan_three(&["dc3", "dc2"]));
+    put_in_maintenance(&mut b, "dc3");
+    b.world.insert(k("dc1", 3), Observed::NotHeld);
+    b.world.insert(k("dc2", 2), Observed::NotHeld);
+    let mut last = String::new();
+    for _ in 0..80 {
+        last = b.step().reason;
+    }
+    assert_eq!(b.state.phase, Phase::Steady);
+    assert!(
+        last.contains(
+            "but no site is ready (dc2: replication.lag NOT READY), and dc3 is in maintenance"
+        ),
+        "{last}"
+    );
+}
+
+#[test]
+fn a_plan_state_written_before_maintenance_existed_reads_back_with_no_site_in_it() {
+    // A document as a leader without the field wrote it.
+    let old = r#"{"v":"1","owner":"dc2","generation":4,"owner_since":1699970520000,
+        "revision":17,"phase":{"phase":"steady"},"paused":false,
+        "health":{"bad_since":null,"recoveries":0,"last_recovery":null,"alarmed":false},
+        "evidence":[],"renewals_stopped":{},"dead_man_armed":["dc2"],"alarmed":[],
+        "intents":[]}"#;
+    let s = serde_json::from_str::<StoredPlanState>(old)
+        .unwrap()
+        .into_current();
+    assert_eq!(s.owner, site("dc2"));
+    assert_eq!((s.generation, s.revision), (Generation(4), 17));
+    assert!(s.maintenance.is_empty());
+    // Written again, the field is there and reads back.
+    let mut s2 = s.clone();
+    s2.maintenance.insert(site("dc1"));
+    let json = serde_json::to_value(StoredPlanState::from(s2.clone())).unwrap();
+    assert_eq!(json["maintenance"], serde_json::json!(["dc1"]));
+    let back: StoredPlanState = serde_json::from_value(json).unwrap();
+    assert_eq!(back.into_current(), s2);
+}

@@ -53,3 +53,26 @@ fn the_real_rules_pass_the_same_schedules() {
         }
     }
 }
+
+#[test]
+fn a_failover_target_chosen_without_regard_to_maintenance_is_caught_by_the_simulation() {
+    let planted = Rules {
+        mutation: Mutation::MaintenanceIgnored,
+    };
+    let caught = (0..2000u64).find_map(|i| {
+        sim::run_schedule(
+            0x1F00_0000 + i,
+            planted,
+            &[sim::Invariant::MaintenanceNeverOwns],
+            sim::STEPS,
+            false,
+        )
+        .err()
+    });
+    let v = caught.expect("2000 schedules choosing sites in maintenance broke no invariant");
+    eprintln!(
+        "caught: {}",
+        sim::report(&v).lines().next().unwrap_or_default()
+    );
+    assert_eq!(v.invariant, sim::Invariant::MaintenanceNeverOwns);
+}

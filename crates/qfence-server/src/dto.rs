@@ -181,6 +181,9 @@ pub struct PlanView {
     /// (created through the API, managed here).
     #[serde(default)]
     pub source: PlanSource,
+    /// The sites in maintenance: never failed or switched over to, checked without alarms.
+    #[serde(default)]
+    pub maintenance: Vec<String>,
 }
 
 /// Where a plan comes from.

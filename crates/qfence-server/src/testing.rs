@@ -309,6 +309,11 @@ fn view(name: &PlanId, p: &Plan) -> PlanView {
         staged: p.staged.clone(),
         // Every plan of the double is managed through the API, erp-db included.
         source: PlanSource::Api,
+        maintenance: p
+            .maintenance
+            .iter()
+            .map(|s| s.as_str().to_owned())
+            .collect(),
     }
 }
 
@@ -1289,9 +1294,7 @@ impl Backend for MemoryBackend {
         } else {
             p.maintenance.remove(site)
         };
-        if changed {
-            p.generation += 1;
-        }
+        // As in the daemon: no owner changes, so the generation stays.
         let g = p.generation;
         if changed {
             self.record(

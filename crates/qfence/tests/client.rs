@@ -1015,3 +1015,138 @@ async fn a_follow_that_sees_no_end_times_out_with_exit_1_and_says_the_operation_
     // The operation itself was accepted and goes on.
     assert_eq!(s.backend.phase("erp-db"), "switchover");
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn plan_maintenance_takes_a_site_in_and_out_and_refuses_the_owner() {
+    let s = Server::start().await;
+
+    phase("the owner cannot go into maintenance: refused, exit 1, the reason given");
+    let out = s
+        .run(&[
+            "plan",
+            "maintenance",
+            "erp-db",
+            "dc1",
+            "on",
+            "--generation",
+            "1",
+        ])
+        .await;
+    assert_eq!(out.code, Some(1), "{out:#?}");
+    assert!(
+        out.stderr.contains("dc1 owns plan erp-db: switch over"),
+        "{}",
+        out.stderr
+    );
+    assert!(out.stderr.contains("(refused, HTTP 409)"), "{}", out.stderr);
+
+    phase("dc2 in maintenance: accepted, shown by status and plan show");
+    let out = s
+        .run(&[
+            "plan",
+            "maintenance",
+            "erp-db",
+            "dc2",
+            "on",
+            "--generation",
+            "1",
+            "--reason",
+            "replacing a disk",
+        ])
+        .await;
+    assert!(
+        out.ok()
+            .stdout
+            .starts_with("maintenance erp-db: generation "),
+        "{}",
+        out.stdout
+    );
+    let v = s.run(&["--format", "json", "status"]).await.ok().json();
+    let dc2 = v["plans"][0]["sites"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|x| x["site"] == "dc2")
+        .unwrap()
+        .clone();
+    assert_eq!(dc2["maintenance"], true);
+    let generation = v["plans"][0]["generation"].as_u64().unwrap().to_string();
+    let out = s.run(&["status"]).await;
+    assert!(out.ok().stdout.contains("(maintenance)"), "{}", out.stdout);
+    let v = s
+        .run(&["plan", "show", "erp-db", "--format", "json"])
+        .await
+        .ok()
+        .json();
+    assert_eq!(v["plan"]["maintenance"], serde_json::json!(["dc2"]));
+
+    phase("a switchover to it is refused");
+    let out = s
+        .run(&[
+            "plan",
+            "switchover",
+            "erp-db",
+            "--to",
+            "dc2",
+            "--generation",
+            &generation,
+        ])
+        .await;
+    assert_eq!(out.code, Some(1), "{out:#?}");
+    assert!(out.stderr.contains("in maintenance"), "{}", out.stderr);
+
+    phase("a stale generation is refused; out of maintenance with the current one");
+    let out = s
+        .run(&[
+            "plan",
+            "maintenance",
+            "erp-db",
+            "dc2",
+            "off",
+            "--generation",
+            "99",
+        ])
+        .await;
+    assert_eq!(out.code, Some(1), "{out:#?}");
+    assert!(
+        out.stderr.contains("(stale_generation, HTTP 409)"),
+        "{}",
+        out.stderr
+    );
+    let v = s
+        .run(&[
+            "plan",
+            "maintenance",
+            "erp-db",
+            "dc2",
+            "off",
+            "--generation",
+            &generation,
+            "--format",
+            "json",
+        ])
+        .await
+        .ok()
+        .json();
+    assert_eq!(v["operation"], "maintenance");
+    let v = s
+        .run(&["plan", "show", "erp-db", "--format", "json"])
+        .await
+        .ok()
+        .json();
+    assert_eq!(v["plan"]["maintenance"], serde_json::json!([]));
+
+    phase("on|off only");
+    let out = s
+        .run(&[
+            "plan",
+            "maintenance",
+            "erp-db",
+            "dc2",
+            "maybe",
+            "--generation",
+            "1",
+        ])
+        .await;
+    assert_eq!(out.code, Some(2), "{out:#?}");
+}

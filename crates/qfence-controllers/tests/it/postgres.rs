@@ -9,7 +9,7 @@ use std::path::PathBuf;
 use std::process::Command;
 use std::time::Duration;
 
-use crate::emulators::{free_port, tools_dir as emulators};
+use crate::emulators::{Emulator, Starter, free_port};
 
 use qfence_controllers::postgres::{self, PostgresDriver};
 use qfence_controllers::{CallContext, Driver, ErrorKind, Target};
@@ -17,15 +17,11 @@ use qfence_model::config::{ControllerConfig, ControllerKind, TlsTrust};
 use qfence_model::{ControllerId, Grade, OrchestratorId, SiteId, Verdict};
 use secrecy::SecretString;
 
-fn skip() -> bool {
-    std::env::var("QFENCE_SKIP_EMULATORS").is_ok_and(|v| v == "1")
-}
-
 /// A primary and a streaming replica; stopped when dropped.
 struct Pair {
     /// The CA of the servers' certificate, with `PG_SSL=1`.
     cacert: PathBuf,
-    _run: RunDir,
+    emu: Emulator,
     primary: u16,
     replica: u16,
 }
@@ -37,71 +33,21 @@ impl Pair {
 
     /// Starts a pair with extra settings of the start script (`PG_SSL=1`).
     fn start_with(env: &[(&str, &str)]) -> Option<Pair> {
-        let script = emulators().join("start-pg-pair.sh");
-        if !script.exists() {
-            assert!(
-                skip(),
-                "{} is missing; set QFENCE_SKIP_EMULATORS=1 to skip",
-                script.display()
-            );
-            return None;
+        // A short run dir ("qpg"): the Unix socket path must stay under 108 bytes.
+        let mut starter = Starter::new("start-pg-pair.sh")
+            .prefix("qpg")
+            .tcp_port("PG_PRIMARY_PORT")
+            .tcp_port("PG_REPLICA_PORT");
+        for (k, v) in env {
+            starter = starter.env(*k, *v);
         }
-        // A short run dir: the Unix socket path must stay under 108 bytes.
-        // Made before the script runs: whatever happens next, what it started is stopped.
-        let run = RunDir(
-            tempfile::Builder::new()
-                .prefix("qpg")
-                .tempdir_in("/tmp")
-                .unwrap(),
-        );
-        let mut last = String::new();
-        for _ in 0..5 {
-            let (p1, p2) = (free_port(), free_port());
-            if p1 == p2 {
-                continue;
-            }
-            let out = Command::new("bash")
-                .arg(&script)
-                .env("QFENCE_EMU_RUN", run.0.path())
-                .env("PG_PRIMARY_PORT", p1.to_string())
-                .env("PG_REPLICA_PORT", p2.to_string())
-                .envs(env.iter().copied())
-                .output()
-                .unwrap();
-            match out.status.code() {
-                Some(0) => {
-                    return Some(Pair {
-                        cacert: run.0.path().join("pg/tls/ca.pem"),
-                        _run: run,
-                        primary: p1,
-                        replica: p2,
-                    });
-                }
-                // The port was taken meanwhile: pick others.
-                Some(4) => continue,
-                // A server that could not start may have lost a port race the script cannot
-                // see (another test bound it between our check and the server's bind): stop
-                // what was started and try again with other ports, keeping the reason.
-                _ => {
-                    last = format!(
-                        "{}{}",
-                        String::from_utf8_lossy(&out.stdout),
-                        String::from_utf8_lossy(&out.stderr)
-                    );
-                    let _ = Command::new("bash")
-                        .arg(emulators().join("stop.sh"))
-                        .env("QFENCE_EMU_RUN", run.0.path())
-                        .output();
-                }
-            }
-        }
-        assert!(
-            skip(),
-            "could not start the PostgreSQL pair with {} (run tools/emulators/install.sh as root; \
-             QFENCE_SKIP_EMULATORS=1 skips): {last}",
-            script.display()
-        );
-        None
+        let emu = starter.start()?;
+        Some(Pair {
+            cacert: emu.run_dir().join("pg/tls/ca.pem"),
+            primary: emu.port("PG_PRIMARY_PORT"),
+            replica: emu.port("PG_REPLICA_PORT"),
+            emu,
+        })
     }
 
     fn url(port: u16) -> String {
@@ -124,19 +70,6 @@ impl Pair {
             .batch_execute(sql)
             .await
             .unwrap_or_else(|e| panic!("{sql}: {e}"));
-    }
-}
-
-/// A run dir whose emulators are stopped (`stop.sh`) before it is deleted.
-#[derive(Debug)]
-struct RunDir(tempfile::TempDir);
-
-impl Drop for RunDir {
-    fn drop(&mut self) {
-        let _ = Command::new("bash")
-            .arg(emulators().join("stop.sh"))
-            .env("QFENCE_EMU_RUN", self.0.path())
-            .output();
     }
 }
 
@@ -608,7 +541,7 @@ async fn a_promotion_that_outlasts_pg_promote_is_still_seen_through() {
         "it waited for the read-back: {:?}",
         start.elapsed()
     );
-    let log = std::fs::read_to_string(pair._run.0.path().join("pg/replica.log")).unwrap();
+    let log = std::fs::read_to_string(pair.emu.run_dir().join("pg/replica.log")).unwrap();
     assert!(
         log.contains("did not promote within"),
         "pg_promote returned false first"

@@ -11,10 +11,9 @@
 //! `QFENCE_SKIP_EMULATORS=1`.
 
 use std::collections::BTreeMap;
-use std::process::Command;
 use std::time::Duration;
 
-use crate::emulators::{free_port, tools_dir as emulators};
+use crate::emulators::{Emulator, Starter};
 
 use qfence_controllers::proxmox::{self, ProxmoxDriver};
 use qfence_controllers::{CallContext, Driver, ErrorKind, Target};
@@ -26,14 +25,12 @@ use serde_json::Value;
 const TOKEN_ID: &str = "root@pam!qfence";
 const TOKEN_SECRET: &str = "11111111-2222-3333-4444-555555555555";
 
-fn skip() -> bool {
-    std::env::var("QFENCE_SKIP_EMULATORS").is_ok_and(|v| v == "1")
-}
-
 /// A fakepve instance of the test's own; stopped when dropped.
 #[derive(Debug)]
 struct Pve {
-    _run: RunDir,
+    _emu: Emulator,
+    /// The test's own scenario file, kept while fakepve runs.
+    _scenario: Option<tempfile::NamedTempFile>,
     url: String,
     control: String,
     cacert: String,
@@ -48,75 +45,32 @@ impl Pve {
     /// Starts fakepve with a scenario of the test's own (`fakepve_harness.py`'s format)
     /// instead of the start script's default.
     fn start_with(time_scale: &str, scenario: Option<&Value>) -> Option<Pve> {
-        let script = emulators().join("start-pve-fakepve.sh");
-        if !script.exists() {
-            assert!(
-                skip(),
-                "{} is missing; set QFENCE_SKIP_EMULATORS=1 to skip",
-                script.display()
-            );
-            return None;
-        }
-        // Made before the script runs: whatever happens next, what it started is stopped.
-        let run = RunDir(
-            tempfile::Builder::new()
-                .prefix("qpve")
-                .tempdir_in("/tmp")
-                .unwrap(),
-        );
-        let scenario_file = scenario.map(|sc| {
-            let f = run.0.path().join("test-scenario.json");
-            std::fs::write(&f, sc.to_string()).unwrap();
+        let scenario = scenario.map(|sc| {
+            let f = tempfile::NamedTempFile::new().unwrap();
+            std::fs::write(f.path(), sc.to_string()).unwrap();
             f
         });
-        let mut last = String::new();
-        for _ in 0..5 {
-            let (port, ctl) = (free_port(), free_port());
-            if port == ctl {
-                continue;
-            }
-            let mut cmd = Command::new("bash");
-            if let Some(f) = &scenario_file {
-                cmd.env("PVE_SCENARIO", f);
-            }
-            let out = cmd
-                .arg(&script)
-                .env("QFENCE_EMU_RUN", run.0.path())
-                .env("PVE_PORT", port.to_string())
-                .env("PVE_CTL_PORT", ctl.to_string())
-                .env("PVE_TIME_SCALE", time_scale)
-                .output()
-                .unwrap();
-            let stdout = String::from_utf8_lossy(&out.stdout).to_string();
-            match out.status.code() {
-                Some(0) => {
-                    let env: BTreeMap<&str, &str> =
-                        stdout.lines().filter_map(|l| l.split_once('=')).collect();
-                    return Some(Pve {
-                        url: format!("https://127.0.0.1:{port}"),
-                        control: env["PVE_CONTROL"].to_owned(),
-                        cacert: env["PVE_CACERT"].to_owned(),
-                        _run: run,
-                        http: {
-                            let _ = rustls::crypto::ring::default_provider().install_default();
-                            reqwest::Client::new()
-                        },
-                    });
-                }
-                Some(4) => continue,
-                _ => {
-                    last = format!("{stdout}{}", String::from_utf8_lossy(&out.stderr));
-                    break;
-                }
-            }
+        let mut starter = Starter::new("start-pve-fakepve.sh")
+            .prefix("qpve")
+            .venv("fakepve")
+            .tcp_port("PVE_PORT")
+            .tcp_port("PVE_CTL_PORT")
+            .env("PVE_TIME_SCALE", time_scale);
+        if let Some(f) = &scenario {
+            starter = starter.env("PVE_SCENARIO", f.path().display().to_string());
         }
-        assert!(
-            skip(),
-            "could not start fakepve with {} (run tools/emulators/install.sh as root; \
-             QFENCE_SKIP_EMULATORS=1 skips): {last}",
-            script.display()
-        );
-        None
+        let emu = starter.start()?;
+        Some(Pve {
+            url: format!("https://127.0.0.1:{}", emu.port("PVE_PORT")),
+            control: emu.var("PVE_CONTROL").to_owned(),
+            cacert: emu.var("PVE_CACERT").to_owned(),
+            _emu: emu,
+            _scenario: scenario,
+            http: {
+                let _ = rustls::crypto::ring::default_provider().install_default();
+                reqwest::Client::new()
+            },
+        })
     }
 
     /// A control-port call (`/node/pve2/offline`, `/fail?...`).
@@ -199,19 +153,6 @@ impl Pve {
             },
             TOKEN_SECRET,
         )
-    }
-}
-
-/// A run dir whose emulators are stopped (`stop.sh`) before it is deleted.
-#[derive(Debug)]
-struct RunDir(tempfile::TempDir);
-
-impl Drop for RunDir {
-    fn drop(&mut self) {
-        let _ = Command::new("bash")
-            .arg(emulators().join("stop.sh"))
-            .env("QFENCE_EMU_RUN", self.0.path())
-            .output();
     }
 }
 

@@ -40,15 +40,18 @@ pub enum Invariant {
     UnknownIsNotProof,
     /// (e) No unfence at a non-owner site.
     NoUnfenceAtNonOwner,
+    /// (f) A site in maintenance never becomes owner, nor the target of a move.
+    MaintenanceNeverOwns,
 }
 
 impl Invariant {
-    pub const ALL: [Invariant; 5] = [
+    pub const ALL: [Invariant; 6] = [
         Invariant::FencedBeforePromote,
         Invariant::OneOwnerPerGeneration,
         Invariant::CurrentTermOnly,
         Invariant::UnknownIsNotProof,
         Invariant::NoUnfenceAtNonOwner,
+        Invariant::MaintenanceNeverOwns,
     ];
 
     pub fn name(self) -> &'static str {
@@ -58,6 +61,7 @@ impl Invariant {
             Invariant::CurrentTermOnly => "(c) current term only",
             Invariant::UnknownIsNotProof => "(d) UNKNOWN is never proof",
             Invariant::NoUnfenceAtNonOwner => "(e) no unfence at a non-owner",
+            Invariant::MaintenanceNeverOwns => "(f) a site in maintenance never owns",
         }
     }
 
@@ -68,6 +72,7 @@ impl Invariant {
             Invariant::CurrentTermOnly => 0xC000_0000,
             Invariant::UnknownIsNotProof => 0xD000_0000,
             Invariant::NoUnfenceAtNonOwner => 0xE000_0000,
+            Invariant::MaintenanceNeverOwns => 0x1F00_0000,
         }
     }
 }
@@ -98,6 +103,9 @@ pub struct Stats {
     pub alarms: usize,
     pub shields: usize,
     pub recoveries: usize,
+    /// Sites put in maintenance, and requests to do so the core refused (owner, target).
+    pub maintenance: usize,
+    pub maintenance_refused: usize,
 }
 
 impl std::ops::AddAssign for Stats {
@@ -113,6 +121,8 @@ impl std::ops::AddAssign for Stats {
         self.alarms += o.alarms;
         self.shields += o.shields;
         self.recoveries += o.recoveries;
+        self.maintenance += o.maintenance;
+        self.maintenance_refused += o.maintenance_refused;
     }
 }
 
@@ -176,6 +186,9 @@ struct World {
 struct Sim<'c> {
     seed: u64,
     rng: Rng,
+    /// Drives maintenance on its own stream, so the other events of a seed stay as they were
+    /// before maintenance existed.
+    maintenance_rng: Rng,
     config: &'c ValidatedConfig,
     plan_id: PlanId,
     plan: &'c PlanConfig,
@@ -270,6 +283,7 @@ impl<'c> Sim<'c> {
         Self {
             seed,
             rng,
+            maintenance_rng: Rng::new(seed ^ 0x6D61_696E_7465_6E61),
             config,
             plan_id,
             plan,
@@ -382,6 +396,48 @@ impl<'c> Sim<'c> {
         }
         if self.rng.pct(5) {
             self.operator(keep);
+        }
+        self.maintenance(keep);
+    }
+
+    /// Operators take sites in and out of maintenance, through the core's own check (the
+    /// API's path), written like every change with a new revision.
+    fn maintenance(&mut self, keep: bool) {
+        let sites = self.sites();
+        let leave = !self.state.maintenance.is_empty() && self.maintenance_rng.pct(6);
+        let enter = self.maintenance_rng.pct(3);
+        if !leave && !enter {
+            return;
+        }
+        let site = self.maintenance_rng.pick(&sites).clone();
+        let on = !leave;
+        let site = if on {
+            site
+        } else {
+            let v: Vec<SiteId> = self.state.maintenance.iter().cloned().collect();
+            self.maintenance_rng.pick(&v).clone()
+        };
+        match self
+            .state
+            .with_maintenance(self.plan, self.plan_id.as_str(), &site, on)
+        {
+            Ok(next) => {
+                if on && !self.state.in_maintenance(&site) {
+                    self.stats.maintenance += 1;
+                }
+                self.log(keep, || {
+                    format!(
+                        "  operator: {site} {} maintenance",
+                        if on { "in" } else { "out of" }
+                    )
+                });
+                self.state = next;
+                self.state.revision += 1;
+            }
+            Err(e) => {
+                self.stats.maintenance_refused += 1;
+                self.log(keep, || format!("  operator: maintenance refused: {e}"));
+            }
         }
     }
 
@@ -905,6 +961,36 @@ impl<'c> Sim<'c> {
                 }
             }
         }
+        if self.on(Invariant::MaintenanceNeverOwns) {
+            if after.generation != snap.state.generation
+                && snap.state.maintenance.contains(&after.owner)
+            {
+                return Err(self.violation(
+                    step,
+                    Invariant::MaintenanceNeverOwns,
+                    format!(
+                        "committed {} at generation {} while it was in maintenance",
+                        after.owner, after.generation
+                    ),
+                ));
+            }
+            if after.maintenance.contains(&after.owner) {
+                return Err(self.violation(
+                    step,
+                    Invariant::MaintenanceNeverOwns,
+                    format!("{} owns the plan and is in maintenance", after.owner),
+                ));
+            }
+            if let Some(t) = after.transition()
+                && after.maintenance.contains(&t.target)
+            {
+                return Err(self.violation(
+                    step,
+                    Invariant::MaintenanceNeverOwns,
+                    format!("moving to {}, which is in maintenance", t.target),
+                ));
+            }
+        }
         if self.on(Invariant::UnknownIsNotProof)
             && let Some(n) = next
         {
@@ -980,7 +1066,7 @@ fn binding_timeout(plan: &PlanConfig, k: &BindingKey) -> Duration {
         .unwrap_or(Duration::from_secs(60))
 }
 
-/// Schedules per invariant file by default: five files make 10,000 per run.
+/// Schedules per invariant file by default: six files make 12,000 per run.
 pub const DEFAULT_SCHEDULES: u64 = 2000;
 
 /// Steps per schedule: about seven minutes of simulated time (2.75 s a step on average).
@@ -1050,7 +1136,9 @@ pub fn run_invariant(invariant: Invariant, default: u64) {
                 && total.confirmations > 0
                 && total.alarms > 0
                 && total.shields > 0
-                && total.recoveries > 0,
+                && total.recoveries > 0
+                && total.maintenance > 0
+                && total.maintenance_refused > 0,
             "the schedules missed a behaviour: {total:?}"
         );
     }

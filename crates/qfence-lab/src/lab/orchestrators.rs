@@ -1,6 +1,6 @@
 //! The lab's three orchestrators: `qfence serve` child processes forming one cluster.
 
-use std::net::{IpAddr, Ipv4Addr, SocketAddr};
+use std::net::{Ipv4Addr, SocketAddr};
 use std::path::{Path, PathBuf};
 use std::process::Stdio;
 use std::sync::Mutex;
@@ -108,13 +108,6 @@ pub struct Orchestrators {
     pub list: Vec<Orchestrator>,
 }
 
-fn ip_of(a: SocketAddr) -> String {
-    match a.ip() {
-        IpAddr::V4(v) => v.to_string(),
-        IpAddr::V6(v) => v.to_string(),
-    }
-}
-
 fn tail(path: &Path) -> String {
     let text = std::fs::read_to_string(path).unwrap_or_default();
     let lines: Vec<&str> = text.lines().collect();
@@ -122,43 +115,15 @@ fn tail(path: &Path) -> String {
     lines[from..].join("\n")
 }
 
-/// Runs a one-shot `qfence` command, its output into `log`.
-async fn once(exe: &Path, args: &[String], name: &str, log: &Path) -> Result<(), LabError> {
-    let out = Command::new(exe)
-        .args(args)
-        .stdin(Stdio::null())
-        .output()
-        .await
-        .map_err(io_err(exe))?;
-    let mut text = std::fs::read_to_string(log).unwrap_or_default();
-    text.push_str(&format!("$ qfence {}\n", args.join(" ")));
-    text.push_str(&String::from_utf8_lossy(&out.stdout));
-    text.push_str(&String::from_utf8_lossy(&out.stderr));
-    std::fs::write(log, text).map_err(io_err(log))?;
-    if out.status.success() {
-        Ok(())
-    } else {
-        Err(LabError::Orchestrator {
-            name: name.into(),
-            reason: format!(
-                "`qfence {}` failed ({}); its log {}:\n{}",
-                args.first().map_or("", String::as_str),
-                out.status,
-                log.display(),
-                tail(log)
-            ),
-        })
-    }
-}
-
 fn s(v: impl ToString) -> String {
     v.to_string()
 }
 
 impl Orchestrators {
-    /// Creates the cluster at the first node, issues certificates to the others, joins them
-    /// and starts `qfence serve` for each, waiting for each to serve before the next joins
-    /// (a joined voter that is down would cost the cluster its quorum).
+    /// Starts one `qfence serve` per orchestrator: the first with `--init` (it creates the
+    /// cluster and writes the others' join tokens), the others with `--join` and their token,
+    /// waiting for each to serve before the next joins (a joined voter that is down would
+    /// cost the cluster its quorum).
     pub async fn start(
         exe: &Path,
         dir: &Path,
@@ -175,45 +140,23 @@ impl Orchestrators {
             let data = dir.join(name);
             let log = logs.join(format!("{name}.log"));
             std::fs::write(&log, "").map_err(io_err(&log))?;
-            let node = vec![
-                s("--name"),
-                name.clone(),
-                s("--site"),
-                site.clone(),
-                s("--listen"),
-                s(cluster),
-                s("--advertise"),
-                s(cluster),
-                s("--data-dir"),
-                data.display().to_string(),
-            ];
-            if i == 0 {
-                let mut args = vec![s("cluster"), s("init"), s("--cluster-name"), s("lab")];
-                args.extend(node);
-                once(exe, &args, name, &log).await?;
+            // One `qfence serve` each: the first creates the cluster and writes a join token
+            // for each other orchestrator; the others join with theirs (the witness is one
+            // by the configuration).
+            let membership = if i == 0 {
+                vec![s("--init")]
             } else {
-                let ca = dir.join("dc1-a").join("ca");
-                let args = vec![
-                    s("cluster"),
-                    s("issue"),
-                    s("--ca-dir"),
-                    ca.display().to_string(),
-                    s("--name"),
-                    name.clone(),
-                    s("--host"),
-                    ip_of(*cluster),
-                    s("--out-dir"),
-                    data.join("tls").display().to_string(),
-                ];
-                once(exe, &args, name, &log).await?;
-                let mut args = vec![s("cluster"), s("join"), s("--seed")];
-                args.push(first_cluster.map(s).unwrap_or_default());
-                if site == "witness" {
-                    args.push(s("--witness"));
-                }
-                args.extend(node);
-                once(exe, &args, name, &log).await?;
-            }
+                let token = dir
+                    .join(&topology.nodes[0].0)
+                    .join("join-tokens")
+                    .join(format!("{name}.token"));
+                vec![
+                    s("--join"),
+                    first_cluster.map(s).unwrap_or_default(),
+                    s("--join-token-file"),
+                    token.display().to_string(),
+                ]
+            };
             let file = std::fs::OpenOptions::new()
                 .append(true)
                 .open(&log)
@@ -238,6 +181,7 @@ impl Orchestrators {
                     s("--drain-seconds"),
                     s(2),
                 ])
+                .args(&membership)
                 .stdin(Stdio::null())
                 .stdout(Stdio::from(file))
                 .stderr(Stdio::from(err))

@@ -16,7 +16,7 @@ use qfence_cluster::state::{
 use qfence_controllers::SecretStore;
 use qfence_controllers::registration::{self, Registration};
 use qfence_core::dry_run::{MoveKind, dry_run};
-use qfence_core::{Intent, IntentKind, Millis, Phase, PlanState, StoredPlanState};
+use qfence_core::{CoreError, Intent, IntentKind, Millis, Phase, PlanState, StoredPlanState};
 use qfence_model::config::{PlanConfig, plan_api};
 use qfence_model::{ControllerId, Generation, PlanId, SiteId, Verdict};
 use serde_json::json;
@@ -229,6 +229,7 @@ impl RuntimeBackend {
             paused: state.paused,
             staged: record.staged.map(staged_view),
             source: PlanSource::Api,
+            maintenance: maintenance(&state),
         })
     }
 
@@ -259,6 +260,7 @@ impl RuntimeBackend {
                 paused: state.paused,
                 staged: r.staged.map(staged_view),
                 source: PlanSource::Api,
+                maintenance: maintenance(&state),
             },
             // The file's plans are shown as a summary: the file has the whole text.
             None => PlanView {
@@ -273,6 +275,7 @@ impl RuntimeBackend {
                 paused: state.paused,
                 staged: None,
                 source: PlanSource::File,
+                maintenance: maintenance(&state),
             },
         })
     }
@@ -375,6 +378,11 @@ impl RuntimeBackend {
         if state.owner == *target {
             return Err(BackendError::Refused(format!(
                 "{target} already owns plan {plan}"
+            )));
+        }
+        if state.in_maintenance(target) {
+            return Err(BackendError::Refused(format!(
+                "{target} is in maintenance for plan {plan}: take it out of maintenance first"
             )));
         }
         Ok(())
@@ -556,6 +564,11 @@ fn controller_test(
 /// How long a registration check may take at the orchestrator that runs it.
 const REGISTRATION_TIMEOUT: Duration = Duration::from_secs(10);
 
+/// The sites of a plan in maintenance, as the views list them.
+fn maintenance(state: &PlanState) -> Vec<String> {
+    state.maintenance.iter().map(|s| s.to_string()).collect()
+}
+
 fn not_found(what: &'static str, name: &str) -> BackendError {
     BackendError::NotFound {
         what,
@@ -721,7 +734,7 @@ impl Backend for RuntimeBackend {
                         // A site the record does not name was not seen: UNKNOWN, never FENCED.
                         verdict: v.map_or(Verdict::Unknown, |v| v.verdict).into(),
                         checked_at_ms: v.and_then(|v| v.checked_at_ms),
-                        maintenance: false,
+                        maintenance: state.in_maintenance(site),
                     }
                 })
                 .collect();
@@ -1058,10 +1071,20 @@ impl Backend for RuntimeBackend {
             DryRun::Failover { target: Some(t) } => (MoveKind::Failover, self.site(name, t)?),
             DryRun::Failover { target: None } => (
                 MoveKind::Failover,
-                pick_target(&cfg, &state.owner)
-                    .ok_or_else(|| BackendError::Refused("no other site to fail over to".into()))?,
+                pick_target(&cfg, &state).ok_or_else(|| no_target(name, &state))?,
             ),
         };
+        if state.in_maintenance(&target) {
+            return Ok(DryRunResult {
+                plan: name.to_string(),
+                generation: state.generation.0,
+                reason: format!(
+                    "refused: {target} is in maintenance for {name}: take it out of maintenance first"
+                ),
+                commands: Vec::new(),
+                refused: true,
+            });
+        }
         if target == state.owner {
             return Ok(DryRunResult {
                 plan: name.to_string(),
@@ -1367,11 +1390,10 @@ impl Backend for RuntimeBackend {
         req: &FailoverRequest,
     ) -> Result<OperationAccepted, BackendError> {
         let cfg = self.plan_config(plan)?;
-        let owner = self.state(plan)?.owner;
+        let state = self.state(plan)?;
         let to = match &req.target {
             Some(t) => self.site(plan, t)?,
-            None => pick_target(&cfg, &owner)
-                .ok_or_else(|| BackendError::Refused("no other site to fail over to".into()))?,
+            None => pick_target(&cfg, &state).ok_or_else(|| no_target(plan, &state))?,
         };
         self.refuse_owner(plan, &to)?;
         let why = req
@@ -1432,20 +1454,81 @@ impl Backend for RuntimeBackend {
             .await
     }
 
+    /// A compare-and-set on the generation the operator saw, checked by the core's own rule
+    /// (`PlanState::with_maintenance`) on the state read under the write lock, so a move that
+    /// started meanwhile is seen. The generation does not change: no owner changes.
     async fn set_maintenance(
         &self,
-        _: &Caller,
+        caller: &Caller,
         plan: &PlanId,
         site: &SiteId,
-        _: &MaintenanceRequest,
+        req: &MaintenanceRequest,
     ) -> Result<OperationAccepted, BackendError> {
-        if self.plan_config(plan)?.instance(site).is_none() {
+        let cfg = self.plan_config(plan)?;
+        if cfg.instance(site).is_none() {
             return Err(not_found("site", site.as_str()));
         }
-        Err(BackendError::Conflict(
-            "site maintenance is not in the decision core's plan state yet; pause the plan instead"
-                .into(),
-        ))
+        self.write_guard().await?;
+        let on = req.enabled;
+        let mut was = None;
+        let next = self
+            .inner
+            .try_update(plan, Some(Generation(req.expected_generation)), |s| {
+                was = Some(s.in_maintenance(site));
+                *s = s
+                    .with_maintenance(&cfg, plan.as_str(), site, on)
+                    .map_err(|source| RuntimeError::Stale {
+                        plan: plan.to_string(),
+                        source,
+                    })?;
+                Ok(())
+            })
+            .await
+            .map_err(|e| match e {
+                RuntimeError::Stale {
+                    source: CoreError::MaintenanceRefused(why),
+                    ..
+                } => BackendError::Refused(why),
+                e => map_err(plan, e),
+            })?;
+        let state = if on { "in" } else { "out of" };
+        let changed = was != Some(on);
+        let why = req.reason.clone().unwrap_or_default();
+        let what = if changed {
+            format!("{site} {state} maintenance for {plan}")
+        } else {
+            format!("{site} already {state} maintenance for {plan}")
+        };
+        self.inner.record(
+            NewEvent::new(
+                EventKind::Operator,
+                caller.actor(),
+                if why.is_empty() {
+                    format!("{what}, set by {}", caller.name)
+                } else {
+                    format!("{what}, set by {}: {why}", caller.name)
+                },
+            )
+            .plan(plan.as_str())
+            .site(site.as_str())
+            .generation(next.generation.0)
+            .data(json!({"maintenance": on, "changed": changed, "reason": req.reason})),
+        );
+        // The next cycle's sentence says it.
+        self.inner.wake.notify_one();
+        Ok(OperationAccepted {
+            plan: plan.to_string(),
+            operation: "maintenance".to_owned(),
+            generation: next.generation.0,
+            reason: if on {
+                format!(
+                    "{what}: never failed or switched over to, checked without alarms until \
+                     taken out"
+                )
+            } else {
+                what
+            },
+        })
     }
 
     async fn secrets(&self) -> Result<Vec<SecretRefView>, BackendError> {
@@ -1489,11 +1572,24 @@ impl Backend for RuntimeBackend {
     }
 }
 
+/// Why no failover target can be named: no other site, or every other one in maintenance.
+fn no_target(plan: &PlanId, state: &PlanState) -> BackendError {
+    if state.maintenance.is_empty() {
+        BackendError::Refused("no other site to fail over to".into())
+    } else {
+        let names: Vec<String> = state.maintenance.iter().map(ToString::to_string).collect();
+        BackendError::Refused(format!(
+            "no site to fail over to for plan {plan}: {} in maintenance",
+            names.join(", ")
+        ))
+    }
+}
+
 /// The failover target when none is named: the plan's priority list first, then by name.
-fn pick_target(plan: &qfence_model::config::PlanConfig, owner: &SiteId) -> Option<SiteId> {
+fn pick_target(plan: &qfence_model::config::PlanConfig, state: &PlanState) -> Option<SiteId> {
     plan.priority
         .iter()
         .chain(plan.sites())
-        .find(|s| *s != owner)
+        .find(|s| **s != state.owner && !state.in_maintenance(s))
         .cloned()
 }

@@ -8,7 +8,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use qfence_cluster::node::{ClusterNode, NodeOptions, Timing};
-use qfence_cluster::tls::{CertificateAuthority, NodeTls};
+use qfence_cluster::tls::{CertificateAuthority, JoinToken, NodeTls};
 use qfence_controllers::SecretStore;
 use qfence_model::OrchestratorId;
 use qfence_model::config::ValidatedConfig;
@@ -39,11 +39,44 @@ pub struct DaemonOptions {
     pub cluster_listen: Option<SocketAddr>,
     pub secrets: SecretStore,
     pub timing: Timing,
+    /// First start only: join the cluster through a member instead of creating one. Nothing to
+    /// do once this node is a member (a restart with the same flags is harmless).
+    pub join: Option<JoinOptions>,
+    /// Write a join token for every other orchestrator of the configuration into
+    /// `DATA/join-tokens/NAME.token` (those missing), from the cluster CA in `DATA/ca`.
+    pub write_join_tokens: bool,
+}
+
+/// How to join an existing cluster.
+#[derive(Debug, Clone)]
+pub struct JoinOptions {
+    /// `host:port` of any member's cluster endpoint.
+    pub seed: String,
+    /// Issued for this orchestrator by the node holding the cluster CA.
+    pub token: JoinToken,
+}
+
+/// How long a first start keeps trying to join (the seed may be starting too).
+const JOIN_PATIENCE: Duration = Duration::from_secs(60);
+
+/// Where `write_join_tokens` puts them, inside the data directory.
+pub const JOIN_TOKENS_DIR: &str = "join-tokens";
+
+/// How this start found the cluster.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Membership {
+    /// It created a one-voter cluster.
+    Created,
+    /// It joined a cluster through `--join`.
+    Joined,
+    /// It was a member already.
+    Member,
 }
 
 /// A running orchestrator.
 #[derive(Debug)]
 pub struct Daemon {
+    pub membership: Membership,
     pub engine: Engine,
     pub node: ClusterNode,
     /// Where the API listens.
@@ -133,6 +166,84 @@ pub fn api_tls(tls: &NodeTls) -> Result<(rustls::ServerConfig, String), RuntimeE
     Ok((config, fingerprint))
 }
 
+/// Joins through `seed`, retrying for [`JOIN_PATIENCE`]: on a first start the seed may not be
+/// serving yet.
+async fn join_patiently(node: &ClusterNode, seed: &str) -> Result<(), RuntimeError> {
+    let deadline = tokio::time::Instant::now() + JOIN_PATIENCE;
+    loop {
+        match node.join(seed).await {
+            Ok(()) => {
+                tracing::info!(seed, "Joined the cluster");
+                return Ok(());
+            }
+            Err(e) if tokio::time::Instant::now() < deadline => {
+                tracing::info!(seed, error = %e, "Could not join yet; trying again");
+                tokio::time::sleep(Duration::from_secs(1)).await;
+            }
+            Err(e) => {
+                return Err(setup(format!(
+                    "could not join the cluster through {seed} within {JOIN_PATIENCE:?}: {e}"
+                )));
+            }
+        }
+    }
+}
+
+/// Writes `DATA/join-tokens/NAME.token` (mode 0600) for every other orchestrator of the
+/// configuration that has none, each certificate naming the host of its configured address.
+/// Returns the names written.
+pub fn write_join_tokens(
+    data_dir: &Path,
+    config: &ValidatedConfig,
+    me: &OrchestratorId,
+) -> Result<Vec<OrchestratorId>, RuntimeError> {
+    let ca_dir = data_dir.join("ca");
+    let read = |f: &str| {
+        let p = ca_dir.join(f);
+        std::fs::read_to_string(&p).map_err(|e| {
+            setup(format!(
+                "{}: {e} (join tokens are issued by the orchestrator that created the cluster \
+                 and holds its CA)",
+                p.display()
+            ))
+        })
+    };
+    let ca = CertificateAuthority::from_pem(
+        read("cluster-name")?.trim(),
+        &read("ca.pem")?,
+        &read("ca.key")?,
+    )?;
+    let dir = data_dir.join(JOIN_TOKENS_DIR);
+    std::fs::create_dir_all(&dir).map_err(io(&dir))?;
+    let mut written = Vec::new();
+    for (name, orch) in &config.config().orchestrators {
+        let path = dir.join(format!("{name}.token"));
+        if name == me || path.exists() {
+            continue;
+        }
+        let token = JoinToken::issue(&ca, name.as_str(), &[host_of(&orch.address)])?;
+        std::fs::write(&path, token.encode() + "\n").map_err(io(&path))?;
+        #[cfg(unix)]
+        {
+            use std::os::unix::fs::PermissionsExt;
+            std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o600))
+                .map_err(io(&path))?;
+        }
+        tracing::info!(orchestrator = %name, path = %path.display(), "Wrote a join token");
+        written.push(name.clone());
+    }
+    Ok(written)
+}
+
+fn host_of(address: &str) -> String {
+    address
+        .rsplit_once(':')
+        .map_or(address, |(h, _)| h)
+        .trim_start_matches('[')
+        .trim_end_matches(']')
+        .to_owned()
+}
+
 impl Daemon {
     /// Starts everything. Spawns tasks; call inside a Tokio runtime.
     pub async fn start(o: DaemonOptions) -> Result<Self, RuntimeError> {
@@ -166,12 +277,40 @@ impl Daemon {
             })?,
         };
         std::fs::create_dir_all(&o.data_dir).map_err(io(&o.data_dir))?;
+        let cluster_name = &o.config.config().cluster.name;
+        let tls_dir = o.data_dir.join("tls");
+        let has_tls = tls_dir.join(qfence_cluster::tls::CERT_FILE).exists();
+        if let Some(j) = &o.join
+            && !has_tls
+        {
+            if j.token.name != o.name.as_str() {
+                return Err(setup(format!(
+                    "the join token is for orchestrator {}, not {}: use the one issued for {}",
+                    j.token.name, o.name, o.name
+                )));
+            }
+            if j.token.cluster != *cluster_name {
+                return Err(setup(format!(
+                    "the join token is for cluster {:?}, but the configuration's cluster is {:?}",
+                    j.token.cluster, cluster_name
+                )));
+            }
+            j.token.tls().save(&tls_dir)?;
+        }
+        // A data directory with a certificate but no CA was set up to join a cluster: it must
+        // never start a cluster of its own (that would be a second cluster, split from the
+        // first).
+        let may_create = !has_tls || o.data_dir.join("ca").join("ca.pem").exists();
         let tls = node_tls(
             &o.data_dir,
             &o.config.config().cluster.name,
             &o.name,
             &me.address,
         )?;
+        // Before the node starts: an orchestrator without the CA fails here, changing nothing.
+        if o.write_join_tokens {
+            write_join_tokens(&o.data_dir, &o.config, &o.name)?;
+        }
         // The file's configuration until the node is up; then the file's plus the API's.
         let cell = ConfigCell::new(o.config.clone(), o.config_text.clone());
         let drivers = LocalDrivers::build(o.name.clone(), &cell, &o.secrets);
@@ -199,7 +338,40 @@ impl Daemon {
             Arc::new(DriverExecutor(Arc::new(drivers))),
         )
         .await?;
-        node.initialize().await?;
+        let member = node.is_initialized().await?;
+        let membership = match &o.join {
+            Some(_) if member => {
+                tracing::info!("Already a member of the cluster: nothing to join");
+                node.initialize().await?;
+                Membership::Member
+            }
+            Some(j) => {
+                if let Err(e) = join_patiently(&node, &j.seed).await {
+                    node.shutdown().await;
+                    return Err(e);
+                }
+                node.wait_for_leader(Duration::from_secs(30)).await?;
+                Membership::Joined
+            }
+            None if !member && !may_create => {
+                node.shutdown().await;
+                return Err(setup(format!(
+                    "{} holds this orchestrator's certificate but no cluster: it was set up to \
+                     join one; start it with --join ADDR (and its join token), or remove {} to \
+                     create a new cluster",
+                    o.data_dir.display(),
+                    tls_dir.display()
+                )));
+            }
+            None => {
+                node.initialize().await?;
+                if member {
+                    Membership::Member
+                } else {
+                    Membership::Created
+                }
+            }
+        };
 
         let events_path = o.data_dir.join("events.jsonl");
         if events_path.exists()
@@ -219,7 +391,12 @@ impl Daemon {
             metrics.clone(),
             EngineOptions::for_config(&o.config),
         );
-        engine.register().await?;
+        match engine.register().await {
+            // A follower has nothing to register: the leader does it on every tick.
+            Err(RuntimeError::Cluster(qfence_cluster::ClusterError::NotLeader { .. })) | Ok(()) => {
+            }
+            Err(e) => return Err(e),
+        }
         let engine_stop = CancellationToken::new();
         let engine_task = tokio::spawn(engine.clone().run(engine_stop.clone()));
 
@@ -240,6 +417,7 @@ impl Daemon {
             api_stop.clone(),
         ));
         Ok(Self {
+            membership,
             engine,
             node,
             api_addr,

@@ -394,6 +394,21 @@ impl Inner {
         expected: Option<Generation>,
         f: impl FnOnce(&mut PlanState),
     ) -> Result<PlanState, RuntimeError> {
+        self.try_update(plan, expected, |s| {
+            f(s);
+            Ok(())
+        })
+        .await
+    }
+
+    /// Like [`Inner::update`], but `f` may refuse on the state it is given (the current one,
+    /// read under the write lock), and then nothing is written.
+    pub async fn try_update(
+        &self,
+        plan: &PlanId,
+        expected: Option<Generation>,
+        f: impl FnOnce(&mut PlanState) -> Result<(), RuntimeError>,
+    ) -> Result<PlanState, RuntimeError> {
         let writer = self.write_lock(plan);
         let _one_writer = writer.lock().await;
         let current = self.plan_state(plan)?.ok_or_else(|| RuntimeError::Plan {
@@ -410,7 +425,7 @@ impl Inner {
             });
         }
         let mut next = current.clone();
-        f(&mut next);
+        f(&mut next)?;
         next.revision = current.revision + 1;
         self.cas(plan, current.generation, &next).await?;
         Ok(next)

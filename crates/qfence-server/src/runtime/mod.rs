@@ -34,7 +34,7 @@ pub mod executor;
 use std::time::{Duration, SystemTime};
 
 pub use backend::RuntimeBackend;
-pub use daemon::{Daemon, DaemonOptions};
+pub use daemon::{Daemon, DaemonOptions, JoinOptions};
 pub use drivers::{DriverExecutor, LocalDrivers};
 pub use effective::{ConfigCell, EffectiveConfig};
 pub use engine::{Engine, EngineOptions, PlanRuntime};

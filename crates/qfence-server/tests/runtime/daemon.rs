@@ -36,6 +36,8 @@ async fn start_with(sims: &Sims, data: &std::path::Path, access: Access) -> Resu
         cluster_listen: Some("127.0.0.1:0".parse()?),
         secrets: lab::secrets(),
         timing: Timing::fast(),
+        join: None,
+        write_join_tokens: false,
     })
     .await?)
 }

@@ -14,8 +14,8 @@ use anyhow::Result;
 use qfence_core::{Action, BindingKey, Command, Observed, OpId, Outcome, Phase};
 use qfence_lab::proxmox::VmStatus;
 use qfence_lab::redfish::PowerState;
-use qfence_server::dto::SwitchoverRequest;
 use qfence_server::dto::VerdictDto;
+use qfence_server::dto::{MaintenanceRequest, SwitchoverRequest};
 use qfence_server::events::{EventKind, VerifyOptions, read_jsonl, verify};
 use qfence_server::runtime::RuntimeBackend;
 use qfence_server::runtime::engine::without_times;
@@ -548,6 +548,162 @@ async fn with_an_orchestrator_per_site_dc2_calls_are_forwarded_and_the_failover_
     phase("shut down the follower, then the leader (now without a quorum: must not hang)");
     dc2.shutdown().await;
     dc1.shutdown().await;
+    sims.stop().await;
+    Ok(())
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_site_in_maintenance_is_shown_never_moved_to_and_logged() -> Result<()> {
+    let sims = Sims::start().await?;
+    let o = Orchestrator::start(&sims.config_text(), true).await?;
+    let backend = RuntimeBackend::new(&o.engine, lab::secrets());
+    let dc = |s: &str| qfence_model::SiteId::new(s).unwrap();
+    let req = |enabled: bool, expected_generation: u64| MaintenanceRequest {
+        enabled,
+        expected_generation,
+        reason: Some("replacing a disk".into()),
+    };
+
+    phase("steady state first");
+    eventually(Duration::from_secs(20), "dc2 FENCED", || async {
+        let status = backend.status().await.ok()?;
+        (verdict(&status, "dc2") == Some(VerdictDto::Fenced)).then_some(())
+    })
+    .await
+    .inspect_err(|_| dump(&o))?;
+    let revision = o.engine.plan_state(&plan())?.expect("registered").revision;
+
+    phase("the owner cannot go into maintenance; a stale generation is refused");
+    let owner = backend
+        .set_maintenance(&operator(), &plan(), &dc("dc1"), &req(true, 1))
+        .await;
+    match owner {
+        Err(BackendError::Refused(why)) => assert_eq!(
+            why,
+            "dc1 owns erp-db: switch over to another site before putting it in maintenance"
+        ),
+        other => panic!("{other:?}"),
+    }
+    let stale = backend
+        .set_maintenance(&operator(), &plan(), &dc("dc2"), &req(true, 7))
+        .await;
+    assert!(
+        matches!(
+            stale,
+            Err(BackendError::StaleGeneration {
+                expected: 7,
+                current: 1,
+                ..
+            })
+        ),
+        "{stale:?}"
+    );
+    assert!(
+        o.engine
+            .plan_state(&plan())?
+            .unwrap()
+            .maintenance
+            .is_empty()
+    );
+
+    phase("dc2 goes into maintenance: replicated, shown, logged; the generation stays");
+    let accepted = backend
+        .set_maintenance(&operator(), &plan(), &dc("dc2"), &req(true, 1))
+        .await?;
+    assert_eq!(accepted.generation, 1);
+    assert_eq!(accepted.operation, "maintenance");
+    let state = o.engine.plan_state(&plan())?.unwrap();
+    assert!(state.in_maintenance(&dc("dc2")));
+    assert!(state.revision > revision);
+    let status = backend.status().await?;
+    let sites: Vec<(String, bool)> = status.plans[0]
+        .sites
+        .iter()
+        .map(|s| (s.site.clone(), s.maintenance))
+        .collect();
+    assert_eq!(
+        sites,
+        vec![("dc1".to_owned(), false), ("dc2".to_owned(), true)]
+    );
+    assert_eq!(backend.plan(&plan()).await?.maintenance, vec!["dc2"]);
+    let logged = o
+        .engine
+        .events()
+        .into_iter()
+        .find(|e| e.kind == EventKind::Operator && e.message.contains("maintenance"))
+        .expect("the change is in the event log");
+    assert_eq!(logged.actor, "token:alice");
+    assert_eq!(
+        logged.message,
+        "dc2 in maintenance for erp-db, set by alice: replacing a disk"
+    );
+    let reason = eventually(Duration::from_secs(20), "the sentence says it", || async {
+        let s = backend.status().await.ok()?;
+        let r = s.plans[0].last_reason.clone();
+        r.contains("dc2 in maintenance, fenced (power.off FENCED")
+            .then_some(r)
+    })
+    .await
+    .inspect_err(|_| dump(&o))?;
+    assert!(
+        reason.starts_with("no action: erp-db owned by dc1"),
+        "{reason}"
+    );
+
+    phase("a switchover or failover to it is refused, nothing recorded");
+    let refused = backend
+        .switchover(
+            &operator(),
+            &plan(),
+            &SwitchoverRequest {
+                target: "dc2".into(),
+                expected_generation: 1,
+                reason: None,
+            },
+        )
+        .await;
+    match refused {
+        Err(BackendError::Refused(why)) => assert_eq!(
+            why,
+            "dc2 is in maintenance for plan erp-db: take it out of maintenance first"
+        ),
+        other => panic!("{other:?}"),
+    }
+    let refused = backend
+        .failover(
+            &operator(),
+            &plan(),
+            &qfence_server::dto::FailoverRequest {
+                target: None,
+                expected_generation: 1,
+                reason: None,
+            },
+        )
+        .await;
+    match refused {
+        Err(BackendError::Refused(why)) => assert_eq!(
+            why,
+            "no site to fail over to for plan erp-db: dc2 in maintenance"
+        ),
+        other => panic!("{other:?}"),
+    }
+    assert!(o.engine.plan_state(&plan())?.unwrap().intents.is_empty());
+
+    phase("out of maintenance");
+    backend
+        .set_maintenance(&operator(), &plan(), &dc("dc2"), &req(false, 1))
+        .await?;
+    assert!(
+        o.engine
+            .plan_state(&plan())?
+            .unwrap()
+            .maintenance
+            .is_empty()
+    );
+    let status = backend.status().await?;
+    assert!(status.plans[0].sites.iter().all(|s| !s.maintenance));
+
+    o.shutdown().await;
     sims.stop().await;
     Ok(())
 }

@@ -186,7 +186,7 @@ impl NodeIdentity {
         })
     }
 
-    fn save(&self, dir: &Path) -> anyhow::Result<()> {
+    pub(crate) fn save(&self, dir: &Path) -> anyhow::Result<()> {
         std::fs::create_dir_all(dir).with_context(|| format!("creating {}", dir.display()))?;
         let path = dir.join(IDENTITY_FILE);
         std::fs::write(&path, serde_json::to_vec_pretty(self)?)

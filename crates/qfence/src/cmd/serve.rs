@@ -1,11 +1,15 @@
 //! `qfence serve`: run this orchestrator — cluster node, drivers, decision loop and HTTPS API —
 //! until stopped.
 //!
-//! The data directory holds the cluster node (`tls/`, `node-key.pk8`, `raft.redb`), the event
-//! log (`events.jsonl`) and, when this process created the cluster, its CA (`ca/`). A data
-//! directory without a cluster becomes a one-voter cluster: nothing else to set up for a
-//! single orchestrator. The first SIGINT or SIGTERM drains (no new operation starts; those
-//! running get `--drain-seconds`), a second one exits at once.
+//! The data directory holds the cluster node (`tls/`, `node-key.pk8`, `raft.redb`, `node.json`),
+//! the event log (`events.jsonl`) and, when this process created the cluster, its CA (`ca/`).
+//! A data directory without a cluster becomes a one-voter cluster: nothing else to set up for
+//! a single orchestrator. A cluster of several is one `serve` each: the first with `--init`
+//! (it also writes a join token for every other orchestrator of the configuration into
+//! `join-tokens/`), the others with `--join ADDR` and their token on their first start; both
+//! flags are harmless once the node is a member. Whether a node is a witness comes from the
+//! configuration (its site's `witness: true`). The first SIGINT or SIGTERM drains (no new
+//! operation starts; those running get `--drain-seconds`), a second one exits at once.
 
 use std::net::SocketAddr;
 use std::path::PathBuf;
@@ -15,10 +19,12 @@ use std::time::Duration;
 use anyhow::Context;
 use clap::Args;
 use qfence_cluster::node::Timing;
+use qfence_cluster::tls::JoinToken;
 use qfence_controllers::SecretStore;
 use qfence_model::OrchestratorId;
 use qfence_server::TokenStore;
-use qfence_server::runtime::{Daemon, DaemonOptions};
+use qfence_server::runtime::daemon::Membership;
+use qfence_server::runtime::{Daemon, DaemonOptions, JoinOptions};
 
 use super::Format;
 
@@ -54,6 +60,28 @@ pub struct ServeArgs {
     /// Quick loopback cluster timers (tests and labs).
     #[arg(long)]
     pub fast_timers: bool,
+    /// The first orchestrator of a cluster: create it (when the data directory holds none)
+    /// and write a join token for every other orchestrator of the configuration into
+    /// `DATA/join-tokens/NAME.token` (mode 0600). Hand each to its orchestrator securely.
+    #[arg(long, conflicts_with = "join")]
+    pub init: bool,
+    /// First start only: join the cluster through this member's cluster address
+    /// (`host:port`), with --join-token or --join-token-file. Nothing to do once a member.
+    #[arg(long, value_name = "ADDR")]
+    pub join: Option<String>,
+    /// This orchestrator's join token (from the first node's `join-tokens/`). It holds a
+    /// private key: prefer --join-token-file or the environment to the command line.
+    #[arg(
+        long,
+        env = "QFENCE_JOIN_TOKEN",
+        hide_env_values = true,
+        value_name = "TOKEN",
+        conflicts_with = "join_token_file"
+    )]
+    pub join_token: Option<String>,
+    /// A file holding this orchestrator's join token.
+    #[arg(long, value_name = "FILE")]
+    pub join_token_file: Option<PathBuf>,
 }
 
 /// Runs the orchestrator until signalled. Call inside a Tokio runtime.
@@ -71,10 +99,44 @@ pub async fn run(a: ServeArgs) -> anyhow::Result<ExitCode> {
             TokenStore::default()
         }
     };
+    let join = match (&a.join, &a.join_token, &a.join_token_file) {
+        (None, _, _) => None,
+        (Some(seed), Some(t), _) => Some(JoinOptions {
+            seed: seed.clone(),
+            token: JoinToken::decode(t).context("--join-token")?,
+        }),
+        (Some(seed), None, Some(f)) => {
+            let text = std::fs::read_to_string(f)
+                .with_context(|| format!("reading the join token {}", f.display()))?;
+            Some(JoinOptions {
+                seed: seed.clone(),
+                token: JoinToken::decode(&text)
+                    .with_context(|| format!("the join token in {}", f.display()))?,
+            })
+        }
+        (Some(_), None, None) => {
+            eprintln!(
+                "error: --join needs this orchestrator's join token: --join-token-file FILE, \
+                 --join-token TOKEN or QFENCE_JOIN_TOKEN (the first node wrote it into its \
+                 join-tokens/ directory)"
+            );
+            return Ok(ExitCode::from(super::EXIT_USAGE));
+        }
+    };
+    let name = OrchestratorId::new(&a.name).context("--name")?;
+    let me = loaded.config.config().orchestrators.get(&name).cloned();
+    let witness = me.as_ref().is_some_and(|m| {
+        loaded
+            .config
+            .config()
+            .sites
+            .get(&m.site)
+            .is_some_and(|s| s.witness)
+    });
     let daemon = Daemon::start(DaemonOptions {
         config: loaded.config,
         config_text,
-        name: OrchestratorId::new(&a.name).context("--name")?,
+        name: name.clone(),
         data_dir: a.data.clone(),
         tokens,
         api_listen: a.listen,
@@ -85,8 +147,46 @@ pub async fn run(a: ServeArgs) -> anyhow::Result<ExitCode> {
         } else {
             Timing::standard()
         },
+        join,
+        write_join_tokens: a.init,
     })
     .await?;
+    if let Some(me) = &me
+        && let Some(listen) = a.cluster_listen.or_else(|| me.address.parse().ok())
+    {
+        // What `qfence cluster status --data-dir` reads to find this node.
+        let identity = super::cluster::NodeIdentity {
+            name: name.clone(),
+            site: me.site.clone(),
+            witness,
+            listen,
+            advertise: me.address.clone(),
+        };
+        if let Err(e) = identity.save(&a.data) {
+            eprintln!("warning: {e:#}");
+        }
+    }
+    match (daemon.membership, &a.join) {
+        (Membership::Joined, Some(seed)) => println!("Joined the cluster through {seed}"),
+        (Membership::Member, Some(_)) => {
+            println!("Already a member of the cluster: nothing to join")
+        }
+        (Membership::Created, _) => println!("Created a one-voter cluster"),
+        _ => {}
+    }
+    if a.init {
+        let dir = a.data.join(qfence_server::runtime::daemon::JOIN_TOKENS_DIR);
+        println!(
+            "Join tokens for the other orchestrators are in {} (secrets: each holds a private key)",
+            dir.display()
+        );
+    }
+    if witness {
+        println!(
+            "{} is a witness: it votes, owns no plan, calls no controller",
+            a.name
+        );
+    }
     for (c, why) in &daemon.unavailable {
         eprintln!("warning: controller {c} has no driver here (its calls read UNKNOWN): {why}");
     }

@@ -2,9 +2,11 @@
 //! driver set-up.
 #![allow(dead_code)]
 
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 use std::process::Command;
 use std::time::Duration;
+
+use crate::emulators::{Emulator, Starter};
 
 use qfence_controllers::ipmi::IpmiDriver;
 use qfence_controllers::{CallContext, Target};
@@ -12,68 +14,32 @@ use qfence_model::config::{ControllerConfig, ControllerKind, TlsTrust};
 use qfence_model::{ControllerId, OrchestratorId, SiteId};
 use secrecy::SecretString;
 
-fn emulators_dir() -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR")).join("../../tools/emulators")
-}
-
-/// One `ipmi_sim` with its fake host, on UDP 127.0.0.1:(6229 + n), stopped on drop.
+/// One `ipmi_sim` with its fake host, on a UDP port of its own, stopped on drop.
 #[derive(Debug)]
 pub struct Sim {
     pub n: u32,
     pub port: u16,
-    run_dir: PathBuf,
+    emu: Emulator,
     pub host_log: PathBuf,
 }
 
 impl Sim {
-    /// Starts instance `n` with the host powered on. `None` only when the operator chose
-    /// `QFENCE_SKIP_EMULATORS=1`; a missing emulator otherwise fails the test.
+    /// Starts instance `n` (its name, `ipmi-sim-N`) with the host powered on. `None` only
+    /// when the operator chose `QFENCE_SKIP_EMULATORS=1`; a missing emulator otherwise fails
+    /// the test.
     pub fn start(n: u32) -> Option<Sim> {
-        if std::env::var("QFENCE_SKIP_EMULATORS").as_deref() == Ok("1") {
-            eprintln!("SKIPPED: QFENCE_SKIP_EMULATORS=1, this test needs ipmi_sim");
-            return None;
-        }
-        let dir = emulators_dir();
-        let script = dir.join("start-ipmi-sim.sh");
-        assert!(
-            script.exists(),
-            "{} is missing: this test needs the project's emulator scripts (tools/emulators) and OpenIPMI's ipmi_sim; set QFENCE_SKIP_EMULATORS=1 to skip emulator tests",
-            script.display()
-        );
-        let run_dir = std::env::temp_dir().join(format!("qfence-ipmi-test-{n}"));
-        // A fresh run dir and no leftover from an earlier, killed run of this test.
-        let _ = Command::new("bash")
-            .arg(dir.join("stop.sh"))
-            .arg(format!("ipmi-sim-{n}"))
-            .env("QFENCE_EMU_RUN", &run_dir)
-            .output();
-        let _ = std::fs::remove_dir_all(&run_dir);
-        let out = Command::new("bash")
-            .arg(&script)
+        let emu = Starter::new("start-ipmi-sim.sh")
+            .prefix("qipmi")
             .arg(n.to_string())
-            .env("QFENCE_EMU_RUN", &run_dir)
             .env("IPMI_START_ON", "1")
-            .output()
-            .expect("run bash");
-        let stdout = String::from_utf8_lossy(&out.stdout);
-        assert!(
-            out.status.success(),
-            "could not start ipmi_sim instance {n} with {}: {}\n{}\n(install the emulators with tools/emulators/install.sh, or set QFENCE_SKIP_EMULATORS=1 to skip emulator tests)",
-            script.display(),
-            stdout,
-            String::from_utf8_lossy(&out.stderr)
-        );
-        let var = |k: &str| {
-            stdout
-                .lines()
-                .find_map(|l| l.strip_prefix(&format!("{k}=")).map(str::to_owned))
-                .unwrap_or_else(|| panic!("start-ipmi-sim.sh printed no {k}: {stdout}"))
-        };
+            .udp_port("IPMI_PORT")
+            .private_tcp_port("IPMI_VM_PORT")
+            .start()?;
         Some(Sim {
             n,
-            port: var("IPMI_PORT").parse().expect("IPMI_PORT is a port"),
-            host_log: PathBuf::from(var("HOST_EVENTS")),
-            run_dir,
+            port: emu.port("IPMI_PORT"),
+            host_log: PathBuf::from(emu.var("HOST_EVENTS")),
+            emu,
         })
     }
 
@@ -114,16 +80,6 @@ impl Sim {
             .output()
             .expect("run ipmitool");
         String::from_utf8_lossy(&out.stdout).trim().to_owned()
-    }
-}
-
-impl Drop for Sim {
-    fn drop(&mut self) {
-        let _ = Command::new("bash")
-            .arg(emulators_dir().join("stop.sh"))
-            .arg(format!("ipmi-sim-{}", self.n))
-            .env("QFENCE_EMU_RUN", &self.run_dir)
-            .output();
     }
 }
 

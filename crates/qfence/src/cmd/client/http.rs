@@ -85,6 +85,14 @@ impl Api {
         self.call(Method::POST, path, Some(body)).await
     }
 
+    pub async fn put<B: Serialize, T: DeserializeOwned>(
+        &self,
+        path: &str,
+        body: &B,
+    ) -> Result<T, Failure> {
+        self.call(Method::PUT, path, Some(body)).await
+    }
+
     async fn call<B: Serialize, T: DeserializeOwned>(
         &self,
         method: Method,

@@ -10,8 +10,8 @@ use std::time::Duration;
 
 use clap::{Args, Subcommand};
 use qfence_server::dto::{
-    ConfirmFencedRequest, DryRun, DryRunResult, FailoverRequest, OperationAccepted, PauseRequest,
-    PlanSource, PlanView, StatusResponse, SwitchoverRequest,
+    ConfirmFencedRequest, DryRun, DryRunResult, FailoverRequest, MaintenanceRequest,
+    OperationAccepted, PauseRequest, PlanSource, PlanView, StatusResponse, SwitchoverRequest,
 };
 use serde_json::json;
 
@@ -103,6 +103,24 @@ pub enum PlanCmd {
         #[command(flatten)]
         api: ApiArgs,
     },
+    /// Take SITE in (on) or out (off) of maintenance: while in, the plan is never failed or
+    /// switched over to it, and its checks run and are shown but raise no alarm. Refused for
+    /// the owner (switch over first) and the target of a move under way.
+    Maintenance {
+        plan: String,
+        site: String,
+        /// `on` to go into maintenance, `off` to come out.
+        #[arg(value_enum)]
+        state: OnOff,
+        /// The plan's generation as you saw it (qfence status): refused if it changed since.
+        #[arg(long, value_name = "N")]
+        generation: u64,
+        /// Why, for the event log.
+        #[arg(long)]
+        reason: Option<String>,
+        #[command(flatten)]
+        api: ApiArgs,
+    },
     /// Stop automatic actions on a plan.
     Pause(PauseArgs),
     /// Let automatic actions run again.
@@ -130,6 +148,13 @@ pub struct OpArgs {
     pub poll_seconds: f64,
     #[command(flatten)]
     pub api: ApiArgs,
+}
+
+/// In or out of maintenance.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+pub enum OnOff {
+    On,
+    Off,
 }
 
 #[derive(Debug, Args)]
@@ -239,6 +264,33 @@ pub fn run(cmd: PlanCmd, format: Format) -> anyhow::Result<ExitCode> {
                 .post(
                     &format!(
                         "/api/v1/plans/{}/sites/{}/confirm-fenced",
+                        seg(&plan),
+                        seg(&site)
+                    ),
+                    &req,
+                )
+                .await?;
+            accepted(&r, format);
+            Ok(())
+        })),
+        PlanCmd::Maintenance {
+            plan,
+            site,
+            state,
+            generation,
+            reason,
+            api,
+        } => Ok(super::run(format, "plan maintenance", async move {
+            let api = Api::new(&api)?;
+            let req = MaintenanceRequest {
+                enabled: state == OnOff::On,
+                expected_generation: generation,
+                reason,
+            };
+            let r: OperationAccepted = api
+                .put(
+                    &format!(
+                        "/api/v1/plans/{}/sites/{}/maintenance",
                         seg(&plan),
                         seg(&site)
                     ),
