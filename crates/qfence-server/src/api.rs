@@ -45,12 +45,16 @@ pub const BODY_LIMIT: usize = 64 * 1024;
 pub struct ApiConfig {
     /// The deadline for one call, after which it is answered `timeout` (503).
     pub call_timeout: Duration,
+    /// Cancelled when the server stops: the console's live streams (server-sent events) end,
+    /// so a graceful shutdown does not wait for browsers to close them.
+    pub shutdown: tokio_util::sync::CancellationToken,
 }
 
 impl Default for ApiConfig {
     fn default() -> Self {
         Self {
             call_timeout: Duration::from_secs(30),
+            shutdown: tokio_util::sync::CancellationToken::new(),
         }
     }
 }
@@ -62,6 +66,8 @@ pub struct AppState {
     pub(crate) tokens: Arc<TokenStore>,
     metrics: Metrics,
     openapi: Arc<String>,
+    /// Ends the console's live streams (see [`ApiConfig::shutdown`]).
+    pub(crate) live_stop: tokio_util::sync::CancellationToken,
 }
 
 impl std::fmt::Debug for AppState {
@@ -90,6 +96,7 @@ pub fn router(
         tokens: Arc::new(tokens),
         metrics,
         openapi,
+        live_stop: config.shutdown.clone(),
     };
     let timeout = config.call_timeout;
     routes

@@ -21,7 +21,7 @@ use std::collections::BTreeMap;
 use askama::Template;
 use axum::Router;
 use axum::extract::{Path, Query, State};
-use axum::http::{HeaderMap, StatusCode, header};
+use axum::http::{StatusCode, header};
 use axum::response::{IntoResponse, Redirect, Response};
 use axum::routing::get;
 use qfence_model::config::{Issue, ValidatedConfig, load_str, plan_api};
@@ -29,7 +29,7 @@ use qfence_model::{ControllerType, PlanId, Role};
 use serde::Deserialize;
 use serde_json::{Map, Value, json};
 
-use super::{ErrorPage, Session, page};
+use super::{ErrorPage, FormSession, Session, page};
 use crate::api::AppState;
 use crate::backend::{BackendError, CheckedPlan};
 
@@ -78,45 +78,6 @@ pub(super) fn forbidden(session: &Session, what: &str) -> Response {
             "{what} needs an admin token; yours ({}) is {}",
             session.caller.name, session.caller.access
         ),
-    };
-    (StatusCode::FORBIDDEN, page(&t)).into_response()
-}
-
-/// Whether a state-changing request comes from a page of this server: its `Origin` (or,
-/// without one, its `Referer`) must name the host it was sent to. Browsers send `Origin` on
-/// every form POST, so a cross-site form is refused even if the cookie's `SameSite` is not
-/// honoured; a request with neither header comes from no browser page and carries no risk of
-/// cross-site forgery.
-pub(super) fn same_origin(headers: &HeaderMap) -> bool {
-    let Some(host) = headers.get(header::HOST).and_then(|h| h.to_str().ok()) else {
-        return true;
-    };
-    let source = headers
-        .get(header::ORIGIN)
-        .or_else(|| headers.get(header::REFERER))
-        .and_then(|h| h.to_str().ok());
-    match source {
-        None => true,
-        Some(s) => {
-            let rest = s
-                .strip_prefix("https://")
-                .or_else(|| s.strip_prefix("http://"));
-            match rest {
-                Some(r) => r.split('/').next() == Some(host),
-                None => false,
-            }
-        }
-    }
-}
-
-/// The refusal of a cross-site form.
-pub(super) fn cross_site(session: &Session) -> Response {
-    let t = ErrorPage {
-        who: Some(session.caller.clone()),
-        title: "Refused".into(),
-        message: "the form was not sent from this console (its Origin names another site); \
-                  nothing was changed"
-            .into(),
     };
     (StatusCode::FORBIDDEN, page(&t)).into_response()
 }
@@ -1306,16 +1267,12 @@ async fn edit_form(
 type Fields = axum::Form<Vec<(String, String)>>;
 
 async fn create(
-    session: Session,
+    FormSession(session): FormSession,
     State(s): State<AppState>,
-    headers: HeaderMap,
     axum::Form(fields): Fields,
 ) -> Response {
     if !session.admin() {
         return forbidden(&session, "Creating a plan");
-    }
-    if !same_origin(&headers) {
-        return cross_site(&session);
     }
     let ch = match choices(&s, &session).await {
         Ok(c) => c,
@@ -1425,17 +1382,13 @@ fn backend_issue(
 }
 
 async fn save(
-    session: Session,
+    FormSession(session): FormSession,
     State(s): State<AppState>,
     Path(plan): Path<String>,
-    headers: HeaderMap,
     axum::Form(fields): Fields,
 ) -> Response {
     if !session.admin() {
         return forbidden(&session, "Editing a plan");
-    }
-    if !same_origin(&headers) {
-        return cross_site(&session);
     }
     let Ok(id) = PlanId::new(plan.as_str()) else {
         return super::error_page(
@@ -1646,19 +1599,6 @@ mod tests {
         );
         assert!(parse_params("max_age_seconds 120").is_err());
         assert!(parse_params("").unwrap().is_empty());
-    }
-
-    #[test]
-    fn origin_must_be_this_host() {
-        let mut h = HeaderMap::new();
-        h.insert(header::HOST, "127.0.0.1:7400".parse().unwrap());
-        assert!(same_origin(&h));
-        h.insert(header::ORIGIN, "https://127.0.0.1:7400".parse().unwrap());
-        assert!(same_origin(&h));
-        h.insert(header::ORIGIN, "https://evil.example".parse().unwrap());
-        assert!(!same_origin(&h));
-        h.insert(header::ORIGIN, "null".parse().unwrap());
-        assert!(!same_origin(&h));
     }
 
     #[test]

@@ -6,6 +6,23 @@
 //! are plain HTML rendered by askama; a little JavaScript subscribes to server-sent events for
 //! the live parts. Nothing here is in the OpenAPI document: the API is the contract, the
 //! console one client of the backend.
+//!
+//! Every state-changing form is a POST whose `Origin` (or, failing that, `Referer`) must name
+//! this server ([`FormSession`]); with the `SameSite=Strict` cookie this keeps other sites from
+//! submitting forms on a signed-in operator's behalf. Buttons the caller's role may not use are
+//! not offered, and the backend refuses them anyway.
+//!
+//! Pages: the overview ([`overview`], live), a plan's page ([`plans`]: the diagram, its history,
+//! operator actions with a confirmation step showing the dry run), the event log and the
+//! orchestrators ([`pages`]). The live parts are server-sent events ([`live`]) carrying HTML
+//! fragments rendered by the same templates as the page.
+
+mod diagram;
+mod editor;
+mod live;
+mod pages;
+mod plans;
+mod register;
 
 use askama::Template;
 use axum::Router;
@@ -19,15 +36,13 @@ use serde::Deserialize;
 use crate::api::AppState;
 use crate::auth::{Access, Caller};
 use crate::backend::BackendError;
-use crate::dto::{PlanStatus, StatusResponse, VerdictDto};
-
-mod editor;
-mod register;
+use crate::dto::{SiteRole, SiteStatus, StatusResponse, VerdictDto};
 
 /// The cookie holding the session's token.
 pub const SESSION_COOKIE: &str = "qfence_session";
 
 const CSS: &str = include_str!("../../assets/console.css");
+const JS: &str = include_str!("../../assets/console.js");
 
 /// The console's routes, merged into the API's router (same state, same middleware).
 pub(crate) fn routes() -> Router<AppState> {
@@ -36,8 +51,36 @@ pub(crate) fn routes() -> Router<AppState> {
         .route("/login", get(login_form).post(login))
         .route("/logout", post(logout))
         .route("/console.css", get(css))
+        .route("/console.js", get(js))
+        .merge(plans::routes())
+        .merge(pages::routes())
+        .merge(live::routes())
         .merge(editor::routes())
         .merge(register::routes())
+        // Last, so it covers every console route above.
+        .layer(axum::middleware::from_fn(browser_headers))
+}
+
+/// What every console response tells the browser: run only this server's own script and
+/// style (no inline script, nothing from elsewhere), never inside another site's frame (a
+/// "Fail over" button must not be clickable through a disguise), send no referrer to other
+/// sites, and trust the declared content types.
+pub(crate) const CONTENT_SECURITY_POLICY: &str = "default-src 'self'; script-src 'self'; \
+     style-src 'self'; img-src 'self' data:; connect-src 'self'; form-action 'self'; \
+     frame-ancestors 'none'; base-uri 'none'; object-src 'none'";
+
+async fn browser_headers(req: axum::extract::Request, next: axum::middleware::Next) -> Response {
+    let mut resp = next.run(req).await;
+    let h = resp.headers_mut();
+    for (name, value) in [
+        (header::CONTENT_SECURITY_POLICY, CONTENT_SECURITY_POLICY),
+        (header::X_FRAME_OPTIONS, "DENY"),
+        (header::REFERRER_POLICY, "same-origin"),
+        (header::X_CONTENT_TYPE_OPTIONS, "nosniff"),
+    ] {
+        h.insert(name, header::HeaderValue::from_static(value));
+    }
+    resp
 }
 
 // ---- session ----
@@ -81,6 +124,73 @@ impl FromRequestParts<AppState> for Session {
     }
 }
 
+/// A signed-in browser submitting a form from one of this server's pages: the session, and
+/// an `Origin` (or `Referer`) naming this server. Every state-changing console route takes
+/// this instead of [`Session`].
+#[derive(Debug, Clone)]
+pub(crate) struct FormSession(pub Session);
+
+impl FromRequestParts<AppState> for FormSession {
+    type Rejection = Response;
+
+    async fn from_request_parts(parts: &mut Parts, s: &AppState) -> Result<Self, Response> {
+        if let Err(why) = same_origin(&parts.headers) {
+            return Err(forbidden_form(&why));
+        }
+        Session::from_request_parts(parts, s).await.map(FormSession)
+    }
+}
+
+/// A form refused because it did not come from this server's pages.
+fn forbidden_form(why: &str) -> Response {
+    let t = ErrorPage {
+        who: None,
+        title: "Refused".into(),
+        message: format!(
+            "this form was not sent from this console's own pages ({why}), so it was not \
+             carried out; open the page again and resubmit"
+        ),
+    };
+    (StatusCode::FORBIDDEN, page(&t)).into_response()
+}
+
+/// Whether a POST came from this server's own pages: its `Origin`, or when a browser sends
+/// none its `Referer`, must be `http(s)://HOST` with the request's `Host`. Browsers send
+/// `Origin` on every form POST; a request with neither is refused (scripts use the API).
+fn same_origin(headers: &HeaderMap) -> Result<(), String> {
+    let host = headers
+        .get(header::HOST)
+        .and_then(|v| v.to_str().ok())
+        .ok_or("the request names no Host")?;
+    // The part after the scheme: exactly the host for an Origin, the host then a path for a
+    // Referer.
+    let after_scheme = |v: &'_ str| -> Option<String> {
+        ["http://", "https://"]
+            .iter()
+            .find_map(|scheme| v.strip_prefix(scheme))
+            .map(str::to_owned)
+    };
+    if let Some(origin) = headers.get(header::ORIGIN) {
+        let origin = origin.to_str().unwrap_or("");
+        return if after_scheme(origin).as_deref() == Some(host) {
+            Ok(())
+        } else {
+            Err(format!("its origin {origin:?} is not {host}"))
+        };
+    }
+    match headers.get(header::REFERER).and_then(|v| v.to_str().ok()) {
+        Some(r)
+            if after_scheme(r)
+                .and_then(|rest| rest.strip_prefix(host).map(|p| p.starts_with('/')))
+                == Some(true) =>
+        {
+            Ok(())
+        }
+        Some(r) => Err(format!("it was sent from {r:?}, not {host}")),
+        None => Err("the browser sent neither Origin nor Referer".into()),
+    }
+}
+
 /// The value of cookie `name`, if the request carries it.
 fn cookie(headers: &HeaderMap, name: &str) -> Option<String> {
     headers
@@ -90,7 +200,28 @@ fn cookie(headers: &HeaderMap, name: &str) -> Option<String> {
         .flat_map(|v| v.split(';'))
         .filter_map(|kv| kv.trim().split_once('='))
         .find(|(k, _)| *k == name)
-        .map(|(_, v)| v.to_owned())
+        .map(|(_, v)| decode(v))
+}
+
+/// Undoes [`encode`] (a cookie's value is kept percent-encoded: a token may hold characters
+/// a cookie may not, such as `;` or a space). A malformed escape is kept as written.
+fn decode(s: &str) -> String {
+    let bytes = s.as_bytes();
+    let mut out = Vec::with_capacity(bytes.len());
+    let mut i = 0;
+    while i < bytes.len() {
+        if bytes[i] == b'%'
+            && let Some(hex) = s.get(i + 1..i + 3)
+            && let Ok(b) = u8::from_str_radix(hex, 16)
+        {
+            out.push(b);
+            i += 3;
+            continue;
+        }
+        out.push(bytes[i]);
+        i += 1;
+    }
+    String::from_utf8_lossy(&out).into_owned()
 }
 
 /// Percent-encodes everything but unreserved characters (for a `next=` parameter).
@@ -186,13 +317,82 @@ struct OverviewPage {
     status: StatusResponse,
 }
 
-impl OverviewPage {
-    fn plans(&self) -> &[PlanStatus] {
-        &self.status.plans
+/// The overview's live part, alone (sent by [`live`]).
+#[derive(Template)]
+#[template(path = "console/overview_rows.html")]
+pub(crate) struct OverviewRows {
+    pub status: StatusResponse,
+}
+
+/// The CSS class of a site's chip: the owner's is neutral (it runs the service; its fence
+/// verdict is in the tooltip, and the phase and last decision say when it is being fenced);
+/// every other site shows its fence verdict.
+pub(crate) fn site_class(s: &SiteStatus) -> &'static str {
+    match s.role {
+        SiteRole::Owner => "owner",
+        SiteRole::Standby => verdict_class(&s.verdict),
     }
 }
 
+/// A site's chip text: `dc2 FENCED`, `dc1 owner`.
+pub(crate) fn site_label(s: &SiteStatus) -> String {
+    let verdict = verdict_class(&s.verdict).to_uppercase();
+    let mut t = match s.role {
+        SiteRole::Owner => format!("{} owner", s.site),
+        SiteRole::Standby => format!("{} {verdict}", s.site),
+    };
+    if s.maintenance {
+        t.push_str(" · maintenance");
+    }
+    t
+}
+
+/// A site's chip tooltip: its verdict and when it was checked.
+pub(crate) fn site_title(s: &SiteStatus) -> String {
+    format!(
+        "{}: fence verdict {}{}",
+        s.site,
+        verdict_class(&s.verdict).to_uppercase(),
+        s.checked_at_ms
+            .map(|t| format!(", checked {}", fmt_ms(t)))
+            .unwrap_or_default()
+    )
+}
+
+/// Milliseconds since the Unix epoch as `YYYY-MM-DD HH:MM:SS` (UTC).
+pub(crate) fn fmt_ms(ms: u64) -> String {
+    let secs = ms / 1000;
+    let (days, rem) = ((secs / 86_400) as i64, secs % 86_400);
+    // Howard Hinnant's civil_from_days.
+    let z = days + 719_468;
+    let era = z.div_euclid(146_097);
+    let doe = z - era * 146_097;
+    let yoe = (doe - doe / 1460 + doe / 36_524 - doe / 146_096) / 365;
+    let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
+    let mp = (5 * doy + 2) / 153;
+    let d = doy - (153 * mp + 2) / 5 + 1;
+    let m = if mp < 10 { mp + 3 } else { mp - 9 };
+    let y = yoe + era * 400 + i64::from(m <= 2);
+    format!(
+        "{y:04}-{m:02}-{d:02} {:02}:{:02}:{:02}",
+        rem / 3600,
+        rem % 3600 / 60,
+        rem % 60
+    )
+}
+
 // ---- handlers ----
+
+async fn js() -> Response {
+    (
+        [
+            (header::CONTENT_TYPE, "text/javascript; charset=utf-8"),
+            (header::CACHE_CONTROL, "max-age=300"),
+        ],
+        JS,
+    )
+        .into_response()
+}
 
 async fn css() -> Response {
     (
@@ -225,7 +425,14 @@ struct LoginForm {
     next: Option<String>,
 }
 
-async fn login(State(s): State<AppState>, axum::Form(f): axum::Form<LoginForm>) -> Response {
+async fn login(
+    State(s): State<AppState>,
+    headers: HeaderMap,
+    axum::Form(f): axum::Form<LoginForm>,
+) -> Response {
+    if let Err(why) = same_origin(&headers) {
+        return forbidden_form(&why);
+    }
     let next = safe_next(f.next.as_deref());
     let token = f.token.trim();
     if s.tokens.authenticate(token).is_none() {
@@ -237,7 +444,10 @@ async fn login(State(s): State<AppState>, axum::Form(f): axum::Form<LoginForm>) 
         };
         return (StatusCode::UNAUTHORIZED, page(&t)).into_response();
     }
-    let cookie = format!("{SESSION_COOKIE}={token}; Path=/; HttpOnly; SameSite=Strict; Secure");
+    let cookie = format!(
+        "{SESSION_COOKIE}={}; Path=/; HttpOnly; SameSite=Strict; Secure",
+        encode(token)
+    );
     (
         StatusCode::SEE_OTHER,
         [(header::SET_COOKIE, cookie), (header::LOCATION, next)],
@@ -245,7 +455,10 @@ async fn login(State(s): State<AppState>, axum::Form(f): axum::Form<LoginForm>) 
         .into_response()
 }
 
-async fn logout() -> Response {
+async fn logout(headers: HeaderMap) -> Response {
+    if let Err(why) = same_origin(&headers) {
+        return forbidden_form(&why);
+    }
     let cookie = format!("{SESSION_COOKIE}=; Path=/; HttpOnly; SameSite=Strict; Secure; Max-Age=0");
     (
         StatusCode::SEE_OTHER,
@@ -290,6 +503,90 @@ mod tests {
         );
         assert_eq!(cookie(&h, SESSION_COOKIE).as_deref(), Some("tok"));
         assert_eq!(cookie(&h, "c"), None);
+    }
+
+    #[test]
+    fn a_token_survives_the_cookie_whatever_it_holds() {
+        for token in [
+            "plain-token_1",
+            "with space;semi,comma=eq%",
+            "ünïcode/slash",
+        ] {
+            let mut h = HeaderMap::new();
+            h.insert(
+                header::COOKIE,
+                format!("a=1; {SESSION_COOKIE}={}", encode(token))
+                    .parse()
+                    .unwrap(),
+            );
+            assert_eq!(cookie(&h, SESSION_COOKIE).as_deref(), Some(token));
+        }
+        assert_eq!(decode("100%"), "100%");
+        assert_eq!(decode("%zz"), "%zz");
+    }
+
+    #[test]
+    fn forms_must_come_from_this_server() {
+        let h = |pairs: &[(header::HeaderName, &str)]| {
+            let mut m = HeaderMap::new();
+            for (k, v) in pairs {
+                m.insert(k.clone(), v.parse().unwrap());
+            }
+            m
+        };
+        let host = (header::HOST, "127.0.0.1:8443");
+        assert!(
+            same_origin(&h(&[
+                host.clone(),
+                (header::ORIGIN, "https://127.0.0.1:8443")
+            ]))
+            .is_ok()
+        );
+        assert!(
+            same_origin(&h(&[
+                host.clone(),
+                (header::ORIGIN, "http://127.0.0.1:8443")
+            ]))
+            .is_ok()
+        );
+        assert!(
+            same_origin(&h(&[
+                host.clone(),
+                (header::ORIGIN, "https://evil.example")
+            ]))
+            .is_err()
+        );
+        assert!(
+            same_origin(&h(&[
+                host.clone(),
+                (header::ORIGIN, "https://127.0.0.1:8443.evil")
+            ]))
+            .is_err()
+        );
+        assert!(same_origin(&h(&[host.clone(), (header::ORIGIN, "null")])).is_err());
+        assert!(
+            same_origin(&h(&[
+                host.clone(),
+                (header::REFERER, "https://127.0.0.1:8443/plans/x")
+            ]))
+            .is_ok()
+        );
+        assert!(
+            same_origin(&h(&[
+                host.clone(),
+                (header::REFERER, "https://127.0.0.1:84430/")
+            ]))
+            .is_err()
+        );
+        assert!(same_origin(&h(std::slice::from_ref(&host))).is_err());
+        assert!(same_origin(&h(&[(header::ORIGIN, "https://127.0.0.1:8443")])).is_err());
+    }
+
+    #[test]
+    fn times_are_utc_calendar_dates() {
+        assert_eq!(fmt_ms(0), "1970-01-01 00:00:00");
+        assert_eq!(fmt_ms(951_782_400_000), "2000-02-29 00:00:00");
+        assert_eq!(fmt_ms(1_796_052_127_999), "2026-11-30 15:22:07");
     }
 
     #[test]

@@ -18,7 +18,7 @@ use std::collections::BTreeMap;
 use askama::Template;
 use axum::Router;
 use axum::extract::{Path, Query, State};
-use axum::http::{HeaderMap, StatusCode};
+use axum::http::StatusCode;
 use axum::response::{IntoResponse, Redirect, Response};
 use axum::routing::{get, post};
 use qfence_model::config::{Issue, plan_api};
@@ -26,10 +26,8 @@ use qfence_model::{ControllerId, ControllerType};
 use serde::Deserialize;
 use serde_json::{Map, Value, json};
 
-use super::editor::{
-    FieldIssues, Opt, base_config, cross_site, forbidden, same_origin, script_json,
-};
-use super::{Session, page};
+use super::editor::{FieldIssues, Opt, base_config, forbidden, script_json};
+use super::{FormSession, Session, page};
 use crate::api::AppState;
 use crate::backend::{BackendError, CheckedController};
 use crate::dto::{ControllerTest, ControllerView, GradeDto};
@@ -788,16 +786,12 @@ async fn start(session: Session, State(s): State<AppState>) -> Response {
 }
 
 async fn step(
-    session: Session,
+    FormSession(session): FormSession,
     State(s): State<AppState>,
-    headers: HeaderMap,
     axum::Form(fields): axum::Form<Vec<(String, String)>>,
 ) -> Response {
     if !session.admin() {
         return forbidden(&session, "Registering a controller");
-    }
-    if !same_origin(&headers) {
-        return cross_site(&session);
     }
     let ctx = match context(&s, &session).await {
         Ok(c) => c,
@@ -1100,16 +1094,12 @@ async fn list(session: Session, State(s): State<AppState>, Query(q): Query<ListQ
 }
 
 async fn test(
-    session: Session,
+    FormSession(session): FormSession,
     State(s): State<AppState>,
     Path(name): Path<String>,
-    headers: HeaderMap,
 ) -> Response {
     if !session.admin() {
         return forbidden(&session, "Testing a controller");
-    }
-    if !same_origin(&headers) {
-        return cross_site(&session);
     }
     let Ok(id) = ControllerId::new(name.as_str()) else {
         return super::error_page(

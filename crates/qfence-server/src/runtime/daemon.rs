@@ -401,7 +401,16 @@ impl Daemon {
         let engine_task = tokio::spawn(engine.clone().run(engine_stop.clone()));
 
         let backend = RuntimeBackend::new(&engine, o.secrets);
-        let app = crate::router(Arc::new(backend), o.tokens, metrics, &ApiConfig::default());
+        let api_stop = CancellationToken::new();
+        let app = crate::router(
+            Arc::new(backend),
+            o.tokens,
+            metrics,
+            &ApiConfig {
+                shutdown: api_stop.clone(),
+                ..ApiConfig::default()
+            },
+        );
         let (server_config, api_fingerprint) = api_tls(&tls)?;
         let tcp = tokio::net::TcpListener::bind(o.api_listen)
             .await
@@ -409,7 +418,6 @@ impl Daemon {
         let api_addr = tcp
             .local_addr()
             .map_err(|e| setup(format!("API listen address: {e}")))?;
-        let api_stop = CancellationToken::new();
         let api_task = tokio::spawn(crate::tls::serve_tls(
             tcp,
             server_config,

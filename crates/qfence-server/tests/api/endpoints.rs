@@ -1121,6 +1121,7 @@ async fn a_panic_in_a_handler_is_a_500_with_a_code_not_a_dropped_connection() {
 async fn a_call_past_its_deadline_is_answered_timeout() {
     let api = Api::with_config(&ApiConfig {
         call_timeout: Duration::from_secs(2),
+        ..ApiConfig::default()
     });
     *api.backend.slow_orchestrators.lock().unwrap() = Some(Duration::from_secs(60));
     let r = api.get("/api/v1/orchestrators", VIEWER).await;

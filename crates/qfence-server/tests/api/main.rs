@@ -2,6 +2,7 @@
 //! router (plain HTTP through `oneshot`), plus one real TLS test and the schemathesis fuzz run
 //! against a served `/openapi.json`.
 
+mod console;
 mod endpoints;
 mod fuzz;
 mod input;

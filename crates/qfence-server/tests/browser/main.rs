@@ -1,16 +1,27 @@
 //! The web console in a real browser: Debian's headless chromium driven over WebDriver
 //! (see `harness.rs`). Each test tells a story and leaves screenshots in
 //! `target/console-screenshots/`.
+//!
+//! Form paths run over the in-memory backend (`qfence_server::testing`); the live failover
+//! and the switchover run over the real runtime, one orchestrator with the lab's simulators
+//! (`../runtime/lab.rs`).
 
 mod harness;
+#[path = "../runtime/lab.rs"]
+#[allow(dead_code)]
+mod lab;
 
 use std::sync::Arc;
+use std::time::Duration;
 
-use anyhow::Result;
+use anyhow::{Result, ensure};
+use qfence_lab::redfish::PowerState;
+use qfence_model::Verdict;
+use qfence_server::runtime::RuntimeBackend;
 use qfence_server::testing::MemoryBackend;
 use qfence_server::{Access, ApiConfig, Metrics, TokenStore};
 
-use harness::{Browser, serve};
+use harness::{Browser, By, serve};
 
 pub const VIEWER: &str = "viewer-token-1";
 pub const OPERATOR: &str = "operator-token-2";
@@ -39,15 +50,31 @@ pub async fn memory_console() -> Result<(harness::Served, Arc<MemoryBackend>)> {
     Ok((serve(app).await?, backend))
 }
 
+/// Marks the page so a test can tell a live update from a reload.
+async fn mark_page(b: &Browser) -> Result<()> {
+    b.driver
+        .execute("window.__qfence_marker = 'same page';", vec![])
+        .await?;
+    Ok(())
+}
+
+async fn same_page(b: &Browser) -> Result<bool> {
+    let v = b
+        .driver
+        .execute("return window.__qfence_marker || null;", vec![])
+        .await?;
+    Ok(v.json().as_str() == Some("same page"))
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn signing_in_shows_the_overview() -> Result<()> {
     let (served, _backend) = memory_console().await?;
     let b = Browser::start(&served.base, "sign-in").await?;
 
     phase("a browser without a session is sent to the sign-in page");
-    b.open("/").await?;
+    b.open("/plans/erp-db").await?;
     b.wait_for("#token").await?;
-    anyhow::ensure!(b.path().await?.starts_with("/login"), "on the sign-in page");
+    ensure!(b.path().await?.starts_with("/login"), "on the sign-in page");
     b.screenshot("1-login").await?;
 
     phase("a wrong token is refused on the page");
@@ -55,9 +82,260 @@ async fn signing_in_shows_the_overview() -> Result<()> {
     b.click("form[action='/login'] button[type=submit]").await?;
     b.wait_for_text(".field-error", "not known").await?;
 
-    phase("the viewer's token opens the overview with erp-db");
-    b.sign_in(VIEWER).await?;
+    phase("the viewer's token opens the page asked for, then the overview");
+    b.fill("#token", VIEWER).await?;
+    b.click("form[action='/login'] button[type=submit]").await?;
+    b.wait_until("back on the plan's page", || async {
+        Ok(b.path().await? == "/plans/erp-db")
+    })
+    .await?;
+    b.open("/").await?;
     b.wait_for_text("#overview", "erp-db").await?;
     b.screenshot("2-overview").await?;
+
+    phase("a viewer is offered no actions");
+    b.open("/plans/erp-db").await?;
+    b.wait_for_text("main", "need an operator token").await?;
+    ensure!(
+        b.driver.find_all(By::Css("form.action")).await?.is_empty(),
+        "no action form for a viewer"
+    );
+
+    phase("signing out ends the session");
+    b.click("form[action='/logout'] button").await?;
+    b.wait_for("#token").await?;
+    b.open("/").await?;
+    b.wait_for("#token").await?;
     b.quit().await
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_overview_and_the_plan_page_follow_a_failover_live() -> Result<()> {
+    let (served, backend) = memory_console().await?;
+    backend
+        .hold_operations
+        .store(true, std::sync::atomic::Ordering::SeqCst);
+    backend.set_verdict("erp-db", "dc2", Verdict::Fenced);
+    let b = Browser::start(&served.base, "live").await?;
+    b.sign_in(VIEWER).await?;
+    b.wait_for_text("#overview", "dc2 FENCED").await?;
+    mark_page(&b).await?;
+    b.wait_for_text("#live-state", "live").await?;
+
+    phase("dc1 is lost: the overview shows each step without a reload");
+    backend.set_verdict("erp-db", "dc1", Verdict::Unknown);
+    backend.step(
+        "erp-db",
+        "fencing",
+        "failing over erp-db: fencing dc1 (power.off sent)",
+    );
+    b.wait_for_text("#overview", "fencing dc1").await?;
+    b.screenshot("1-overview-fencing").await?;
+    backend.set_verdict("erp-db", "dc1", Verdict::Fenced);
+    backend.step(
+        "erp-db",
+        "promoting",
+        "failing over erp-db: dc1 FENCED, promoting dc2",
+    );
+    b.wait_for_text("#overview", "promoting dc2").await?;
+    ensure!(same_page(&b).await?, "the overview was updated in place");
+
+    phase("the plan page shows the same, and its history grows");
+    b.open("/plans/erp-db").await?;
+    b.wait_for_text("#plan-status", "promoting").await?;
+    mark_page(&b).await?;
+    backend.fail(
+        "erp-db",
+        "promoting dc2 failed: vm.start refused (HTTP 500)",
+    );
+    b.wait_for_text("#history", "vm.start refused").await?;
+    b.wait_for_text("#plan-status-live", "failed").await?;
+    ensure!(same_page(&b).await?, "the plan page was updated in place");
+    b.screenshot("2-plan-alarm").await?;
+    b.quit().await
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn confirming_fenced_without_a_reason_keeps_the_form_and_says_why() -> Result<()> {
+    let (served, backend) = memory_console().await?;
+    let b = Browser::start(&served.base, "confirm-fenced").await?;
+    b.sign_in(OPERATOR).await?;
+    b.open("/plans/erp-db").await?;
+
+    phase("confirm fenced with no reason: refused next to the field");
+    b.click("#confirm-fenced").await?;
+    b.wait_for_text("#reason-error", "how you know").await?;
+    let site = b.wait_for("#c-site").await?.value().await?;
+    ensure!(site.as_deref() == Some("dc2"), "the site is kept: {site:?}");
+    b.screenshot("1-reason-missing").await?;
+
+    phase("with a reason it is asked once more, then done");
+    b.fill("#c-reason", "host unplugged, checked at the rack")
+        .await?;
+    b.click("#confirm").await?;
+    b.wait_for_text(".notice", "accepted").await?;
+    let events = backend.all_events();
+    ensure!(
+        events.iter().any(
+            |e| e.data["reason"] == "host unplugged, checked at the rack"
+                || e.message.contains("host unplugged, checked at the rack")
+        ),
+        "the reason is in the event log"
+    );
+    b.screenshot("2-confirmed").await?;
+    b.quit().await
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_events_page_pages_and_filters_and_keeps_a_bad_filter() -> Result<()> {
+    let (served, backend) = memory_console().await?;
+    for i in 0..12 {
+        backend.step("erp-db", "steady", &format!("no action: cycle {i}"));
+    }
+    let b = Browser::start(&served.base, "events").await?;
+    b.sign_in(VIEWER).await?;
+    b.open("/events?limit=5").await?;
+    b.wait_for("#events").await?;
+    b.click("#next-page").await?;
+    b.wait_for_text("#events", "cycle").await?;
+    b.screenshot("1-page-2").await?;
+
+    phase("a bad kind is refused next to the field, the rest of the filter kept");
+    b.open("/events").await?;
+    b.fill("#f-kind", "decisoin").await?;
+    b.fill("#f-plan", "erp-db").await?;
+    b.click("#filter").await?;
+    b.wait_for_text("#filters", "is not a kind of record")
+        .await?;
+    let plan = b.wait_for("#f-plan").await?.value().await?;
+    let kind = b.wait_for("#f-kind").await?.value().await?;
+    ensure!(plan.as_deref() == Some("erp-db") && kind.as_deref() == Some("decisoin"));
+    b.screenshot("2-bad-kind").await?;
+    b.fill("#f-kind", "decision").await?;
+    b.click("#filter").await?;
+    b.wait_for_text("#events", "cycle 11").await?;
+    b.open("/orchestrators").await?;
+    b.wait_for_text("#orchestrators", "dc1-a").await?;
+    b.screenshot("3-orchestrators").await?;
+    b.quit().await
+}
+
+/// The real runtime: one orchestrator running the engine over the lab's simulators, and the
+/// console served over its `RuntimeBackend`.
+struct RealLab {
+    sims: lab::Sims,
+    o: lab::Orchestrator,
+    served: harness::Served,
+}
+
+impl RealLab {
+    async fn start() -> Result<Self> {
+        let sims = lab::Sims::start().await?;
+        let o = lab::Orchestrator::start(&sims.config_text(), true).await?;
+        let backend = RuntimeBackend::new(&o.engine, lab::secrets());
+        let app = qfence_server::router(
+            Arc::new(backend),
+            tokens(),
+            Metrics::new(),
+            &ApiConfig::default(),
+        );
+        let served = serve(app).await?;
+        Ok(Self { sims, o, served })
+    }
+
+    async fn stop(self) {
+        drop(self.served);
+        self.o.shutdown().await;
+        self.sims.stop().await;
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_lost_site_fails_over_live_on_the_overview_and_the_plan_page() -> Result<()> {
+    let lab = RealLab::start().await?;
+    let b = Browser::start(&lab.served.base, "runtime-failover").await?;
+    b.sign_in(VIEWER).await?;
+
+    phase("steady: dc1 owns erp-db, dc2 reads FENCED");
+    b.wait_for_text_within("#overview", "dc2 FENCED", Duration::from_secs(30))
+        .await?;
+    mark_page(&b).await?;
+    b.screenshot("1-steady").await?;
+
+    phase("dc1's host loses power: the overview follows the failover to dc2, live");
+    ensure!(lab.sims.bmc1.set_power("pve-dc1-01", PowerState::Off));
+    b.wait_for_text_within("#overview", "dc2 owner", Duration::from_secs(60))
+        .await?;
+    b.wait_for_text_within("#overview", "dc1 FENCED", Duration::from_secs(30))
+        .await?;
+    ensure!(same_page(&b).await?, "the overview was updated in place");
+    b.screenshot("2-failed-over").await?;
+
+    phase("the plan page shows the new owner, the history and the diagram");
+    b.open("/plans/erp-db").await?;
+    b.wait_for_text("#plan-status", "dc2").await?;
+    b.wait_for_text("#history", "committed: owner dc2").await?;
+    b.wait_for("#diagram").await?;
+    b.screenshot("3-plan").await?;
+    b.quit().await?;
+    lab.stop().await;
+    Ok(())
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_switchover_is_confirmed_with_its_dry_run_then_followed_live() -> Result<()> {
+    let lab = RealLab::start().await?;
+    let b = Browser::start(&lab.served.base, "switchover").await?;
+    b.sign_in(OPERATOR).await?;
+    b.wait_for_text_within("#overview", "dc2 FENCED", Duration::from_secs(30))
+        .await?;
+
+    phase("from the overview to the plan's page; the dry run of a switchover");
+    b.click("#overview a[href='/plans/erp-db']").await?;
+    b.wait_for("#diagram").await?;
+    b.screenshot("1-plan").await?;
+    b.screenshot_of(".diagram", "1-diagram").await?;
+    b.driver
+        .find(By::Css("#dry option[value='switchover']"))
+        .await?
+        .click()
+        .await?;
+    b.driver
+        .find(By::Css("#dry-target option[value='dc2']"))
+        .await?
+        .click()
+        .await?;
+    b.click("#dry-run").await?;
+    b.wait_for("#dry-result").await?;
+
+    phase("switch over to dc2: a confirmation step first");
+    b.fill("#sw-reason", "patching dc1").await?;
+    b.click("#switchover").await?;
+    b.wait_for_text("h1", "Switch erp-db over to dc2").await?;
+    b.wait_for("#dry-result").await?;
+    b.screenshot("2-confirm").await?;
+    let reason = b.wait_for("#c-reason").await?.value().await?;
+    ensure!(
+        reason.as_deref() == Some("patching dc1"),
+        "the reason is kept"
+    );
+    b.click("#confirm").await?;
+
+    phase("accepted; the plan page follows it to dc2 without a reload");
+    b.wait_for_text(".notice", "accepted").await?;
+    mark_page(&b).await?;
+    b.wait_for_text_within("#plan-status", "dc2 owner", Duration::from_secs(60))
+        .await?;
+    b.wait_for_text_within("#plan-status", "steady", Duration::from_secs(30))
+        .await?;
+    ensure!(same_page(&b).await?, "updated in place");
+    b.wait_for_text("#history", "patching dc1").await?;
+    ensure!(
+        b.wait_for("#stale").await?.is_displayed().await?,
+        "the moved generation disables the actions"
+    );
+    b.screenshot("3-switched").await?;
+    b.quit().await?;
+    lab.stop().await;
+    Ok(())
 }

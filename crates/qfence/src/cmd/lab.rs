@@ -92,6 +92,14 @@ async fn serve_lab(dir: PathBuf) -> anyhow::Result<ExitCode> {
         .get("dc2-a")
         .context("the lab has no dc2-a")?;
     println!();
+    // dc2-a's console: it survives `lab fail dc1`, so the failover can be watched there.
+    println!(
+        "Console: {}/  (dc2-a; sign in with a token above. The browser will not know the lab's \
+         own certificate: accept it after comparing its SHA-256 fingerprint with {})",
+        dc2.api_url(),
+        dc2.pin
+    );
+    println!();
     println!("Next, in a second terminal:");
     println!("  . {dir_shown}/env && qfence status --watch");
     println!(

@@ -1,0 +1,712 @@
+//! A plan's page: its status (live), the plan drawn as in the guide's diagram, the history of
+//! its failovers from the event log, the dry run, and the operator actions — switchover,
+//! failover, confirm fenced — each with a confirmation step that shows what the dry run says
+//! would happen and carries the generation the operator saw (a moved plan is refused).
+
+use askama::Template;
+use axum::Router;
+use axum::extract::{Path, Query, State};
+use axum::http::StatusCode;
+use axum::response::{IntoResponse, Redirect, Response};
+use axum::routing::{get, post};
+use serde::Deserialize;
+
+use qfence_model::{PlanId, SiteId};
+
+use super::diagram::{self, Diagram};
+use super::{FormSession, Session, encode, error_page, fmt_ms, page};
+use crate::api::AppState;
+use crate::auth::Caller;
+use crate::backend::BackendError;
+use crate::dto::{
+    ConfirmFencedRequest, DryRun, DryRunResult, FailoverRequest, LeaderInfo, MaintenanceRequest,
+    PauseRequest, PlanStatus, PlanView, SwitchoverRequest,
+};
+use crate::events::{Event, EventKind, EventQuery, MAX_PAGE};
+
+pub(super) fn routes() -> Router<AppState> {
+    Router::new()
+        .route("/plans/{plan}", get(plan_page))
+        .route("/plans/{plan}/actions", post(action))
+}
+
+/// A failover-history row.
+#[derive(Debug, Clone)]
+pub(crate) struct HistoryRow {
+    pub time: String,
+    pub kind: &'static str,
+    pub actor: String,
+    pub generation: String,
+    pub message: String,
+}
+
+/// The plan's status panel and history: rendered in the page and, by themselves, for the
+/// live updates.
+#[derive(Debug)]
+pub(crate) struct PlanLive {
+    pub plan: String,
+    pub status: Option<PlanStatus>,
+    pub history: Vec<HistoryRow>,
+    /// Who leads, as this orchestrator sees it: each orchestrator keeps its own event log, so
+    /// the history here is what this one recorded.
+    pub leader: LeaderInfo,
+}
+
+/// The status panel alone.
+#[derive(Template)]
+#[template(path = "console/plan_status.html")]
+pub(crate) struct PlanStatusPart<'a> {
+    pub plan: &'a str,
+    pub status: &'a Option<PlanStatus>,
+}
+
+/// The history table alone.
+#[derive(Template)]
+#[template(path = "console/plan_history.html")]
+pub(crate) struct PlanHistoryPart<'a> {
+    pub history: &'a [HistoryRow],
+    pub leader: &'a LeaderInfo,
+}
+
+impl PlanLive {
+    /// Loads what the live part shows.
+    pub async fn load(s: &AppState, plan: &str) -> Result<Self, BackendError> {
+        let all = s.backend.status().await?;
+        let status = all.plans.into_iter().find(|p| p.plan == plan);
+        let history = history(s, plan).await?;
+        Ok(Self {
+            plan: plan.to_owned(),
+            status,
+            history,
+            leader: all.leader,
+        })
+    }
+
+    /// The two live parts, rendered: (element id, HTML).
+    pub fn render_parts(&self) -> Result<Vec<(&'static str, String)>, askama::Error> {
+        Ok(vec![
+            (
+                "plan-status-live",
+                PlanStatusPart {
+                    plan: &self.plan,
+                    status: &self.status,
+                }
+                .render()?,
+            ),
+            (
+                "plan-history",
+                PlanHistoryPart {
+                    history: &self.history,
+                    leader: &self.leader,
+                }
+                .render()?,
+            ),
+        ])
+    }
+}
+
+/// How far back in the event log the history looks, in records (of every plan).
+const HISTORY_WINDOW: u64 = 20_000;
+
+/// The records of the event log that tell the plan's failovers: operator requests, decisions
+/// that changed its state, committed changes of owner, alarms. Newest first, at most 30, from
+/// the log's last [`HISTORY_WINDOW`] records.
+async fn history(s: &AppState, plan: &str) -> Result<Vec<HistoryRow>, BackendError> {
+    let head = s
+        .backend
+        .events(&EventQuery {
+            after: None,
+            limit: Some(1),
+            kind: None,
+            plan: None,
+            site: None,
+        })
+        .await?
+        .head_seq;
+    let mut rows = Vec::new();
+    let mut after = Some(head.saturating_sub(HISTORY_WINDOW)).filter(|a| *a > 0);
+    // The log is paged, oldest first: read the window to its end (bounded).
+    for _ in 0..(HISTORY_WINDOW / u64::from(MAX_PAGE) + 1) {
+        let page = s
+            .backend
+            .events(&EventQuery {
+                after,
+                limit: Some(MAX_PAGE),
+                kind: None,
+                plan: Some(plan.to_owned()),
+                site: None,
+            })
+            .await?;
+        for e in &page.events {
+            if tells_a_failover(e) {
+                rows.push(HistoryRow {
+                    time: fmt_ms(e.time_ms),
+                    kind: e.kind.as_str(),
+                    actor: e.actor.clone(),
+                    generation: e.generation.map(|g| g.to_string()).unwrap_or_default(),
+                    message: e.message.clone(),
+                });
+            }
+        }
+        match page.next_after {
+            Some(n) => after = Some(n),
+            None => break,
+        }
+    }
+    rows.reverse();
+    rows.truncate(30);
+    Ok(rows)
+}
+
+fn tells_a_failover(e: &Event) -> bool {
+    match e.kind {
+        EventKind::Operator | EventKind::Alarm => true,
+        EventKind::Decision => {
+            e.data.get("state_change").and_then(|v| v.as_bool()) == Some(true)
+                || e.message.contains(" committed: owner ")
+        }
+        _ => false,
+    }
+}
+
+#[derive(Template)]
+#[template(path = "console/plan.html")]
+struct PlanPage {
+    who: Option<Caller>,
+    title: String,
+    live: PlanLive,
+    /// The live parts rendered (what the live updates replace).
+    status_html: String,
+    history_html: String,
+    view: PlanView,
+    diagram: Diagram,
+    /// The sites of the plan, in the order written.
+    sites: Vec<String>,
+    /// The sites that do not own the plan: targets of a switchover or failover, and the sites
+    /// an operator may confirm fenced.
+    others: Vec<String>,
+    operator: bool,
+    notice: Option<String>,
+    dry: Option<DryRunResult>,
+    dry_error: Option<String>,
+    /// What the dry-run form last asked, kept.
+    dry_action: String,
+    dry_target: String,
+    staged_json: Option<String>,
+}
+
+impl PlanPage {
+    fn generation(&self) -> u64 {
+        self.view.generation
+    }
+
+    fn owner(&self) -> String {
+        self.live
+            .status
+            .as_ref()
+            .map(|s| s.owner.clone())
+            .unwrap_or_default()
+    }
+
+    fn selected(&self, what: &str, value: &str) -> bool {
+        match what {
+            "action" => self.dry_action == value,
+            _ => self.dry_target == value,
+        }
+    }
+}
+
+/// The plan as the configuration writes it (instances, service, bindings). A backend whose
+/// plan view is a summary (plans from the configuration file) has it in its configuration
+/// source, validated the same way as the file.
+async fn plan_spec(s: &AppState, id: &PlanId, view: &PlanView) -> serde_json::Value {
+    if view.spec.get("instances").is_some() {
+        return view.spec.clone();
+    }
+    let Ok(text) = s.backend.config_source().await else {
+        return view.spec.clone();
+    };
+    match qfence_model::config::load_str(&text, "the configuration in force") {
+        Ok(loaded) => loaded
+            .config
+            .config()
+            .plans
+            .get(id)
+            .and_then(|p| serde_json::to_value(p).ok())
+            .unwrap_or_else(|| view.spec.clone()),
+        Err(_) => view.spec.clone(),
+    }
+}
+
+#[derive(Debug, Deserialize)]
+struct PlanQuery {
+    notice: Option<String>,
+    /// A dry run: `cycle`, `apply_staged`, `switchover`, `failover`.
+    dry: Option<String>,
+    target: Option<String>,
+}
+
+fn dry_request(action: &str, target: Option<&str>) -> Result<DryRun, String> {
+    let target = target.filter(|t| !t.is_empty()).map(str::to_owned);
+    match action {
+        "cycle" => Ok(DryRun::Cycle),
+        "apply_staged" => Ok(DryRun::ApplyStaged),
+        "switchover" => target
+            .map(|target| DryRun::Switchover { target })
+            .ok_or_else(|| "a switchover needs a target site".to_owned()),
+        "failover" => Ok(DryRun::Failover { target }),
+        other => Err(format!(
+            "{other:?} is not a dry run: cycle, apply_staged, switchover, failover"
+        )),
+    }
+}
+
+async fn plan_page(
+    session: Session,
+    State(s): State<AppState>,
+    Path(plan): Path<String>,
+    Query(q): Query<PlanQuery>,
+) -> Response {
+    let id = match PlanId::new(&plan) {
+        Ok(id) => id,
+        Err(e) => {
+            return error_page(
+                Some(&session),
+                &BackendError::Invalid {
+                    message: format!("{plan:?} is not a plan name: {e}"),
+                    issues: vec![],
+                },
+            );
+        }
+    };
+    let view = match s.backend.plan(&id).await {
+        Ok(v) => v,
+        Err(e) => return error_page(Some(&session), &e),
+    };
+    let live = match PlanLive::load(&s, &plan).await {
+        Ok(l) => l,
+        Err(e) => return error_page(Some(&session), &e),
+    };
+    let controllers = s.backend.controllers().await.unwrap_or_default();
+    let spec = plan_spec(&s, &id, &view).await;
+    let diagram = diagram::layout(&plan, &spec, live.status.as_ref(), &controllers);
+    let sites: Vec<String> = match spec.get("instances").and_then(|i| i.as_object()) {
+        Some(o) => o.keys().cloned().collect(),
+        None => live
+            .status
+            .iter()
+            .flat_map(|st| st.sites.iter().map(|x| x.site.clone()))
+            .collect(),
+    };
+    let owner = live.status.as_ref().map(|s| s.owner.clone());
+    let others = sites
+        .iter()
+        .filter(|s| Some(*s) != owner.as_ref())
+        .cloned()
+        .collect();
+    let (mut dry, mut dry_error) = (None, None);
+    if let Some(action) = q.dry.as_deref() {
+        match dry_request(action, q.target.as_deref()) {
+            Ok(what) => match s.backend.dry_run(&id, &what).await {
+                Ok(r) => dry = Some(r),
+                Err(e) => dry_error = Some(e.to_string()),
+            },
+            Err(e) => dry_error = Some(e),
+        }
+    }
+    let staged_json = view
+        .staged
+        .as_ref()
+        .and_then(|st| serde_json::to_string_pretty(&st.spec).ok());
+    let (status_html, history_html) = match live.render_parts() {
+        Ok(mut parts) => {
+            let history = parts.pop().map(|p| p.1).unwrap_or_default();
+            (parts.pop().map(|p| p.1).unwrap_or_default(), history)
+        }
+        Err(e) => {
+            tracing::error!(error = %e, "A console template failed to render: this is a bug");
+            return super::error_page(
+                Some(&session),
+                &BackendError::Unavailable("the page could not be rendered".into()),
+            );
+        }
+    };
+    page(&PlanPage {
+        status_html,
+        history_html,
+        operator: session.operator(),
+        who: Some(session.caller),
+        title: plan.clone(),
+        live,
+        view,
+        diagram,
+        sites,
+        others,
+        notice: q.notice,
+        dry,
+        dry_error,
+        dry_action: q.dry.unwrap_or_else(|| "cycle".into()),
+        dry_target: q.target.unwrap_or_default(),
+        staged_json,
+    })
+}
+
+/// The actions form, as posted: first without `confirmed` (the confirmation step), then with.
+#[derive(Debug, Clone, Deserialize)]
+struct ActionForm {
+    /// `switchover`, `failover`, `confirm_fenced`.
+    op: String,
+    /// The target (switchover, failover) or the site vouched for (confirm fenced).
+    #[serde(default)]
+    site: String,
+    #[serde(default)]
+    reason: String,
+    #[serde(default)]
+    expected_generation: String,
+    /// With `maintenance`: `on` takes the site into maintenance, `off` out of it.
+    #[serde(default)]
+    enabled: String,
+    confirmed: Option<String>,
+}
+
+#[derive(Template)]
+#[template(path = "console/confirm.html")]
+struct ConfirmPage {
+    who: Option<Caller>,
+    title: String,
+    plan: String,
+    form: ActionForm,
+    /// What is asked, in words: "Switch erp-db over to dc2".
+    question: String,
+    /// The confirm button's text.
+    button: String,
+    /// What the operator takes on by confirming, when it is more than the dry run shows.
+    warning: Option<String>,
+    /// What the dry run says would happen (switchover, failover).
+    dry: Option<DryRunResult>,
+    dry_error: Option<String>,
+    /// A field's problem: (field, message).
+    field_error: Option<(String, String)>,
+    /// The backend's refusal of the confirmed action.
+    error: Option<String>,
+    danger: bool,
+}
+
+impl ConfirmPage {
+    fn error_for(&self, field: &str) -> Option<String> {
+        self.field_error
+            .as_ref()
+            .filter(|(f, _)| f == field)
+            .map(|(_, m)| m.clone())
+    }
+}
+
+async fn action(
+    FormSession(session): FormSession,
+    State(s): State<AppState>,
+    Path(plan): Path<String>,
+    axum::Form(form): axum::Form<ActionForm>,
+) -> Response {
+    let label = match form.op.as_str() {
+        "switchover" => "switch over",
+        "failover" => "fail over",
+        "confirm_fenced" => "confirm a site fenced",
+        "pause" => "pause automatic actions",
+        "resume" => "resume automatic actions",
+        "maintenance" => "take a site in or out of maintenance",
+        other => {
+            return error_page(
+                Some(&session),
+                &BackendError::Invalid {
+                    message: format!(
+                        "{other:?} is not an action: switchover, failover, confirm_fenced, \
+                         pause, resume, maintenance"
+                    ),
+                    issues: vec![],
+                },
+            );
+        }
+    };
+    if !session.operator() {
+        let e = BackendError::Refused(format!(
+            "your role ({}) may not {label}: that needs an operator or admin token",
+            session.caller.access
+        ));
+        return (StatusCode::FORBIDDEN, error_page(Some(&session), &e)).into_response();
+    }
+    let id = match PlanId::new(&plan) {
+        Ok(id) => id,
+        Err(e) => {
+            return error_page(
+                Some(&session),
+                &BackendError::NotFound {
+                    what: "plan",
+                    name: format!("{plan} ({e})"),
+                },
+            );
+        }
+    };
+    let question = match form.op.as_str() {
+        "switchover" => format!("Switch {plan} over to {}", form.site),
+        "failover" if form.site.is_empty() => {
+            format!("Fail {plan} over (to the site its priority picks)")
+        }
+        "failover" => format!("Fail {plan} over to {}", form.site),
+        "pause" => format!("Pause automatic actions on {plan}"),
+        "resume" => format!("Resume automatic actions on {plan}"),
+        "maintenance" if form.enabled == "off" => {
+            format!("Take {} of {plan} out of maintenance", form.site)
+        }
+        "maintenance" => format!("Take {} of {plan} into maintenance", form.site),
+        _ => format!(
+            "Confirm that {} of {plan} is stopped (no fence can show it)",
+            form.site
+        ),
+    };
+    let (button, warning) = match form.op.as_str() {
+        "switchover" => (format!("Switch over to {}", form.site), None),
+        "pause" => (
+            "Pause".to_owned(),
+            Some(format!(
+                "While {plan} is paused, qfence keeps checking and reporting but starts no \
+                 failover, recovery or fence on its own; operators still can."
+            )),
+        ),
+        "maintenance" if form.enabled == "off" => (
+            "Leave maintenance".to_owned(),
+            Some(format!(
+                "qfence may fail {plan} over to {} again, and alarms about its health.",
+                form.site
+            )),
+        ),
+        "maintenance" => (
+            "Enter maintenance".to_owned(),
+            Some(format!(
+                "While {} is in maintenance, qfence neither fails {plan} over to it nor alarms \
+                 about its health; its fences are still checked.",
+                form.site
+            )),
+        ),
+        "resume" => (
+            "Resume".to_owned(),
+            Some(format!(
+                "qfence acts on {plan} on its own again, from the next cycle: a failover \
+                 that is due starts."
+            )),
+        ),
+        "failover" => (
+            "Fail over".to_owned(),
+            Some(format!(
+                "A failover fences {}'s copy first, whatever its health: use it when the \
+                 owner is lost or must go now; a switchover is the planned move.",
+                plan
+            )),
+        ),
+        _ => (
+            format!("Confirm {} stopped", form.site),
+            Some(format!(
+                "qfence will count {} as FENCED on your word, with your reason in the event \
+                 log. If its copy of {plan} still runs, two sites may serve it.",
+                form.site
+            )),
+        ),
+    };
+    let mut confirm = ConfirmPage {
+        who: Some(session.caller.clone()),
+        title: format!("Confirm: {plan}"),
+        plan: plan.clone(),
+        form: form.clone(),
+        question,
+        button,
+        warning,
+        dry: None,
+        dry_error: None,
+        field_error: None,
+        error: None,
+        danger: !matches!(form.op.as_str(), "switchover" | "resume"),
+    };
+
+    // The form's own checks, each next to its field, before anything is asked of the backend.
+    let generation = match form.expected_generation.trim().parse::<u64>() {
+        Ok(g) => Some(g),
+        Err(_) => {
+            confirm.field_error = Some((
+                "expected_generation".into(),
+                format!(
+                    "{:?} is not a generation (a whole number): reload the plan's page",
+                    form.expected_generation
+                ),
+            ));
+            None
+        }
+    };
+    let site =
+        if form.site.is_empty() && matches!(form.op.as_str(), "failover" | "pause" | "resume") {
+            None
+        } else {
+            match SiteId::new(&form.site) {
+                Ok(site) => Some(site),
+                Err(e) => {
+                    confirm.field_error = Some(("site".into(), format!("pick a site ({e})")));
+                    None
+                }
+            }
+        };
+    if form.op == "maintenance" && !matches!(form.enabled.as_str(), "on" | "off") {
+        confirm.field_error = Some((
+            "enabled".into(),
+            format!("{:?} is neither on nor off", form.enabled),
+        ));
+    }
+    if form.op == "confirm_fenced" && form.reason.trim().is_empty() {
+        confirm.field_error = Some((
+            "reason".into(),
+            "say how you know the site is stopped: it goes to the event log".into(),
+        ));
+    }
+    let status_for_field = StatusCode::UNPROCESSABLE_ENTITY;
+    let Some(generation) = generation else {
+        return (status_for_field, page(&confirm)).into_response();
+    };
+    if confirm.field_error.is_some() {
+        return (status_for_field, page(&confirm)).into_response();
+    }
+
+    // What would happen: shown on the confirmation step (and again if the backend refuses).
+    let dry = match form.op.as_str() {
+        "switchover" => Some(DryRun::Switchover {
+            target: form.site.clone(),
+        }),
+        "failover" => Some(DryRun::Failover {
+            target: site.as_ref().map(|s| s.as_str().to_owned()),
+        }),
+        _ => None,
+    };
+    if let Some(what) = dry {
+        match s.backend.dry_run(&id, &what).await {
+            Ok(r) => confirm.dry = Some(r),
+            Err(e) => confirm.dry_error = Some(e.to_string()),
+        }
+    }
+    if form.confirmed.as_deref() != Some("yes") {
+        return page(&confirm);
+    }
+
+    let reason = Some(form.reason.trim().to_owned()).filter(|r| !r.is_empty());
+    let caller = &session.caller;
+    let done = match (form.op.as_str(), site) {
+        ("switchover", Some(site)) => {
+            s.backend
+                .switchover(
+                    caller,
+                    &id,
+                    &SwitchoverRequest {
+                        target: site.as_str().to_owned(),
+                        expected_generation: generation,
+                        reason,
+                    },
+                )
+                .await
+        }
+        ("failover", target) => {
+            s.backend
+                .failover(
+                    caller,
+                    &id,
+                    &FailoverRequest {
+                        target: target.map(|t| t.as_str().to_owned()),
+                        expected_generation: generation,
+                        reason,
+                    },
+                )
+                .await
+        }
+        ("confirm_fenced", Some(site)) => {
+            s.backend
+                .confirm_fenced(
+                    caller,
+                    &id,
+                    &site,
+                    &ConfirmFencedRequest {
+                        expected_generation: generation,
+                        reason: reason.unwrap_or_default(),
+                    },
+                )
+                .await
+        }
+        ("maintenance", Some(site)) => {
+            s.backend
+                .set_maintenance(
+                    caller,
+                    &id,
+                    &site,
+                    &MaintenanceRequest {
+                        enabled: form.enabled == "on",
+                        expected_generation: generation,
+                        reason,
+                    },
+                )
+                .await
+        }
+        ("pause", _) => s.backend.pause(caller, &id, &PauseRequest { reason }).await,
+        ("resume", _) => {
+            s.backend
+                .resume(caller, &id, &PauseRequest { reason })
+                .await
+        }
+        // Every action is named explicitly above, so a new one cannot fall into another's
+        // arm; the site was checked above for every action that needs one.
+        _ => Err(BackendError::Invalid {
+            message: "pick a site".into(),
+            issues: vec![],
+        }),
+    };
+    match done {
+        Ok(accepted) => {
+            let notice = format!(
+                "{} accepted at generation {}: {}",
+                accepted.operation, accepted.generation, accepted.reason
+            );
+            Redirect::to(&format!(
+                "/plans/{}?notice={}",
+                encode(&plan),
+                encode(&notice)
+            ))
+            .into_response()
+        }
+        Err(e) => {
+            let status = match &e {
+                BackendError::NotFound { .. } => StatusCode::NOT_FOUND,
+                BackendError::Invalid { .. } => StatusCode::UNPROCESSABLE_ENTITY,
+                BackendError::NotLeader { .. } | BackendError::Unavailable(_) => {
+                    StatusCode::SERVICE_UNAVAILABLE
+                }
+                _ => StatusCode::CONFLICT,
+            };
+            confirm.error = Some(e.to_string());
+            (status, page(&confirm)).into_response()
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn dry_runs_are_read_from_the_query() {
+        assert_eq!(dry_request("cycle", None), Ok(DryRun::Cycle));
+        assert_eq!(
+            dry_request("switchover", Some("dc2")),
+            Ok(DryRun::Switchover {
+                target: "dc2".into()
+            })
+        );
+        assert!(dry_request("switchover", Some("")).is_err());
+        assert_eq!(
+            dry_request("failover", Some("")),
+            Ok(DryRun::Failover { target: None })
+        );
+        assert!(dry_request("explode", None).unwrap_err().contains("cycle"));
+    }
+}
