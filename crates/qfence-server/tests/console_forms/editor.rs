@@ -93,6 +93,31 @@ async fn only_admins_edit_plans() {
 }
 
 #[tokio::test]
+async fn admins_find_the_editor_from_the_overview_and_the_plan_page() {
+    let c = Console::new();
+    let p = c.get("/", ADMIN).await;
+    assert!(
+        p.body.contains("href=\"/plans/new\" id=\"new-plan\""),
+        "{}",
+        p.body
+    );
+    let p = c.get("/plans/erp-db", ADMIN).await;
+    assert!(
+        p.body
+            .contains("href=\"/plans/erp-db/edit\" id=\"edit-plan\"")
+    );
+    for t in [VIEWER, OPERATOR] {
+        assert!(!c.get("/", t).await.body.contains("id=\"new-plan\""));
+        assert!(
+            !c.get("/plans/erp-db", t)
+                .await
+                .body
+                .contains("id=\"edit-plan\"")
+        );
+    }
+}
+
+#[tokio::test]
 async fn the_new_plan_form_offers_the_configuration() {
     let c = Console::new();
     let p = c.get("/plans/new", ADMIN).await;
