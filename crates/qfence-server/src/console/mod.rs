@@ -18,9 +18,11 @@
 //! fragments rendered by the same templates as the page.
 
 mod diagram;
+mod editor;
 mod live;
 mod pages;
 mod plans;
+mod register;
 
 use askama::Template;
 use axum::Router;
@@ -53,6 +55,8 @@ pub(crate) fn routes() -> Router<AppState> {
         .merge(plans::routes())
         .merge(pages::routes())
         .merge(live::routes())
+        .merge(editor::routes())
+        .merge(register::routes())
         // Last, so it covers every console route above.
         .layer(axum::middleware::from_fn(browser_headers))
 }

@@ -1,0 +1,103 @@
+//! The plan editor and controller registration in a real browser (Debian's headless chromium
+//! over WebDriver, with the console's browser harness). Each test clicks through a story and
+//! leaves screenshots in `target/console-screenshots/`.
+
+// The harness's Browser holds a WebDriver session, which has no Debug.
+#![allow(missing_debug_implementations)]
+
+#[path = "../browser/harness.rs"]
+mod harness;
+#[path = "../runtime/lab.rs"]
+#[allow(dead_code)]
+mod lab;
+
+mod daemon;
+mod editor;
+mod register;
+
+use std::sync::Arc;
+
+use anyhow::Result;
+use qfence_server::testing::MemoryBackend;
+use qfence_server::{Access, ApiConfig, Metrics, TokenStore};
+use thirtyfour::components::SelectElement;
+
+use harness::{Browser, By, serve};
+
+pub const VIEWER: &str = "viewer-token-1";
+pub const OPERATOR: &str = "operator-token-2";
+pub const ADMIN: &str = "admin-token-3";
+
+pub fn tokens() -> TokenStore {
+    TokenStore::default()
+        .with_token(Access::Viewer, "grafana", VIEWER)
+        .with_token(Access::Operator, "oncall", OPERATOR)
+        .with_token(Access::Admin, "alice", ADMIN)
+}
+
+pub fn phase(what: &str) {
+    eprintln!("--- {what}");
+}
+
+/// The console over the in-memory lab backend.
+pub async fn memory_console() -> Result<(harness::Served, Arc<MemoryBackend>)> {
+    let backend = Arc::new(MemoryBackend::lab());
+    // The registration pages show what a test reached: let the double pretend its targets answer.
+    backend
+        .simulate_targets
+        .store(true, std::sync::atomic::Ordering::SeqCst);
+    let app = qfence_server::router(
+        backend.clone(),
+        tokens(),
+        Metrics::new(),
+        &ApiConfig::default(),
+    );
+    Ok((serve(app).await?, backend))
+}
+
+/// `[name='NAME']`.
+pub fn named(name: &str) -> String {
+    format!("[name='{name}']")
+}
+
+/// Picks `value` in the select named `name` (as a user does: the change event fires).
+pub async fn pick(b: &Browser, name: &str, value: &str) -> Result<()> {
+    let e = b.wait_for(&named(name)).await?;
+    SelectElement::new(&e).await?.select_by_value(value).await?;
+    Ok(())
+}
+
+/// The non-empty option values the select named `name` offers now.
+pub async fn offered(b: &Browser, name: &str) -> Result<Vec<String>> {
+    let e = b.wait_for(&named(name)).await?;
+    let mut out = Vec::new();
+    for o in e.find_all(By::Css("option")).await? {
+        let v = o.value().await?.unwrap_or_default();
+        if !v.is_empty() {
+            out.push(v);
+        }
+    }
+    Ok(out)
+}
+
+/// The current value of the field named `name`.
+pub async fn value(b: &Browser, name: &str) -> Result<String> {
+    Ok(b.wait_for(&named(name))
+        .await?
+        .value()
+        .await?
+        .unwrap_or_default())
+}
+
+/// The messages shown next to field `key`.
+pub async fn errors_at(b: &Browser, key: &str) -> Result<Vec<String>> {
+    let mut out = Vec::new();
+    for e in b
+        .driver
+        .find_all(By::Css(format!(".field-error[data-for='{key}']")))
+        .await?
+    {
+        out.push(e.text().await?);
+    }
+    Ok(out)
+}
