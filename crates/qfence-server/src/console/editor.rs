@@ -590,7 +590,7 @@ pub(super) fn unplaceable(spec: &Map<String, Value>) -> Vec<String> {
 }
 
 /// `120` and `0.5` as numbers, anything else as typed (validation says what it expected).
-fn number_or_text(v: &str) -> Value {
+pub(super) fn number_or_text(v: &str) -> Value {
     if let Ok(i) = v.parse::<i64>() {
         json!(i)
     } else if let Ok(f) = v.parse::<f64>()
@@ -603,7 +603,7 @@ fn number_or_text(v: &str) -> Value {
 }
 
 /// `key=value, key=value` (commas or new lines between pairs).
-fn parse_params(text: &str) -> Result<Map<String, Value>, String> {
+pub(super) fn parse_params(text: &str) -> Result<Map<String, Value>, String> {
     let mut out = Map::new();
     for pair in text
         .split([',', '\n'])

@@ -26,7 +26,9 @@ use qfence_model::{ControllerId, ControllerType};
 use serde::Deserialize;
 use serde_json::{Map, Value, json};
 
-use super::editor::{FieldIssues, Opt, base_config, forbidden, script_json};
+use super::editor::{
+    FieldIssues, Opt, base_config, forbidden, number_or_text, parse_params, script_json,
+};
 use super::{FormSession, Session, page};
 use crate::api::AppState;
 use crate::backend::{BackendError, CheckedController};
@@ -237,7 +239,7 @@ impl ControllerForm {
             }
             match *f {
                 "cipher_suite" => put(f, number_or_text(&v)),
-                "options" => match parse_pairs(&v) {
+                "options" => match parse_params(&v) {
                     Ok(o) => put(f, Value::Object(o)),
                     Err(e) => issues.add(Some("options".into()), e),
                 },
@@ -259,39 +261,6 @@ impl ControllerForm {
         }
         (Value::Object(m), issues)
     }
-}
-
-fn number_or_text(v: &str) -> Value {
-    if let Ok(i) = v.parse::<i64>() {
-        json!(i)
-    } else if let Ok(f) = v.parse::<f64>()
-        && f.is_finite()
-    {
-        json!(f)
-    } else {
-        json!(v)
-    }
-}
-
-fn parse_pairs(text: &str) -> Result<Map<String, Value>, String> {
-    let mut out = Map::new();
-    for pair in text
-        .split([',', '\n'])
-        .map(str::trim)
-        .filter(|p| !p.is_empty())
-    {
-        match pair.split_once('=') {
-            Some((k, v)) if !k.trim().is_empty() => {
-                out.insert(k.trim().to_owned(), json!(v.trim()));
-            }
-            _ => {
-                return Err(format!(
-                    "expected key=value pairs separated by commas, found {pair:?}"
-                ));
-            }
-        }
-    }
-    Ok(out)
 }
 
 /// Why a secret reference looks like the secret itself, if it does. Validation accepts any

@@ -395,3 +395,40 @@ pub async fn serve(app: axum::Router) -> Result<Served> {
         stop: Some(tx),
     })
 }
+
+// ---- what both browser test binaries share ----
+
+/// The tokens every browser story signs in with.
+pub const VIEWER: &str = "viewer-token-1";
+pub const OPERATOR: &str = "operator-token-2";
+pub const ADMIN: &str = "admin-token-3";
+
+/// The token store holding [`VIEWER`], [`OPERATOR`] and [`ADMIN`].
+pub fn tokens() -> qfence_server::TokenStore {
+    use qfence_server::Access;
+    qfence_server::TokenStore::default()
+        .with_token(Access::Viewer, "grafana", VIEWER)
+        .with_token(Access::Operator, "oncall", OPERATOR)
+        .with_token(Access::Admin, "alice", ADMIN)
+}
+
+/// Marks a story's step in the test's output.
+pub fn phase(what: &str) {
+    eprintln!("--- {what}");
+}
+
+/// The console (and API) over `backend`, served on loopback.
+pub async fn memory_console_over(
+    backend: std::sync::Arc<qfence_server::testing::MemoryBackend>,
+) -> Result<(
+    Served,
+    std::sync::Arc<qfence_server::testing::MemoryBackend>,
+)> {
+    let app = qfence_server::router(
+        backend.clone(),
+        tokens(),
+        qfence_server::Metrics::new(),
+        &qfence_server::ApiConfig::default(),
+    );
+    Ok((serve(app).await?, backend))
+}

@@ -19,35 +19,15 @@ use qfence_lab::redfish::PowerState;
 use qfence_model::Verdict;
 use qfence_server::runtime::RuntimeBackend;
 use qfence_server::testing::MemoryBackend;
-use qfence_server::{Access, ApiConfig, Metrics, TokenStore};
+use qfence_server::{ApiConfig, Metrics};
 
 use harness::{Browser, By, serve};
 
-pub const VIEWER: &str = "viewer-token-1";
-pub const OPERATOR: &str = "operator-token-2";
-pub const ADMIN: &str = "admin-token-3";
-
-pub fn tokens() -> TokenStore {
-    TokenStore::default()
-        .with_token(Access::Viewer, "grafana", VIEWER)
-        .with_token(Access::Operator, "oncall", OPERATOR)
-        .with_token(Access::Admin, "alice", ADMIN)
-}
-
-pub fn phase(what: &str) {
-    eprintln!("--- {what}");
-}
+pub use harness::{ADMIN, OPERATOR, VIEWER, phase, tokens};
 
 /// The console over the in-memory lab backend.
 pub async fn memory_console() -> Result<(harness::Served, Arc<MemoryBackend>)> {
-    let backend = Arc::new(MemoryBackend::lab());
-    let app = qfence_server::router(
-        backend.clone(),
-        tokens(),
-        Metrics::new(),
-        &ApiConfig::default(),
-    );
-    Ok((serve(app).await?, backend))
+    harness::memory_console_over(Arc::new(MemoryBackend::lab())).await
 }
 
 /// Marks the page so a test can tell a live update from a reload.

@@ -19,25 +19,11 @@ use std::sync::Arc;
 
 use anyhow::Result;
 use qfence_server::testing::MemoryBackend;
-use qfence_server::{Access, ApiConfig, Metrics, TokenStore};
 use thirtyfour::components::SelectElement;
 
-use harness::{Browser, By, serve};
+use harness::{Browser, By};
 
-pub const VIEWER: &str = "viewer-token-1";
-pub const OPERATOR: &str = "operator-token-2";
-pub const ADMIN: &str = "admin-token-3";
-
-pub fn tokens() -> TokenStore {
-    TokenStore::default()
-        .with_token(Access::Viewer, "grafana", VIEWER)
-        .with_token(Access::Operator, "oncall", OPERATOR)
-        .with_token(Access::Admin, "alice", ADMIN)
-}
-
-pub fn phase(what: &str) {
-    eprintln!("--- {what}");
-}
+pub use harness::{ADMIN, OPERATOR, VIEWER, phase, tokens};
 
 /// The console over the in-memory lab backend.
 pub async fn memory_console() -> Result<(harness::Served, Arc<MemoryBackend>)> {
@@ -46,13 +32,7 @@ pub async fn memory_console() -> Result<(harness::Served, Arc<MemoryBackend>)> {
     backend
         .simulate_targets
         .store(true, std::sync::atomic::Ordering::SeqCst);
-    let app = qfence_server::router(
-        backend.clone(),
-        tokens(),
-        Metrics::new(),
-        &ApiConfig::default(),
-    );
-    Ok((serve(app).await?, backend))
+    harness::memory_console_over(backend).await
 }
 
 /// `[name='NAME']`.
