@@ -77,6 +77,9 @@ async fn a_lost_site_fails_over_step_by_step_and_the_vip_follows() -> Result<()>
         Duration::from_secs(60),
         "dc2 owning erp-db with the VIP",
         || async {
+            // Every status on the way tells one story with its sentence.
+            let status = backend.status().await.ok()?;
+            status_agrees_with_its_sentence(&status);
             let s = o.engine.plan_state(&plan()).ok()??;
             (s.owner.as_str() == "dc2"
                 && matches!(s.phase, Phase::Steady)
@@ -170,9 +173,81 @@ async fn a_lost_site_fails_over_step_by_step_and_the_vip_follows() -> Result<()>
     let v = verify(&records, &VerifyOptions::default()).map_err(|b| anyhow::anyhow!("{b:?}"))?;
     assert_eq!(v.count as usize, events.len());
 
+    phase("the status agrees with the sentence at every moment; the owner is never FENCED");
+    // dc1's BMC goes dark halfway, so dc1's reading ages from FENCED to UNKNOWN while we watch:
+    // the status must turn when the sentence does, not a tick before or after.
+    let mut seen = std::collections::BTreeSet::new();
+    for i in 0..80 {
+        if i == 20 {
+            sims.bmc1
+                .faults()
+                .set_unreachable(Some(qfence_lab::faults::Cut::Blackhole));
+        }
+        let status = backend.status().await?;
+        assert_eq!(status.plans[0].owner, "dc2");
+        if let Some(said) = status_agrees_with_its_sentence(&status) {
+            seen.insert(said);
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    assert_eq!(
+        seen.into_iter().collect::<Vec<_>>(),
+        [false, true],
+        "dc1 was seen fenced, then not once its BMC went dark"
+    );
+
     o.shutdown().await;
     sims.stop().await;
     Ok(())
+}
+
+/// Asserts that no site the status shows contradicts the sentence beside it, and that the
+/// owner is not shown FENCED by a reading from before it became the owner (the service runs
+/// there). Returns what the sentence says of dc1, if it says anything.
+fn status_agrees_with_its_sentence(status: &qfence_server::dto::StatusResponse) -> Option<bool> {
+    let p = &status.plans[0];
+    let reason = &p.last_reason;
+    // Once committed to dc2 the new owner serves; before, dc1 is the site being fenced.
+    if p.owner == "dc2" {
+        assert_ne!(
+            verdict(status, "dc2"),
+            Some(VerdictDto::Fenced),
+            "the owner dc2 runs the service, never FENCED: {reason}"
+        );
+    }
+    let mut dc1 = None;
+    for site in &p.sites {
+        if let Some(said) = sentence_says_fenced(reason, &site.site) {
+            assert_eq!(
+                site.verdict == VerdictDto::Fenced,
+                said,
+                "{} shows {:?} but the sentence says: {reason}",
+                site.site,
+                site.verdict
+            );
+            if site.site == "dc1" {
+                dc1 = Some(said);
+            }
+        }
+    }
+    dc1
+}
+
+/// What a sentence says of `site`: `Some(true)` for "dc1 fenced (...)", "dc1 confirmed fenced
+/// by ..." or "dc1 fenced by its dead-man switch", `Some(false)` for "dc1 not fenced (...)",
+/// `None` when it does not judge the site.
+fn sentence_says_fenced(reason: &str, site: &str) -> Option<bool> {
+    reason.split("; ").find_map(|clause| {
+        let rest = clause.strip_prefix(site)?.strip_prefix(' ')?;
+        let rest = rest.strip_prefix("in maintenance, ").unwrap_or(rest);
+        if rest.starts_with("not fenced") {
+            Some(false)
+        } else if rest.starts_with("fenced") || rest.starts_with("confirmed fenced") {
+            Some(true)
+        } else {
+            None
+        }
+    })
 }
 
 fn operator() -> qfence_server::Caller {
