@@ -1892,3 +1892,43 @@ fn a_verify_step_judges_readings_since_it_began_and_shows_that_verdict() {
     assert!(judged > 0, "the retries' sentences name dc1");
     assert!(b.state.transition().unwrap().halted.is_some());
 }
+
+#[test]
+fn a_verify_step_that_cannot_read_back_shows_unknown_though_an_older_reading_holds() {
+    let mut plan = fixtures::erp_plan();
+    plan.freshness = Duration::from_secs(120);
+    let mut b = Bench::new("erp-db", plan);
+    // dc1's BMC was read off a moment before the failover (still fresh: 120 s here), and its
+    // read-back in the verify step never answers: only readings since the step began prove
+    // anything.
+    b.read("dc1", 0, Observed::Holds);
+    let before = b.obs[&k("dc1", 0)].clone();
+    b.intent(IntentKind::Failover { to: site("dc2") });
+    let mut contradiction = None;
+    for _ in 0..300 {
+        b.tick(1);
+        let d = b.decide();
+        b.run(&d);
+        for c in &d.commands {
+            if c.action == check("dc1", 0) {
+                b.obs.insert(k("dc1", 0), before.clone());
+                b.results.remove(&c.op);
+            }
+        }
+        agrees(&b, &d);
+        if says_fenced(&d.reason, "dc1") == Some(false) {
+            contradiction = Some(d);
+            break;
+        }
+    }
+    let d = contradiction.expect("the verify step says dc1 is not proven");
+    assert!(
+        d.reason
+            .starts_with("dc1 not fenced (power.off UNKNOWN at "),
+        "{}",
+        d.reason
+    );
+    assert_eq!(shown(&d, "dc1"), Verdict::Unknown);
+    // What the status used to show: the site rule judged again without the step's start.
+    assert_eq!(verdict(&b, "dc1"), Verdict::Fenced);
+}
