@@ -53,6 +53,12 @@ pub struct Decision {
     pub commands: Vec<Command>,
     pub reason: String,
     pub state_change: Option<PlanStateChange>,
+    /// Each site's verdict as this decision judged it (same readings, same `now`, the state
+    /// it leaves): the sentence's verdict for every site the sentence names, and
+    /// [`Rules::shown_verdict`] for the others. A status shows these, so it never contradicts
+    /// the sentence beside it. Empty when the decision judged nothing (not the leader).
+    #[serde(default)]
+    pub sites: Vec<SiteVerdict>,
 }
 
 /// Decides with the real rules.
@@ -90,6 +96,7 @@ pub fn decide_with(s: &Snapshot<'_>, rules: &Rules) -> Decision {
         changed: false,
         commands: Vec::new(),
         notes: Vec::new(),
+        judged: BTreeMap::new(),
     };
     cx.intents();
     match cx.state.phase {
@@ -104,6 +111,7 @@ fn idle(plan: &PlanId, note: Note) -> Decision {
         commands: Vec::new(),
         reason: sentence(plan, &[note], false),
         state_change: None,
+        sites: Vec::new(),
     }
 }
 
@@ -144,6 +152,8 @@ struct Cx<'s, 'a> {
     changed: bool,
     commands: Vec<Command>,
     notes: Vec<Note>,
+    /// The verdicts the sentence's clauses were made from, the latest per site.
+    judged: BTreeMap<SiteId, SiteVerdict>,
 }
 
 impl Cx<'_, '_> {
@@ -154,6 +164,21 @@ impl Cx<'_, '_> {
     fn finish(self) -> Decision {
         let acted = self.changed || !self.commands.is_empty();
         let reason = sentence(&self.s.plan, &self.notes, acted);
+        let sites = self
+            .plan
+            .sites()
+            .map(|site| match self.judged.get(site) {
+                Some(v) => v.clone(),
+                None => self.rules.shown_verdict(
+                    self.s.config,
+                    self.plan,
+                    &self.state,
+                    self.s.observations,
+                    site,
+                    self.now(),
+                ),
+            })
+            .collect();
         let state_change = self.changed.then(|| {
             let mut next = self.state;
             next.revision = self.s.state.revision + 1;
@@ -167,6 +192,7 @@ impl Cx<'_, '_> {
             commands: self.commands,
             reason,
             state_change,
+            sites,
         }
     }
 
@@ -255,6 +281,13 @@ impl Cx<'_, '_> {
             since,
             self.state.transition().map(|t| t.started),
         )
+    }
+
+    /// [`Cx::verdict`], kept as what this decision says of the site.
+    fn judge_site(&mut self, site: &SiteId, since: Option<Millis>) -> SiteVerdict {
+        let v = self.verdict(site, since);
+        self.judged.insert(site.clone(), v.clone());
+        v
     }
 
     fn other_sites(&self, but: &SiteId) -> Vec<SiteId> {
@@ -707,7 +740,7 @@ impl Cx<'_, '_> {
             let never_read = proving
                 .iter()
                 .any(|k| self.obs(k).is_none() && self.last_result(k).is_none());
-            let v = self.verdict(&site, None);
+            let v = self.judge_site(&site, None);
             if v.verdict == Verdict::Failed {
                 let generation = self.state.generation;
                 if self
@@ -967,11 +1000,11 @@ impl Cx<'_, '_> {
     }
 
     /// Whether every site but the target reads FENCED (or has evidence) now.
-    fn guard(&self, t: &Transition) -> Result<(), String> {
+    fn guard(&mut self, t: &Transition) -> Result<(), String> {
         let bad: Vec<String> = self
             .other_sites(&t.target)
             .iter()
-            .map(|s| self.verdict(s, None))
+            .map(|s| self.judge_site(s, None))
             .filter(|v| v.verdict != Verdict::Fenced)
             .map(|v| crate::reason::not_fenced(&v))
             .collect();
@@ -1302,7 +1335,7 @@ impl Cx<'_, '_> {
         let mut unproven = Vec::new();
         let mut waiting_dead_man = None;
         for site in self.other_sites(&t.target) {
-            let v = self.verdict(&site, Some(t.stage_started));
+            let v = self.judge_site(&site, Some(t.stage_started));
             if v.verdict == Verdict::Fenced {
                 continue;
             }
@@ -1326,6 +1359,8 @@ impl Cx<'_, '_> {
                             site: site.clone(),
                             by,
                         });
+                        // The evidence now stands: the site is judged by it.
+                        self.judge_site(&site, Some(t.stage_started));
                         continue;
                     }
                     Some(by) => waiting_dead_man = Some((site.clone(), by)),

@@ -8,6 +8,7 @@ use std::collections::BTreeMap;
 use qfence_model::config::PlanConfig;
 use qfence_model::config::ValidatedConfig;
 use qfence_model::{FenceLevel, Role, SiteId, Verdict};
+use serde::{Deserialize, Serialize};
 
 use crate::state::{EvidenceKind, PlanState};
 use crate::types::{BindingKey, Millis, Observation, Observed};
@@ -33,7 +34,7 @@ pub struct Rules {
 }
 
 /// One required fence's reading, as it counts toward a verdict.
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct FenceReading {
     pub binding: BindingKey,
     /// The capability (`power.off`).
@@ -44,7 +45,7 @@ pub struct FenceReading {
 }
 
 /// Why a site has its verdict.
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub enum Basis {
     /// The required fences' readings.
     Readings,
@@ -55,7 +56,7 @@ pub enum Basis {
 }
 
 /// A site's verdict, with its basis.
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct SiteVerdict {
     pub site: SiteId,
     pub verdict: Verdict,
@@ -166,20 +167,7 @@ impl Rules {
         since: Option<Millis>,
         transition_started: Option<Millis>,
     ) -> SiteVerdict {
-        let readings: Vec<FenceReading> = proving_fences(config, plan, site)
-            .into_iter()
-            .map(|k| {
-                let obs = observations.get(&k);
-                FenceReading {
-                    capability: binding(plan, &k)
-                        .map(|b| b.capability.clone())
-                        .unwrap_or_default(),
-                    verdict: self.reading_verdict(obs, now, plan.freshness, since),
-                    at: obs.map(|o| o.at),
-                    binding: k,
-                }
-            })
-            .collect();
+        let readings = self.readings(config, plan, observations, site, now, since);
         let evidence = state
             .evidence
             .iter()
@@ -194,6 +182,88 @@ impl Rules {
             (Verdict::Fenced, Basis::Evidence(e.kind.clone()))
         } else if readings.is_empty() {
             (Verdict::Unknown, Basis::NothingToProve)
+        } else {
+            (Verdict::Unknown, Basis::Readings)
+        };
+        SiteVerdict {
+            site: site.clone(),
+            verdict,
+            basis,
+            readings,
+        }
+    }
+
+    /// The readings of `site`'s proving fences, each judged by [`Rules::reading_verdict`].
+    fn readings(
+        &self,
+        config: &ValidatedConfig,
+        plan: &PlanConfig,
+        observations: &BTreeMap<BindingKey, Observation>,
+        site: &SiteId,
+        now: Millis,
+        since: Option<Millis>,
+    ) -> Vec<FenceReading> {
+        proving_fences(config, plan, site)
+            .into_iter()
+            .map(|k| {
+                let obs = observations.get(&k);
+                FenceReading {
+                    capability: binding(plan, &k)
+                        .map(|b| b.capability.clone())
+                        .unwrap_or_default(),
+                    verdict: self.reading_verdict(obs, now, plan.freshness, since),
+                    at: obs.map(|o| o.at),
+                    binding: k,
+                }
+            })
+            .collect()
+    }
+
+    /// The verdict shown for `site` when nothing else judged it: [`Rules::site_verdict`] for a
+    /// site that does not own the plan, or that a transition is taking it from (it is the
+    /// site being fenced); for the owner, only readings taken since it became the owner, and
+    /// no evidence. A reading taken before it was unfenced and promoted says FENCED of a host
+    /// that now runs the service: it no longer describes the site. The owner's fences are not
+    /// re-checked in steady state, so it reads UNKNOWN once those readings age out, FAILED
+    /// ("not fenced") while a fresh one shows its host on.
+    #[allow(clippy::too_many_arguments)]
+    pub fn shown_verdict(
+        &self,
+        config: &ValidatedConfig,
+        plan: &PlanConfig,
+        state: &PlanState,
+        observations: &BTreeMap<BindingKey, Observation>,
+        site: &SiteId,
+        now: Millis,
+    ) -> SiteVerdict {
+        let transition = state.transition();
+        let serving = *site == state.owner && transition.is_none_or(|t| t.target == *site);
+        if !serving {
+            return self.site_verdict(
+                config,
+                plan,
+                state,
+                observations,
+                site,
+                now,
+                None,
+                transition.map(|t| t.started),
+            );
+        }
+        let readings = self.readings(
+            config,
+            plan,
+            observations,
+            site,
+            now,
+            Some(state.owner_since),
+        );
+        let (verdict, basis) = if readings.is_empty() {
+            (Verdict::Unknown, Basis::NothingToProve)
+        } else if readings.iter().any(|r| r.verdict == Verdict::Failed) {
+            (Verdict::Failed, Basis::Readings)
+        } else if readings.iter().all(|r| r.verdict == Verdict::Fenced) {
+            (Verdict::Fenced, Basis::Readings)
         } else {
             (Verdict::Unknown, Basis::Readings)
         };

@@ -1748,3 +1748,187 @@ fn a_plan_state_written_before_maintenance_existed_reads_back_with_no_site_in_it
     let back: StoredPlanState = serde_json::from_value(json).unwrap();
     assert_eq!(back.into_current(), s2);
 }
+
+// ----- the verdicts a decision shows beside its sentence -----
+
+/// What a sentence says of `site`: `Some(true)` for "dc1 fenced (...)", "dc1 confirmed fenced
+/// by ..." or "dc1 fenced by its dead-man switch", `Some(false)` for "dc1 not fenced (...)",
+/// `None` when no clause starts with the site.
+fn says_fenced(reason: &str, site: &str) -> Option<bool> {
+    let reason = reason.strip_prefix("no action: ").unwrap_or(reason);
+    reason.split("; ").find_map(|clause| {
+        let rest = clause.strip_prefix(site)?.strip_prefix(' ')?;
+        let rest = rest.strip_prefix("in maintenance, ").unwrap_or(rest);
+        if rest.starts_with("not fenced") {
+            Some(false)
+        } else if rest.starts_with("fenced") || rest.starts_with("confirmed fenced") {
+            Some(true)
+        } else {
+            None
+        }
+    })
+}
+
+/// The decision's verdict of `s`.
+fn shown(d: &Decision, s: &str) -> Verdict {
+    d.sites
+        .iter()
+        .find(|v| v.site == site(s))
+        .unwrap_or_else(|| panic!("{s} has a verdict in {d:?}"))
+        .verdict
+}
+
+/// Asserts the decision's verdicts name every site and agree with its sentence; returns how
+/// many sites the sentence judged.
+fn agrees(b: &Bench, d: &Decision) -> usize {
+    let sites: Vec<_> = b.plan().sites().cloned().collect();
+    assert_eq!(
+        d.sites.iter().map(|v| v.site.clone()).collect::<Vec<_>>(),
+        sites
+    );
+    let mut judged = 0;
+    for s in &sites {
+        if let Some(said) = says_fenced(&d.reason, s.as_str()) {
+            assert_eq!(
+                shown(d, s.as_str()) == Verdict::Fenced,
+                said,
+                "{s}: {:?} beside {:?}",
+                shown(d, s.as_str()),
+                d.reason
+            );
+            judged += 1;
+        }
+    }
+    judged
+}
+
+#[test]
+fn the_new_owner_is_never_shown_fenced_by_a_reading_from_before_its_promotion() {
+    let mut b = Bench::lab();
+    b.step();
+    let d = b.step();
+    assert_eq!(agrees(&b, &d), 1, "{}", d.reason);
+    assert_eq!(shown(&d, "dc2"), Verdict::Fenced, "{}", d.reason);
+    // dc1 owns: its fences are not read in steady state, nothing shows it fenced.
+    assert_eq!(shown(&d, "dc1"), Verdict::Unknown);
+    b.intent(IntentKind::Failover { to: site("dc2") });
+    for _ in 0..8 {
+        let d = b.step();
+        agrees(&b, &d);
+        if b.state.owner == site("dc2") {
+            // dc2's power.off reading (Holds, a few seconds old, fresh) was taken before it
+            // was powered on and promoted: it says nothing of the owner now.
+            assert_ne!(shown(&d, "dc2"), Verdict::Fenced, "{}", d.reason);
+        }
+    }
+    assert_eq!(b.state.owner, site("dc2"));
+    assert!(b.state.owner_since > b.obs[&k("dc2", 0)].at);
+    assert_eq!(
+        verdict(&b, "dc2"),
+        Verdict::Fenced,
+        "the rule alone would still say FENCED"
+    );
+    let d = b.step();
+    assert_eq!(agrees(&b, &d), 1, "{}", d.reason);
+    assert_eq!(shown(&d, "dc1"), Verdict::Fenced);
+    assert_eq!(shown(&d, "dc2"), Verdict::Unknown);
+    // A reading since its promotion counts: the host is on, "not fenced".
+    b.read("dc2", 0, Observed::NotHeld);
+    let d = b.step();
+    agrees(&b, &d);
+    assert_eq!(shown(&d, "dc2"), Verdict::Failed);
+}
+
+#[test]
+fn a_fence_proven_by_evidence_is_fenced_in_the_sentence_and_the_verdict_alike() {
+    let mut b = Bench::lab();
+    b.world.insert(k("dc1", 0), Observed::Unknown);
+    b.intent(IntentKind::Failover { to: site("dc2") });
+    for _ in 0..300 {
+        let d = b.step();
+        agrees(&b, &d);
+        if b.state.transition().is_some_and(|t| t.halted.is_some()) {
+            break;
+        }
+    }
+    assert!(b.state.transition().unwrap().halted.is_some());
+    b.intent(IntentKind::ConfirmFenced { site: site("dc1") });
+    let d = b.step();
+    agrees(&b, &d);
+    b.intent(IntentKind::Retry);
+    for _ in 0..10 {
+        let d = b.step();
+        agrees(&b, &d);
+    }
+    assert_eq!(b.state.owner, site("dc2"));
+    assert_eq!(b.state.phase, Phase::Steady);
+    // dc1's BMC still reads UNKNOWN; the confirmation stands, and both say so.
+    let d = b.step();
+    assert_eq!(agrees(&b, &d), 1, "{}", d.reason);
+    assert!(
+        d.reason.contains("dc1 confirmed fenced by alice (test)"),
+        "{}",
+        d.reason
+    );
+    let dc1 = d.sites.iter().find(|v| v.site == site("dc1")).unwrap();
+    assert_eq!(dc1.verdict, Verdict::Fenced);
+    assert!(matches!(
+        dc1.basis,
+        qfence_core::rules::Basis::Evidence(EvidenceKind::OperatorConfirmed { .. })
+    ));
+    assert_eq!(dc1.readings[0].verdict, Verdict::Unknown);
+}
+
+#[test]
+fn a_verify_step_judges_readings_since_it_began_and_shows_that_verdict() {
+    let mut b = Bench::lab();
+    b.world.insert(k("dc1", 0), Observed::NotHeld);
+    b.intent(IntentKind::Failover { to: site("dc2") });
+    let mut judged = 0;
+    for _ in 0..40 {
+        let d = b.step();
+        judged += agrees(&b, &d);
+    }
+    assert!(judged > 0, "the retries' sentences name dc1");
+    assert!(b.state.transition().unwrap().halted.is_some());
+}
+
+#[test]
+fn a_verify_step_that_cannot_read_back_shows_unknown_though_an_older_reading_holds() {
+    let mut plan = fixtures::erp_plan();
+    plan.freshness = Duration::from_secs(120);
+    let mut b = Bench::new("erp-db", plan);
+    // dc1's BMC was read off a moment before the failover (still fresh: 120 s here), and its
+    // read-back in the verify step never answers: only readings since the step began prove
+    // anything.
+    b.read("dc1", 0, Observed::Holds);
+    let before = b.obs[&k("dc1", 0)].clone();
+    b.intent(IntentKind::Failover { to: site("dc2") });
+    let mut contradiction = None;
+    for _ in 0..300 {
+        b.tick(1);
+        let d = b.decide();
+        b.run(&d);
+        for c in &d.commands {
+            if c.action == check("dc1", 0) {
+                b.obs.insert(k("dc1", 0), before.clone());
+                b.results.remove(&c.op);
+            }
+        }
+        agrees(&b, &d);
+        if says_fenced(&d.reason, "dc1") == Some(false) {
+            contradiction = Some(d);
+            break;
+        }
+    }
+    let d = contradiction.expect("the verify step says dc1 is not proven");
+    assert!(
+        d.reason
+            .starts_with("dc1 not fenced (power.off UNKNOWN at "),
+        "{}",
+        d.reason
+    );
+    assert_eq!(shown(&d, "dc1"), Verdict::Unknown);
+    // What the status used to show: the site rule judged again without the step's start.
+    assert_eq!(verdict(&b, "dc1"), Verdict::Fenced);
+}

@@ -132,7 +132,9 @@ pub enum SiteRole {
 pub struct SiteStatus {
     pub site: String,
     pub role: SiteRole,
-    /// The fence verdict of the site's required fences.
+    /// The fence verdict of the site's required fences, as the decision that made
+    /// `last_reason` judged it (the two never disagree). For the owner, only readings taken
+    /// since it became the owner count, so a host that runs the service is never FENCED.
     pub verdict: VerdictDto,
     /// When its verdict was last checked (ms since the Unix epoch).
     pub checked_at_ms: Option<u64>,

@@ -16,7 +16,7 @@ use qfence_core::{
     Snapshot, StoredPlanState, decide,
 };
 use qfence_model::config::ValidatedConfig;
-use qfence_model::{Generation, OrchestratorId, PlanId};
+use qfence_model::{Generation, OrchestratorId, PlanId, Verdict};
 use tokio::sync::Notify;
 use tokio_util::sync::CancellationToken;
 
@@ -77,6 +77,9 @@ pub struct PlanRuntime {
     pub in_flight: BTreeMap<OpId, BindingKey>,
     /// The last decision's sentence.
     pub last_reason: Option<String>,
+    /// The last decision's verdict of each site, judged with its sentence (see
+    /// [`qfence_core::Decision::sites`]): what the status shows beside that sentence.
+    pub last_sites: Vec<qfence_core::rules::SiteVerdict>,
     /// The last sentence recorded in the event log, times of day masked.
     pub last_recorded: Option<String>,
     /// What this orchestrator last published as the plan's status (term, verdicts and the
@@ -95,14 +98,19 @@ impl PlanRuntime {
         self.observations.clear();
         self.results.clear();
         self.last_reason = None;
+        self.last_sites.clear();
         self.last_recorded = None;
         self.last_published = None;
         self.epoch += 1;
     }
 }
 
-/// Each site's verdict and newest proving-fence check time, from this orchestrator's
-/// observations: what the leader shows and publishes.
+/// Each site's verdict and newest proving-fence check time: what the leader shows and
+/// publishes beside the last sentence. They are the last decision's own verdicts, so the two
+/// never disagree (judging again here, at another `now` or with another rule for the
+/// owner, once showed "dc1 FENCED" beside "dc1 not fenced (...)"). Before this orchestrator
+/// has decided the plan, there is no sentence to agree with: the core's
+/// [`Rules::shown_verdict`] judges its observations now.
 pub(crate) fn site_verdicts(
     config: &ValidatedConfig,
     plan: &qfence_model::config::PlanConfig,
@@ -113,24 +121,23 @@ pub(crate) fn site_verdicts(
     let rules = Rules::default();
     plan.sites()
         .map(|site| {
-            let v = rules.site_verdict(
-                config,
-                plan,
-                state,
-                &view.observations,
-                site,
-                now,
-                None,
-                state.transition().map(|t| t.started),
-            );
-            let checked_at_ms = qfence_core::rules::proving_fences(config, plan, site)
-                .iter()
-                .filter_map(|k| view.observations.get(k).map(|o| o.at.0))
-                .max();
+            let v = match view.last_sites.iter().find(|v| v.site == *site) {
+                Some(v) => v.clone(),
+                None if !view.last_sites.is_empty() => {
+                    // The decision judged the plan without this site (its configuration
+                    // changed since): it was not seen, UNKNOWN.
+                    return SiteVerdict {
+                        site: site.clone(),
+                        verdict: Verdict::Unknown,
+                        checked_at_ms: None,
+                    };
+                }
+                None => rules.shown_verdict(config, plan, state, &view.observations, site, now),
+            };
             SiteVerdict {
                 site: site.clone(),
                 verdict: v.verdict,
-                checked_at_ms,
+                checked_at_ms: v.readings.iter().filter_map(|r| r.at.map(|a| a.0)).max(),
             }
         })
         .collect()
@@ -782,6 +789,7 @@ impl Engine {
             let mut all = inner.runtime();
             let entry = all.entry(plan.clone()).or_default();
             entry.last_reason = Some(decision.reason.clone());
+            entry.last_sites = decision.sites.clone();
             if acted || changed {
                 entry.last_recorded = Some(gist);
             }
@@ -962,6 +970,67 @@ fn prune(
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// Between two decisions the status shows what the last one judged, beside its sentence:
+    /// judged again at the request's `now`, a reading that aged out meanwhile read UNKNOWN
+    /// beside "dc2 fenced (...)".
+    #[test]
+    fn the_status_shows_the_last_decisions_verdicts_beside_its_sentence() {
+        use qfence_core::{Leadership, Observed};
+        use qfence_model::{SiteId, Term};
+        let loaded = qfence_model::config::load_str(
+            include_str!("../../../../examples/lab.yaml"),
+            "lab.yaml",
+        )
+        .expect("the lab configuration validates");
+        let config = loaded.config;
+        let plan = config.plan("erp-db").expect("erp-db");
+        let state = PlanState::initial(plan);
+        let dc2 = SiteId::new("dc2").unwrap();
+        let t0 = Millis(1_700_000_000_000);
+        let mut view = PlanRuntime::default();
+        view.observations.insert(
+            BindingKey::site(&dc2, 0),
+            Observation::new(Observed::Holds, t0),
+        );
+        let at = |secs| t0.plus(Duration::from_secs(secs));
+        // Before any decision, the status judges its observations now.
+        let fresh = site_verdicts(&config, plan, &state, &view, at(29));
+        assert_eq!(fresh[1].verdict, Verdict::Fenced);
+        let decision = decide(&Snapshot {
+            config: &config,
+            plan: PlanId::new("erp-db").unwrap(),
+            state: &state,
+            observations: &view.observations,
+            results: &view.results,
+            in_flight: &view.in_flight,
+            leadership: Leadership {
+                leader: true,
+                term: Term(1),
+                lease_until: at(40),
+            },
+            now: at(29),
+        });
+        assert!(
+            decision.reason.contains("dc2 fenced (power.off FENCED"),
+            "{}",
+            decision.reason
+        );
+        view.last_reason = Some(decision.reason.clone());
+        view.last_sites = decision.sites;
+        // Two seconds on, the reading is past freshness (30 s); the sentence still says
+        // fenced until the next decision, and so does the status.
+        let shown = site_verdicts(&config, plan, &state, &view, at(31));
+        assert_eq!(shown[1].site, dc2);
+        assert_eq!(shown[1].verdict, Verdict::Fenced, "{}", decision.reason);
+        assert_eq!(shown[1].checked_at_ms, Some(t0.0));
+        // The owner dc1 was never read: UNKNOWN, not FENCED.
+        assert_eq!(shown[0].verdict, Verdict::Unknown);
+        view.last_sites.clear();
+        view.last_reason = None;
+        let judged_now = site_verdicts(&config, plan, &state, &view, at(31));
+        assert_eq!(judged_now[1].verdict, Verdict::Unknown);
+    }
 
     #[test]
     fn routine_checks_and_no_action_openings_are_not_news() {

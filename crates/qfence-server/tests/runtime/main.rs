@@ -77,6 +77,9 @@ async fn a_lost_site_fails_over_step_by_step_and_the_vip_follows() -> Result<()>
         Duration::from_secs(60),
         "dc2 owning erp-db with the VIP",
         || async {
+            // Every status on the way tells one story with its sentence.
+            let status = backend.status().await.ok()?;
+            status_agrees_with_its_sentence(&status);
             let s = o.engine.plan_state(&plan()).ok()??;
             (s.owner.as_str() == "dc2"
                 && matches!(s.phase, Phase::Steady)
@@ -170,9 +173,80 @@ async fn a_lost_site_fails_over_step_by_step_and_the_vip_follows() -> Result<()>
     let v = verify(&records, &VerifyOptions::default()).map_err(|b| anyhow::anyhow!("{b:?}"))?;
     assert_eq!(v.count as usize, events.len());
 
+    phase("the status agrees with the sentence at every moment; the owner is never FENCED");
+    // dc1 is watched until the sentence says it is fenced; then its BMC goes dark, so its
+    // reading ages from FENCED to UNKNOWN while we watch: the status must turn when the
+    // sentence does, not a tick before or after.
+    for (what, said, cut) in [
+        ("dc1 said fenced", true, false),
+        ("dc1 said not fenced once its BMC went dark", false, true),
+    ] {
+        if cut {
+            sims.bmc1
+                .faults()
+                .set_unreachable(Some(qfence_lab::faults::Cut::Blackhole));
+        }
+        eventually(Duration::from_secs(20), what, || async {
+            let status = backend.status().await.ok()?;
+            assert_eq!(status.plans[0].owner, "dc2");
+            (status_agrees_with_its_sentence(&status) == Some(said)).then_some(())
+        })
+        .await
+        .inspect_err(|_| dump(&o))?;
+    }
+
     o.shutdown().await;
     sims.stop().await;
     Ok(())
+}
+
+/// Asserts that no site the status shows contradicts the sentence beside it, and that the
+/// owner is not shown FENCED by a reading from before it became the owner (the service runs
+/// there). Returns what the sentence says of dc1, if it says anything.
+fn status_agrees_with_its_sentence(status: &qfence_server::dto::StatusResponse) -> Option<bool> {
+    let p = &status.plans[0];
+    let reason = &p.last_reason;
+    // Once committed to dc2 the new owner serves; before, dc1 is the site being fenced.
+    if p.owner == "dc2" {
+        assert_ne!(
+            verdict(status, "dc2"),
+            Some(VerdictDto::Fenced),
+            "the owner dc2 runs the service, never FENCED: {reason}"
+        );
+    }
+    let mut dc1 = None;
+    for site in &p.sites {
+        if let Some(said) = sentence_says_fenced(reason, &site.site) {
+            assert_eq!(
+                site.verdict == VerdictDto::Fenced,
+                said,
+                "{} shows {:?} but the sentence says: {reason}",
+                site.site,
+                site.verdict
+            );
+            if site.site == "dc1" {
+                dc1 = Some(said);
+            }
+        }
+    }
+    dc1
+}
+
+/// What a sentence says of `site`: `Some(true)` for "dc1 fenced (...)", "dc1 confirmed fenced
+/// by ..." or "dc1 fenced by its dead-man switch", `Some(false)` for "dc1 not fenced (...)",
+/// `None` when it does not judge the site.
+fn sentence_says_fenced(reason: &str, site: &str) -> Option<bool> {
+    reason.split("; ").find_map(|clause| {
+        let rest = clause.strip_prefix(site)?.strip_prefix(' ')?;
+        let rest = rest.strip_prefix("in maintenance, ").unwrap_or(rest);
+        if rest.starts_with("not fenced") {
+            Some(false)
+        } else if rest.starts_with("fenced") || rest.starts_with("confirmed fenced") {
+            Some(true)
+        } else {
+            None
+        }
+    })
 }
 
 fn operator() -> qfence_server::Caller {
