@@ -809,7 +809,21 @@ fn one(n: usize, o: &Options) -> Result<Figures> {
         .iter()
         .filter(|e| e.message.contains("left alone"))
         .count();
+    // Each Redfish driver keeps one session (made again on 401): more would mean leaks.
+    let open = |sims: &Sims| {
+        format!(
+            "bmc-dc1 {}, bmc-dc2 {}",
+            sims.bmc1.snapshot().sessions.len(),
+            sims.bmc2.snapshot().sessions.len()
+        )
+    };
+    say(&format!("Redfish sessions open: {}", open(&sims)));
     orch_rt.block_on(orch.shutdown());
+    std::thread::sleep(Duration::from_millis(500));
+    say(&format!(
+        "Redfish sessions open after the orchestrator stopped: {}",
+        open(&sims)
+    ));
     sim_rt.block_on(sims.stop());
     Ok(Figures {
         plans: n,
