@@ -44,6 +44,14 @@ fn build_error(id: &ControllerId) -> impl Fn(DriverError) -> Error + '_ {
 }
 
 impl AnyDriver {
+    /// Ends what the driver keeps between calls at the target (a Redfish session), waiting
+    /// a couple of seconds at most. Other drivers keep nothing there.
+    pub async fn close(&self) {
+        if let AnyDriver::Redfish(d) = self {
+            d.close().await;
+        }
+    }
+
     /// Builds the driver for `config`, with its secret already resolved by this orchestrator.
     pub fn build(
         id: &ControllerId,

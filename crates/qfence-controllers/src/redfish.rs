@@ -13,14 +13,20 @@
 //! 5. Poll `PowerState` until it reads `Off` (only `Off` counts; `PoweringOff` does not),
 //!    tolerating failed reads (BMCs stumble right after a reset) until the deadline.
 //!
-//! Authentication is HTTP basic, or a session (`X-Auth-Token`) made for each call and always
-//! deleted afterwards, even when the call failed or ran out of time: BMCs have few session
-//! slots and a leaking fencer locks itself out. A service without a `SessionService` (404/405)
-//! falls back to basic authentication, with a warning.
+//! Authentication is HTTP basic, or one session (`X-Auth-Token`) per driver, shared by every
+//! call: BMCs have few session slots (often 4 to 16) and a fencer that makes one per call runs
+//! out of them as soon as many plans fence at once (the 1,000-plan benchmark: every power
+//! read-back answered 503 "simultaneous sessions exceeding the limit"). The session is made on
+//! first need, by one task at a time while the others wait for it; that task is not the
+//! caller's, so a caller that reaches its deadline mid-login never leaves a session the BMC
+//! made unknown: the task records it. A 401 on a session means it expired or was deleted: it
+//! is forgotten, a new one is made and the request is sent once more. The session is deleted
+//! by [`RedfishDriver::close`], or best-effort when the driver is dropped. A service without a
+//! `SessionService` (404/405) falls back to basic authentication, with a warning.
 
 use std::collections::BTreeMap;
-use std::sync::Mutex;
 use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex};
 use std::time::{Duration, SystemTime};
 
 use qfence_model::config::RedfishAuth;
@@ -42,8 +48,11 @@ const SYSTEMS: &str = "/redfish/v1/Systems";
 const SESSIONS: &str = "/redfish/v1/SessionService/Sessions";
 const POWER_OFF: &str = "power.off";
 const POWER_STATUS: &str = "power.status";
-/// How long a session delete may take after the call it served, even past its deadline.
+/// How long a session delete may take.
 const LOGOUT_TIMEOUT: Duration = Duration::from_secs(2);
+/// How long making a session may take. It runs in its own task, not under a caller's
+/// deadline: callers wait for it only as long as their own deadline allows.
+const LOGIN_TIMEOUT: Duration = Duration::from_secs(10);
 /// How many times a request answered with 5xx or lost in transit is sent.
 const ATTEMPTS: u32 = 3;
 
@@ -59,18 +68,135 @@ pub struct RedfishDriver {
     /// Resource → the system's URI, found once and checked on every read.
     systems: Mutex<BTreeMap<String, String>>,
     /// Set once the service showed it has no sessions.
-    no_sessions: AtomicBool,
+    no_sessions: Arc<AtomicBool>,
     /// Where the service makes sessions, once read from its root.
-    sessions: Mutex<Option<String>>,
+    sessions: Arc<Mutex<Option<String>>>,
+    /// The driver's one session, shared with the task that makes it.
+    session: Arc<SessionCache>,
     poll_interval: Duration,
 }
 
-/// How a call authenticates.
-#[derive(Debug, Clone)]
+/// How a call authenticates: `Session` means with the driver's session, whichever it is
+/// when each request is sent.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
 enum Auth {
     None,
     Basic,
-    Session { token: Secret, location: String },
+    Session,
+}
+
+/// What one request carries.
+#[derive(Clone, Copy)]
+enum Cred<'a> {
+    None,
+    Basic,
+    Token(&'a Secret),
+}
+
+/// What [`RedfishDriver::session`] returns: the session, `None` without sessions.
+type SessionFuture<'a> =
+    std::pin::Pin<Box<dyn Future<Output = Result<Option<Arc<Session>>, DriverError>> + Send + 'a>>;
+
+/// A session the BMC made for this driver.
+#[derive(Debug)]
+struct Session {
+    token: Secret,
+    /// Its path, to delete it by.
+    location: String,
+}
+
+/// The driver's session: the one in use, and the lock held by whoever is making one.
+#[derive(Debug)]
+struct SessionCache {
+    current: Mutex<Option<Arc<Session>>>,
+    /// Held by the task making a session (one at a time); others wait on it, then take what
+    /// it made.
+    making: Arc<tokio::sync::Mutex<()>>,
+    /// How many makings ended, and the error of the last one if it failed: a caller that
+    /// waited through a failed making takes its error instead of trying again at once (a
+    /// thousand waiters must not each POST in turn to a BMC that just refused).
+    outcome: Mutex<(u64, Option<DriverError>)>,
+    /// To delete the session when the driver goes.
+    http: reqwest::Client,
+    base: url::Url,
+    id: ControllerId,
+}
+
+impl SessionCache {
+    fn current(&self) -> Option<Arc<Session>> {
+        self.current.lock().ok().and_then(|g| g.clone())
+    }
+
+    fn endings(&self) -> u64 {
+        self.outcome.lock().map(|g| g.0).unwrap_or(0)
+    }
+
+    /// The error of a making that ended after `seen`, if the last one failed.
+    fn failed_since(&self, seen: u64) -> Option<DriverError> {
+        let g = self.outcome.lock().ok()?;
+        if g.0 > seen { g.1.clone() } else { None }
+    }
+
+    fn record(&self, made: &Result<Option<Arc<Session>>, DriverError>) {
+        if let Ok(Some(s)) = made
+            && let Ok(mut g) = self.current.lock()
+        {
+            *g = Some(s.clone());
+        }
+        if let Ok(mut g) = self.outcome.lock() {
+            g.0 += 1;
+            g.1 = made.as_ref().err().cloned();
+        }
+    }
+
+    /// Forgets `s` if it is still the current session (the BMC no longer knows it).
+    fn forget(&self, s: &Arc<Session>) {
+        if let Ok(mut g) = self.current.lock()
+            && g.as_ref().is_some_and(|c| Arc::ptr_eq(c, s))
+        {
+            *g = None;
+        }
+    }
+
+    fn take(&self) -> Option<Arc<Session>> {
+        self.current.lock().ok().and_then(|mut g| g.take())
+    }
+}
+
+impl Drop for SessionCache {
+    /// Best-effort: deletes the session from a task on the current runtime, if there is one.
+    /// [`RedfishDriver::close`] is the way that waits for it.
+    fn drop(&mut self) {
+        let Some(s) = self.current.get_mut().ok().and_then(Option::take) else {
+            return;
+        };
+        let (Ok(rt), Ok(url)) = (
+            tokio::runtime::Handle::try_current(),
+            self.base.join(&s.location),
+        ) else {
+            tracing::warn!(controller = %self.id, session = %s.location,
+                "The Redfish driver went without a runtime to delete its session; the BMC will expire it");
+            return;
+        };
+        let req = self
+            .http
+            .delete(url)
+            .timeout(LOGOUT_TIMEOUT)
+            .header("X-Auth-Token", s.token.expose())
+            .header("OData-Version", "4.0");
+        let id = self.id.clone();
+        rt.spawn(async move {
+            match req.send().await {
+                Ok(r) if r.status().is_success() => {}
+                Ok(r) => {
+                    tracing::warn!(controller = %id, session = %s.location, status = %r.status(),
+                    "The Redfish service refused to delete qfence's session")
+                }
+                Err(e) => tracing::warn!(controller = %id, session = %s.location, error = %e,
+                    "Could not delete qfence's Redfish session"),
+            }
+        });
+    }
 }
 
 /// What qfence reads of a `ComputerSystem`.
@@ -179,6 +305,14 @@ impl RedfishDriver {
         base.set_query(None);
         base.set_fragment(None);
         let http = http::build_client(&id, tls)?;
+        let session = Arc::new(SessionCache {
+            current: Mutex::new(None),
+            making: Arc::new(tokio::sync::Mutex::new(())),
+            outcome: Mutex::new((0, None)),
+            http: http.client.clone(),
+            base: base.clone(),
+            id: id.clone(),
+        });
         Ok(Self {
             id,
             base,
@@ -187,10 +321,42 @@ impl RedfishDriver {
             secret,
             http,
             systems: Mutex::new(BTreeMap::new()),
-            no_sessions: AtomicBool::new(false),
-            sessions: Mutex::new(None),
+            no_sessions: Arc::new(AtomicBool::new(false)),
+            sessions: Arc::new(Mutex::new(None)),
+            session,
             poll_interval: Duration::from_millis(500),
         })
+    }
+
+    /// Another handle on this driver's connection and session, for the task that makes the
+    /// session (it must outlive a caller that gives up).
+    fn share(&self) -> Self {
+        Self {
+            id: self.id.clone(),
+            base: self.base.clone(),
+            username: self.username.clone(),
+            auth: self.auth,
+            secret: self.secret.clone(),
+            http: self.http.clone(),
+            systems: Mutex::new(BTreeMap::new()),
+            no_sessions: self.no_sessions.clone(),
+            sessions: self.sessions.clone(),
+            session: self.session.clone(),
+            poll_interval: self.poll_interval,
+        }
+    }
+
+    /// Deletes the driver's session, if it has one, waiting at most a couple of seconds.
+    /// The next call makes a new one.
+    pub async fn close(&self) {
+        if let Some(s) = self.session.take() {
+            self.logout(&s).await;
+        }
+    }
+
+    /// Whether the driver holds a session now (for tests and diagnostics).
+    pub fn has_session(&self) -> bool {
+        self.session.current().is_some()
     }
 
     /// The certificate fingerprint the target showed last, if any.
@@ -228,11 +394,46 @@ impl RedfishDriver {
         })
     }
 
-    /// Sends one request; reads at most [`http::MAX_BODY_BYTES`] of the answer.
+    /// Sends one request; reads at most [`http::MAX_BODY_BYTES`] of the answer. With the
+    /// session, a 401 means the BMC no longer knows it (expired, deleted): a new one is made
+    /// and the request sent once more (a 401 is refused before anything is done).
     async fn send(
         &self,
         ctx: &CallContext,
         auth: &Auth,
+        method: Method,
+        path: &str,
+        body: Option<&Value>,
+    ) -> Result<(StatusCode, reqwest::header::HeaderMap, Vec<u8>), DriverError> {
+        match auth {
+            Auth::None => self.send_as(ctx, Cred::None, method, path, body).await,
+            Auth::Basic => self.send_as(ctx, Cred::Basic, method, path, body).await,
+            Auth::Session => {
+                let mut renewed = false;
+                loop {
+                    let Some(s) = self.session().await? else {
+                        return self.send_as(ctx, Cred::Basic, method, path, body).await;
+                    };
+                    let r = self
+                        .send_as(ctx, Cred::Token(&s.token), method.clone(), path, body)
+                        .await?;
+                    if r.0 == StatusCode::UNAUTHORIZED && !renewed {
+                        tracing::info!(controller = %self.id, session = %s.location,
+                            "The Redfish session is no longer valid (401); making a new one");
+                        self.session.forget(&s);
+                        renewed = true;
+                        continue;
+                    }
+                    return Ok(r);
+                }
+            }
+        }
+    }
+
+    async fn send_as(
+        &self,
+        ctx: &CallContext,
+        cred: Cred<'_>,
         method: Method,
         path: &str,
         body: Option<&Value>,
@@ -249,13 +450,13 @@ impl RedfishDriver {
         if let Some(b) = body {
             req = req.json(b);
         }
-        req = match auth {
-            Auth::None => req,
-            Auth::Basic => {
+        req = match cred {
+            Cred::None => req,
+            Cred::Basic => {
                 let pw = self.secret.as_ref().map(Secret::expose);
                 req.basic_auth(&self.username, pw)
             }
-            Auth::Session { token, .. } => req.header("X-Auth-Token", token.expose()),
+            Cred::Token(token) => req.header("X-Auth-Token", token.expose()),
         };
         let sent = method != Method::GET;
         let resp = req.send().await.map_err(|e| {
@@ -343,19 +544,82 @@ impl RedfishDriver {
         true
     }
 
-    async fn login(&self, ctx: &CallContext) -> Result<Auth, DriverError> {
+    /// How this call authenticates; with sessions, makes sure there is one first.
+    async fn login(&self) -> Result<Auth, DriverError> {
         if self.auth == RedfishAuth::Basic || self.no_sessions.load(Ordering::Relaxed) {
             return Ok(Auth::Basic);
         }
+        Ok(match self.session().await? {
+            Some(_) => Auth::Session,
+            None => Auth::Basic,
+        })
+    }
+
+    /// The driver's session, made now if there is none; `None` when the service has no
+    /// sessions. Waits (within the caller's deadline, as every call runs under it) for a
+    /// making already under way rather than starting another.
+    ///
+    /// Boxed: making a session sends requests, which may need the session; the box breaks
+    /// that cycle for the compiler's `Send` check.
+    fn session(&self) -> SessionFuture<'_> {
+        Box::pin(self.session_now())
+    }
+
+    async fn session_now(&self) -> Result<Option<Arc<Session>>, DriverError> {
+        if let Some(s) = self.session.current() {
+            return Ok(Some(s));
+        }
+        if self.no_sessions.load(Ordering::Relaxed) {
+            return Ok(None);
+        }
+        let seen = self.session.endings();
+        let guard = self.session.making.clone().lock_owned().await;
+        if let Some(s) = self.session.current() {
+            return Ok(Some(s));
+        }
+        if self.no_sessions.load(Ordering::Relaxed) {
+            return Ok(None);
+        }
+        if let Some(e) = self.session.failed_since(seen) {
+            return Err(e);
+        }
+        // The making runs in its own task holding the lock: if this caller is cancelled or
+        // reaches its deadline, the task still records (or deletes) what the BMC made.
+        let this = self.share();
+        let task = tokio::spawn(async move {
+            let _making = guard;
+            let ctx = CallContext::with_timeout(
+                qfence_model::OrchestratorId::new("login").expect("valid name"),
+                LOGIN_TIMEOUT,
+            );
+            let made = ctx
+                .run(&this.id, "login", this.make_session(&ctx))
+                .await
+                .map(|s| s.map(Arc::new));
+            this.session.record(&made);
+            made
+        });
+        task.await.map_err(|e| {
+            self.err(
+                ErrorKind::Protocol,
+                "login",
+                format!("making a session failed: {e}"),
+                true,
+            )
+        })?
+    }
+
+    /// POSTs a new session. `None` when the service has no sessions.
+    async fn make_session(&self, ctx: &CallContext) -> Result<Option<Session>, DriverError> {
         let Some(sessions) = self.sessions_path(ctx).await? else {
             self.fall_back_to_basic();
-            return Ok(Auth::Basic);
+            return Ok(None);
         };
         let call = format!("POST {sessions}");
         let password = self.secret.as_ref().map(Secret::expose).unwrap_or("");
         let body = serde_json::json!({"UserName": self.username, "Password": password});
         let (status, headers, bytes) = self
-            .send(ctx, &Auth::None, Method::POST, &sessions, Some(&body))
+            .send_as(ctx, Cred::None, Method::POST, &sessions, Some(&body))
             .await?;
         drop(body);
         match status.as_u16() {
@@ -368,7 +632,7 @@ impl RedfishDriver {
                     let path = url::Url::parse(loc)
                         .map(|u| u.path().to_owned())
                         .unwrap_or_else(|_| loc.to_owned());
-                    self.logout(Auth::Session {
+                    self.logout(&Session {
                         token: Secret::new(token.to_owned()),
                         location: path,
                     })
@@ -417,11 +681,12 @@ impl RedfishDriver {
                             false,
                         )
                     })?;
-                Ok(Auth::Session { token, location })
+                tracing::debug!(controller = %self.id, session = %location, "Made a Redfish session");
+                Ok(Some(Session { token, location }))
             }
             404 | 405 => {
                 self.fall_back_to_basic();
-                Ok(Auth::Basic)
+                Ok(None)
             }
             401 | 403 => Err(self.err(
                 ErrorKind::Auth,
@@ -471,28 +736,16 @@ impl RedfishDriver {
         Ok(path)
     }
 
-    /// Deletes a session. Runs after the call it served, even when that call ran out of time,
-    /// bounded by [`LOGOUT_TIMEOUT`].
-    async fn logout(&self, auth: Auth) {
-        let Auth::Session { token, location } = auth else {
-            return;
-        };
+    /// Deletes a session, bounded by [`LOGOUT_TIMEOUT`].
+    async fn logout(&self, s: &Session) {
+        let location = &s.location;
         let ctx = CallContext::with_timeout(
             qfence_model::OrchestratorId::new("logout").expect("valid name"),
             LOGOUT_TIMEOUT,
         );
         let r = tokio::time::timeout(
             LOGOUT_TIMEOUT,
-            self.send(
-                &ctx,
-                &Auth::Session {
-                    token,
-                    location: location.clone(),
-                },
-                Method::DELETE,
-                &location,
-                None,
-            ),
+            self.send_as(&ctx, Cred::Token(&s.token), Method::DELETE, location, None),
         )
         .await;
         match r {
@@ -508,16 +761,17 @@ impl RedfishDriver {
         }
     }
 
-    /// Runs `f` with an authenticated session under the call's deadline and cancellation, and
-    /// deletes the session afterwards whatever happened.
+    /// Runs `f` authenticated, under the call's deadline and cancellation. The session
+    /// stays for the next call.
     async fn authed<T, F>(&self, ctx: &CallContext, call: &str, f: F) -> Result<T, DriverError>
     where
         F: AsyncFnOnce(&Auth) -> Result<T, DriverError>,
     {
-        let auth = ctx.run(&self.id, call, self.login(ctx)).await?;
-        let r = ctx.run(&self.id, call, f(&auth)).await;
-        self.logout(auth).await;
-        r
+        ctx.run(&self.id, call, async {
+            let auth = self.login().await?;
+            f(&auth).await
+        })
+        .await
     }
 
     async fn read_system(

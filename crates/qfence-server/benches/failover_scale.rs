@@ -596,6 +596,7 @@ struct Orchestrator {
     node: ClusterNode,
     stop: CancellationToken,
     task: tokio::task::JoinHandle<()>,
+    drivers: Arc<LocalDrivers>,
     _dir: tempfile::TempDir,
 }
 
@@ -614,7 +615,7 @@ impl Orchestrator {
         let ca = CertificateAuthority::generate("bench")?;
         let tls = ca.issue("dc2-a", &["127.0.0.1".into()])?;
         let cell = ConfigCell::new(config.clone(), config_text);
-        let drivers = LocalDrivers::build(me.clone(), &cell, &secrets());
+        let drivers = Arc::new(LocalDrivers::build(me.clone(), &cell, &secrets()));
         if !drivers.unavailable().is_empty() {
             bail!("drivers missing: {:?}", drivers.unavailable());
         }
@@ -630,7 +631,7 @@ impl Orchestrator {
                 timing: Timing::fast(),
                 admin_api: false,
             },
-            Arc::new(DriverExecutor(Arc::new(drivers))),
+            Arc::new(DriverExecutor(drivers.clone())),
         )
         .await?;
         node.initialize().await?;
@@ -644,6 +645,7 @@ impl Orchestrator {
             node,
             stop,
             task,
+            drivers,
             _dir: dir,
         })
     }
@@ -684,6 +686,7 @@ impl Orchestrator {
         self.stop.cancel();
         let _ = self.task.await;
         self.node.shutdown().await;
+        self.drivers.close().await;
     }
 }
 
@@ -809,7 +812,21 @@ fn one(n: usize, o: &Options) -> Result<Figures> {
         .iter()
         .filter(|e| e.message.contains("left alone"))
         .count();
+    // Each Redfish driver keeps one session (made again on 401): more would mean leaks.
+    let open = |sims: &Sims| {
+        format!(
+            "bmc-dc1 {}, bmc-dc2 {}",
+            sims.bmc1.snapshot().sessions.len(),
+            sims.bmc2.snapshot().sessions.len()
+        )
+    };
+    say(&format!("Redfish sessions open: {}", open(&sims)));
     orch_rt.block_on(orch.shutdown());
+    std::thread::sleep(Duration::from_millis(500));
+    say(&format!(
+        "Redfish sessions open after the orchestrator stopped: {}",
+        open(&sims)
+    ));
     sim_rt.block_on(sims.stop());
     Ok(Figures {
         plans: n,

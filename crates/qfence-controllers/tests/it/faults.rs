@@ -481,8 +481,11 @@ async fn a_400_on_power_off_with_the_system_still_on_is_a_refusal_with_the_readi
     assert_eq!(fence_verdict(&c), Verdict::Failed);
 }
 
+/// One session serves every call and is kept between them (BMCs have few slots: a session
+/// per call ran them out at 1,000 plans); `close` deletes it, also after a call that timed
+/// out, and so does dropping the driver. (Before, each call made and deleted its own.)
 #[tokio::test]
-async fn sessions_are_always_deleted_even_when_the_call_times_out() {
+async fn one_session_serves_every_call_and_is_deleted_on_close_even_after_a_timeout() {
     let s = serve(Fault::None).await;
     let d = driver(&s, RedfishAuth::Session);
     let r = d
@@ -490,7 +493,12 @@ async fn sessions_are_always_deleted_even_when_the_call_times_out() {
         .await
         .unwrap();
     assert!(r.holds);
+    d.check(&ctx(DEADLINE), &target("power.off", "1"))
+        .await
+        .unwrap();
     assert_eq!(s.bmc.sessions_made.load(Ordering::SeqCst), 1);
+    assert_eq!(s.bmc.sessions_deleted.load(Ordering::SeqCst), 0);
+    d.close().await;
     assert_eq!(s.bmc.sessions_deleted.load(Ordering::SeqCst), 1);
 
     let s = serve(Fault::Hang).await;
@@ -501,10 +509,28 @@ async fn sessions_are_always_deleted_even_when_the_call_times_out() {
         .unwrap_err();
     assert_eq!(e.kind, ErrorKind::Timeout);
     assert_eq!(s.bmc.sessions_made.load(Ordering::SeqCst), 1);
+    assert!(d.has_session(), "the session was lost track of");
+    d.close().await;
     assert_eq!(
         s.bmc.sessions_deleted.load(Ordering::SeqCst),
         1,
         "the session leaked"
+    );
+
+    let s = serve(Fault::None).await;
+    let d = driver(&s, RedfishAuth::Session);
+    d.check(&ctx(DEADLINE), &target("power.off", "1"))
+        .await
+        .unwrap();
+    drop(d);
+    let until = Instant::now() + Duration::from_secs(3);
+    while s.bmc.sessions_deleted.load(Ordering::SeqCst) == 0 && Instant::now() < until {
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    assert_eq!(
+        s.bmc.sessions_deleted.load(Ordering::SeqCst),
+        1,
+        "the dropped driver's session leaked"
     );
 }
 
@@ -530,10 +556,9 @@ async fn the_fence_privilege_is_proven_by_the_services_own_map_inferred_without_
         ),
     ] {
         let s = serve(fault).await;
-        let p = driver(&s, RedfishAuth::Session)
-            .probe(&ctx(DEADLINE))
-            .await
-            .unwrap();
+        let d = driver(&s, RedfishAuth::Session);
+        let p = d.probe(&ctx(DEADLINE)).await.unwrap();
+        d.close().await;
         let g = p
             .grades
             .iter()

@@ -13,5 +13,6 @@ mod postgres;
 mod proxmox;
 mod proxmox_replication;
 mod redfish;
+mod redfish_sessions;
 mod registration;
 mod secret_logs;

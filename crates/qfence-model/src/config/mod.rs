@@ -139,7 +139,8 @@ impl ControllerConfig {
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize)]
 #[serde(rename_all = "snake_case")]
 pub enum RedfishAuth {
-    /// A session from `SessionService` (X-Auth-Token), always deleted after use.
+    /// A session from `SessionService` (X-Auth-Token): one per driver, shared by its calls,
+    /// made again when the BMC forgets it, deleted at shutdown.
     #[default]
     Session,
     /// HTTP basic authentication on every request.

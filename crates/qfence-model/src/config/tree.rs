@@ -62,6 +62,24 @@ pub(crate) struct SyntaxError {
     pub line: u32,
 }
 
+/// At most this many YAML nodes (mappings, lists, scalars, counting what aliases expand to)
+/// in one document. The parser's default, 250,000, refused the 5,000-plan benchmark
+/// configuration (about 50 nodes a plan): 1,000,000 holds about 20,000 such plans. It is
+/// still a bound because every node becomes a tree [`Node`] (about 50 to 100 bytes with its
+/// text): a hostile document, an alias bomb above all, can make the loader hold at most
+/// around 100 MB before it is refused.
+pub(crate) const MAX_NODES: usize = 1_000_000;
+
+/// The parser's limits: [`MAX_NODES`], and room for the events those nodes take (a start
+/// and an end per mapping or list, one per scalar or alias). The other limits (depth,
+/// aliases, anchors, scalar bytes, the alias/anchor ratio) keep the parser's defaults.
+fn budget() -> serde_saphyr::Budget {
+    let mut b = serde_saphyr::Budget::default();
+    b.max_nodes = MAX_NODES;
+    b.max_events = 3 * MAX_NODES;
+    b
+}
+
 /// Parses one YAML document into a tree. An empty document is `Null`.
 pub(crate) fn parse(text: &str) -> Result<Node, SyntaxError> {
     if text.trim().is_empty() {
@@ -72,6 +90,7 @@ pub(crate) fn parse(text: &str) -> Result<Node, SyntaxError> {
     }
     let options = serde_saphyr::options! {
         duplicate_keys: DuplicateKeyPolicy::PassThrough,
+        budget: Some(budget()),
     };
     match serde_saphyr::from_str_with_options::<Spanned<Node>>(text, options) {
         Ok(root) => Ok(spanned(root)),
@@ -89,6 +108,14 @@ pub(crate) fn parse(text: &str) -> Result<Node, SyntaxError> {
                 .unwrap_or("not valid YAML")
                 .trim_start_matches("error: ")
                 .to_owned();
+            let message = if message.contains("budget breached") {
+                format!(
+                    "{message}: the document is refused (more than {MAX_NODES} YAML nodes, \
+                     or another of the loader's limits; see docs/configuration.md)"
+                )
+            } else {
+                message
+            };
             Err(SyntaxError { message, line })
         }
     }
@@ -213,6 +240,53 @@ mod tests {
         assert_eq!(items[0].line, 3);
         assert_eq!(items[1].value, Value::Null);
         assert_eq!(items[1].line, 4);
+    }
+
+    /// A document of the benchmark's shape: `n` entries of about 50 nodes each.
+    fn entries(n: usize) -> String {
+        let mut t = String::from("plans:\n");
+        for i in 0..n {
+            t.push_str(&format!("  p{i}:\n"));
+            for j in 0..8 {
+                t.push_str(&format!("    k{j}: {{a: v{i}, b: [x, y, z], c: 1}}\n"));
+            }
+        }
+        t
+    }
+
+    #[test]
+    fn a_document_of_many_nodes_within_the_budget_loads() {
+        // 90 nodes an entry: 5,000 entries are 450,002 nodes, over the parser's default
+        // of 250,000 and under MAX_NODES.
+        let root = parse(&entries(5_000)).unwrap();
+        let (_, plans) = &map(&root)[0];
+        assert_eq!(map(plans).len(), 5_000);
+    }
+
+    #[test]
+    fn a_document_over_the_node_budget_is_refused() {
+        let e = parse(&entries(MAX_NODES / 90 + 1)).unwrap_err();
+        assert!(e.message.contains("1000000 YAML nodes"), "{e:?}");
+    }
+
+    #[test]
+    fn an_alias_bomb_is_refused_quickly() {
+        // "Billion laughs": ten levels of ten aliases each would expand to 10^10 nodes.
+        let mut t = String::from("a0: &a0 [lol, lol, lol, lol, lol, lol, lol, lol, lol, lol]\n");
+        for i in 1..10 {
+            let p = i - 1;
+            t.push_str(&format!(
+                "a{i}: &a{i} [*a{p}, *a{p}, *a{p}, *a{p}, *a{p}, *a{p}, *a{p}, *a{p}, *a{p}, *a{p}]\n"
+            ));
+        }
+        let started = std::time::Instant::now();
+        let e = parse(&t).unwrap_err();
+        assert!(e.message.contains("budget breached"), "{e:?}");
+        assert!(
+            started.elapsed() < std::time::Duration::from_secs(20),
+            "took {:?}",
+            started.elapsed()
+        );
     }
 
     #[test]

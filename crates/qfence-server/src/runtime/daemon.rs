@@ -89,6 +89,8 @@ pub struct Daemon {
     api_stop: CancellationToken,
     engine_task: tokio::task::JoinHandle<()>,
     api_task: tokio::task::JoinHandle<std::io::Result<()>>,
+    /// Closed last, so BMCs get their sessions back.
+    drivers: Arc<LocalDrivers>,
 }
 
 fn io(path: &Path) -> impl FnOnce(std::io::Error) -> RuntimeError + '_ {
@@ -313,7 +315,7 @@ impl Daemon {
         }
         // The file's configuration until the node is up; then the file's plus the API's.
         let cell = ConfigCell::new(o.config.clone(), o.config_text.clone());
-        let drivers = LocalDrivers::build(o.name.clone(), &cell, &o.secrets);
+        let drivers = Arc::new(LocalDrivers::build(o.name.clone(), &cell, &o.secrets));
         let unavailable = drivers.unavailable();
         for (c, why) in &unavailable {
             tracing::warn!(controller = %c, "No driver here: {why}");
@@ -335,7 +337,7 @@ impl Daemon {
                 timing: o.timing,
                 admin_api: false,
             },
-            Arc::new(DriverExecutor(Arc::new(drivers))),
+            Arc::new(DriverExecutor(drivers.clone())),
         )
         .await?;
         let member = node.is_initialized().await?;
@@ -435,6 +437,7 @@ impl Daemon {
             api_stop,
             engine_task,
             api_task,
+            drivers,
         })
     }
 
@@ -456,5 +459,6 @@ impl Daemon {
         if left > 0 {
             tracing::warn!(left, "Operations still running at exit");
         }
+        self.drivers.close().await;
     }
 }

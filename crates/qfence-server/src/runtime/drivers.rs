@@ -388,6 +388,19 @@ impl LocalDrivers {
         }
     }
 
+    /// Closes every driver (their Redfish sessions), at shutdown, after the operations
+    /// have drained.
+    pub async fn close(&self) {
+        let built: Vec<Arc<AnyDriver>> = self
+            .drivers
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .values()
+            .filter_map(|(_, d)| d.as_ref().ok().cloned())
+            .collect();
+        futures_util::future::join_all(built.iter().map(|d| d.close())).await;
+    }
+
     /// The controllers whose driver could not be built, and why (for the startup log).
     pub fn unavailable(&self) -> Vec<(ControllerId, String)> {
         self.drivers

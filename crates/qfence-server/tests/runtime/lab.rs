@@ -242,6 +242,7 @@ pub struct Orchestrator {
     pub events_path: std::path::PathBuf,
     pub stop: CancellationToken,
     pub task: tokio::task::JoinHandle<()>,
+    pub drivers: Arc<LocalDrivers>,
     _dir: tempfile::TempDir,
 }
 
@@ -278,7 +279,7 @@ impl Orchestrator {
         let me = OrchestratorId::new(name)?;
         let tls = ca.issue(name, &["127.0.0.1".into()])?;
         let cell = ConfigCell::new(config.clone(), config_text);
-        let drivers = LocalDrivers::build(me.clone(), &cell, &secrets());
+        let drivers = Arc::new(LocalDrivers::build(me.clone(), &cell, &secrets()));
         assert!(
             drivers.unavailable().is_empty(),
             "every driver builds: {:?}",
@@ -296,7 +297,7 @@ impl Orchestrator {
                 timing: Timing::fast(),
                 admin_api: false,
             },
-            Arc::new(DriverExecutor(Arc::new(drivers))),
+            Arc::new(DriverExecutor(drivers.clone())),
         )
         .await?;
         match seed {
@@ -321,6 +322,7 @@ impl Orchestrator {
             events_path,
             stop,
             task,
+            drivers,
             _dir: dir,
         })
     }
@@ -329,6 +331,7 @@ impl Orchestrator {
         self.stop.cancel();
         let _ = self.task.await;
         self.node.shutdown().await;
+        self.drivers.close().await;
     }
 }
 

@@ -195,7 +195,19 @@ async fn a_lost_site_fails_over_step_by_step_and_the_vip_follows() -> Result<()>
         .inspect_err(|_| dump(&o))?;
     }
 
+    // dc1's BMC answers again, so shutting down can delete its session.
+    sims.bmc1.faults().set_unreachable(None);
+    phase("each BMC held one qfence session at most; shutting down deletes them");
+    let sessions = |sims: &Sims| {
+        (
+            sims.bmc1.snapshot().sessions.len(),
+            sims.bmc2.snapshot().sessions.len(),
+        )
+    };
+    let (s1, s2) = sessions(&sims);
+    assert!(s1 <= 1 && s2 <= 1, "sessions open: {s1}, {s2}");
     o.shutdown().await;
+    assert_eq!(sessions(&sims), (0, 0), "sessions left behind");
     sims.stop().await;
     Ok(())
 }
