@@ -414,7 +414,14 @@ impl LocalDrivers {
     /// The driver of `id` as the effective configuration has it now, built if it is new or
     /// its settings changed.
     fn driver(&self, id: &ControllerId) -> Result<Arc<AnyDriver>, String> {
-        let config = self.config.refresh();
+        // Every call comes here: the configuration as last built is an `Arc` clone, while a
+        // refresh reads and compares the replicated API entries. The engine refreshes every
+        // tick, so only a controller registered since (a forwarded call can be the first to
+        // name it) needs a refresh here.
+        let mut config = self.config.get();
+        if config.controller(id.as_str()).is_none() {
+            config = self.config.refresh();
+        }
         let Some(cc) = config.controller(id.as_str()) else {
             return Err(format!("controller {id} is not configured here"));
         };
