@@ -1100,20 +1100,9 @@ impl Backend for MemoryBackend {
                 plan.as_str()
             )));
         }
-        if p.maintenance.contains(&t) {
-            return Err(BackendError::Refused(format!(
-                "{t} is in maintenance: take it out first"
-            )));
-        }
-        p.generation += 1;
-        if self.hold_operations.load(Ordering::SeqCst) {
-            p.pending = Some(t.clone());
-            p.phase = "switchover".into();
-            p.last_reason = format!("switchover to {t} accepted");
-        } else {
-            let from = std::mem::replace(&mut p.owner, t.clone());
-            p.last_reason = format!("switched over from {from} to {t}");
-        }
+        self.start_move(p, &t, "switchover", |from| {
+            format!("switched over from {from} to {t}")
+        })?;
         let (g, reason) = (p.generation, p.last_reason.clone());
         self.record(
             &mut st,
@@ -1174,20 +1163,9 @@ impl Backend for MemoryBackend {
                 p.owner
             )));
         }
-        if p.maintenance.contains(&t) {
-            return Err(BackendError::Refused(format!(
-                "{t} is in maintenance: take it out first"
-            )));
-        }
-        p.generation += 1;
-        if self.hold_operations.load(Ordering::SeqCst) {
-            p.pending = Some(t.clone());
-            p.phase = "failover".into();
-            p.last_reason = format!("failover to {t} accepted");
-        } else {
-            let from = std::mem::replace(&mut p.owner, t.clone());
-            p.last_reason = format!("failed over from {from} (FENCED) to {t}");
-        }
+        self.start_move(p, &t, "failover", |from| {
+            format!("failed over from {from} (FENCED) to {t}")
+        })?;
         let (g, reason) = (p.generation, p.last_reason.clone());
         self.record(
             &mut st,
@@ -1354,6 +1332,33 @@ impl Backend for MemoryBackend {
 }
 
 impl MemoryBackend {
+    /// Moves `p` to `t` (a switchover or a failover, `kind`), once the caller's own checks
+    /// passed: refused for a site in maintenance; the generation moves on; with operations held
+    /// the move waits as pending, otherwise it completes and `done(old owner)` says so.
+    fn start_move(
+        &self,
+        p: &mut Plan,
+        t: &SiteId,
+        kind: &str,
+        done: impl FnOnce(&SiteId) -> String,
+    ) -> Result<(), BackendError> {
+        if p.maintenance.contains(t) {
+            return Err(BackendError::Refused(format!(
+                "{t} is in maintenance: take it out first"
+            )));
+        }
+        p.generation += 1;
+        if self.hold_operations.load(Ordering::SeqCst) {
+            p.pending = Some(t.clone());
+            p.phase = kind.into();
+            p.last_reason = format!("{kind} to {t} accepted");
+        } else {
+            let from = std::mem::replace(&mut p.owner, t.clone());
+            p.last_reason = done(&from);
+        }
+        Ok(())
+    }
+
     fn set_paused(
         &self,
         caller: &Caller,

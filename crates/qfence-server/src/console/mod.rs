@@ -92,7 +92,6 @@ pub(crate) struct Session {
 }
 
 // The action pages use these to offer only what the caller's role may do.
-#[allow(dead_code)]
 impl Session {
     /// Whether the caller may use operator actions (switchover, failover...).
     pub fn operator(&self) -> bool {
