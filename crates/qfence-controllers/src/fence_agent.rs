@@ -128,13 +128,11 @@ struct GroupKiller(Option<u32>);
 
 impl GroupKiller {
     fn kill(&mut self) {
-        if let Some(pgid) = self.0.take() {
-            // No unsafe code in qfence: kill(1) signals the group for us.
-            let _ = std::process::Command::new("kill")
-                .args(["-KILL", "--", &format!("-{pgid}")])
-                .stdout(Stdio::null())
-                .stderr(Stdio::null())
-                .status();
+        if let Some(pgid) = self.0.take().and_then(|p| i32::try_from(p).ok()) {
+            // Pid 0 would be our own group; `from_raw` refuses it (and negatives).
+            if let Some(pgid) = rustix::process::Pid::from_raw(pgid) {
+                let _ = rustix::process::kill_process_group(pgid, rustix::process::Signal::KILL);
+            }
         }
     }
 }

@@ -737,10 +737,7 @@ async fn status_watch_shows_a_failover_step_by_step() {
     watch.until("erp-db: steady owner dc2").await;
     // Ctrl-C, as an operator ends it.
     let pid = watch.child.id().unwrap();
-    std::process::Command::new("kill")
-        .args(["-INT", &pid.to_string()])
-        .status()
-        .unwrap();
+    interrupt(pid);
     let out = watch.finish().await;
     assert_eq!(out.code, Some(0), "{out:#?}");
     in_order(
@@ -971,10 +968,7 @@ async fn events_follow_prints_new_records_as_they_come() {
     s.run(&["plan", "resume", "erp-db"]).await.ok();
     follow.until("Resumed erp-db").await;
     let pid = follow.child.id().unwrap();
-    std::process::Command::new("kill")
-        .args(["-INT", &pid.to_string()])
-        .status()
-        .unwrap();
+    interrupt(pid);
     let out = follow.finish().await;
     assert_eq!(out.code, Some(0), "{out:#?}");
     // One header, then the followed record as a row of its own.
@@ -1149,4 +1143,13 @@ async fn plan_maintenance_takes_a_site_in_and_out_and_refuses_the_owner() {
         ])
         .await;
     assert_eq!(out.code, Some(2), "{out:#?}");
+}
+
+/// Ctrl-C to a child, by pid.
+fn interrupt(pid: u32) {
+    let pid = i32::try_from(pid)
+        .ok()
+        .and_then(rustix::process::Pid::from_raw)
+        .expect("a child's pid");
+    rustix::process::kill_process(pid, rustix::process::Signal::INT).expect("SIGINT");
 }

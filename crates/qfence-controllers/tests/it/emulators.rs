@@ -352,9 +352,15 @@ impl Emulator {
                     std::thread::sleep(Duration::from_millis(50));
                 }
                 _ => {
-                    let _ = Command::new("kill")
-                        .args(["-KILL", "--", &format!("-{}", child.id())])
-                        .output();
+                    if let Some(pgid) = i32::try_from(child.id())
+                        .ok()
+                        .and_then(rustix::process::Pid::from_raw)
+                    {
+                        let _ = rustix::process::kill_process_group(
+                            pgid,
+                            rustix::process::Signal::KILL,
+                        );
+                    }
                     let _ = child.wait();
                     return Err(format!("the script did not finish within {:?}", s.deadline));
                 }

@@ -6,7 +6,6 @@
 //! `QFENCE_SKIP_EMULATORS=1`.
 
 use std::path::PathBuf;
-use std::process::Command;
 use std::time::Duration;
 
 use crate::emulators::{Emulator, Starter, free_port};
@@ -512,28 +511,19 @@ async fn a_promotion_that_outlasts_pg_promote_is_still_seen_through() {
         .await
         .unwrap()
         .get(0);
-    let signal = |sig: &str| {
-        let st = Command::new("kill")
-            .args([sig, &pid.to_string()])
-            .status()
-            .unwrap();
-        assert!(st.success(), "kill {sig} {pid}");
-    };
-    signal("-STOP");
+    let process = rustix::process::Pid::from_raw(pid).expect("a backend's pid");
+    rustix::process::kill_process(process, rustix::process::Signal::STOP).expect("SIGSTOP");
     // The driver gives pg_promote half of the 8 s (4 s); the process resumes after 5 s.
     let resume = tokio::spawn(async move {
         tokio::time::sleep(Duration::from_secs(5)).await;
-        Command::new("kill")
-            .args(["-CONT", &pid.to_string()])
-            .status()
-            .unwrap()
+        rustix::process::kill_process(process, rustix::process::Signal::CONT)
     });
     let c = CallContext::with_timeout(OrchestratorId::new("o").unwrap(), Duration::from_secs(8));
     let start = std::time::Instant::now();
     let r = driver(pair.replica)
         .perform(&c, &target("db.promote", &[]))
         .await;
-    assert!(resume.await.unwrap().success());
+    resume.await.unwrap().expect("SIGCONT");
     let r = r.unwrap();
     assert!(r.holds, "{r:?}");
     assert!(

@@ -76,25 +76,28 @@ impl Orchestrator {
         self.frozen.lock().map(|g| *g).unwrap_or(false)
     }
 
-    fn signal(&self, sig: &str) -> Result<(), LabError> {
-        let status = std::process::Command::new("kill")
-            .arg(format!("-{sig}"))
-            .arg(self.pid.to_string())
-            .status()
-            .map_err(io_err(Path::new("kill")))?;
-        if status.success() {
-            Ok(())
-        } else {
-            Err(LabError::Orchestrator {
+    fn signal(&self, sig: rustix::process::Signal) -> Result<(), LabError> {
+        // Never pid 0 or a negative one: those would signal a whole group, ours included.
+        let pid = i32::try_from(self.pid)
+            .ok()
+            .and_then(rustix::process::Pid::from_raw)
+            .ok_or_else(|| LabError::Orchestrator {
                 name: self.name.clone(),
-                reason: format!("kill -{sig} {} failed", self.pid),
-            })
-        }
+                reason: format!("no process to signal (pid {})", self.pid),
+            })?;
+        rustix::process::kill_process(pid, sig).map_err(|e| LabError::Orchestrator {
+            name: self.name.clone(),
+            reason: format!("signal {sig:?} to pid {} failed: {e}", self.pid),
+        })
     }
 
     /// Freezes (SIGSTOP) or thaws (SIGCONT) the process.
     pub fn set_frozen(&self, on: bool) -> Result<(), LabError> {
-        self.signal(if on { "STOP" } else { "CONT" })?;
+        self.signal(if on {
+            rustix::process::Signal::STOP
+        } else {
+            rustix::process::Signal::CONT
+        })?;
         if let Ok(mut g) = self.frozen.lock() {
             *g = on;
         }
@@ -223,7 +226,7 @@ impl Orchestrators {
             if o.frozen() {
                 let _ = o.set_frozen(false);
             }
-            let _ = o.signal("TERM");
+            let _ = o.signal(rustix::process::Signal::TERM);
             let mut child = o.child.lock().await;
             if tokio::time::timeout(Duration::from_secs(5), child.wait())
                 .await

@@ -97,11 +97,14 @@ struct Driver {
 
 impl Drop for Driver {
     fn drop(&mut self) {
-        let pgid = self.child.id();
-        let _ = Command::new("kill")
-            .args(["-KILL", &format!("-{pgid}")])
-            .stderr(Stdio::null())
-            .status();
+        // Not kill(1): procps-ng 4.0.2 reads `kill -KILL -PGID` as kill(-1), every process
+        // on the machine; this line once took a whole CI run down with it.
+        if let Some(pgid) = i32::try_from(self.child.id())
+            .ok()
+            .and_then(rustix::process::Pid::from_raw)
+        {
+            let _ = rustix::process::kill_process_group(pgid, rustix::process::Signal::KILL);
+        }
         let _ = self.child.kill();
         let _ = self.child.wait();
     }
