@@ -15,7 +15,7 @@
 //! crates do not depend on each other. The generation is lifted out of the body because the
 //! cluster enforces it: every change of a plan's state is a compare-and-set on it.
 
-use std::collections::{BTreeMap, VecDeque};
+use std::collections::{BTreeMap, BTreeSet, VecDeque};
 
 use qfence_model::domain::Verdict;
 use qfence_model::ids::{ControllerId, Generation, OrchestratorId, PlanId, SiteId, Term};
@@ -59,6 +59,58 @@ impl std::fmt::Display for Request {
 impl From<Command> for Request {
     fn from(command: Command) -> Self {
         Self::new(command)
+    }
+}
+
+/// The keyed parts of [`ClusterState`] that commands changed, so that storage rewrites those
+/// rows and not the whole state: with thousands of plans, a whole-state write per applied
+/// batch is what limits a failover.
+#[derive(Debug, Default, Clone, PartialEq)]
+pub struct Dirty {
+    pub plans: BTreeSet<PlanId>,
+    pub statuses: BTreeSet<PlanId>,
+    pub controllers: BTreeSet<ControllerId>,
+    pub controller_tests: BTreeSet<ControllerId>,
+}
+
+impl Command {
+    /// Marks in `dirty` every keyed row this command may change, whether or not applying it
+    /// succeeds (a refused command changes nothing; rewriting its row is merely wasted).
+    /// Orchestrators, node keys and the event counter are small and always written.
+    pub fn touches(&self, dirty: &mut Dirty) {
+        match self {
+            Command::RegisterController { controller } => {
+                dirty.controllers.insert(controller.id.clone());
+            }
+            Command::RemoveController { controller } => {
+                dirty.controllers.insert(controller.clone());
+                dirty.controller_tests.insert(controller.clone());
+            }
+            Command::RegisterPlan { plan, .. }
+            | Command::CreatePlan { plan, .. }
+            | Command::ApplyPlanConfig { plan, .. }
+            | Command::PlanStateCas { plan, .. } => {
+                dirty.plans.insert(plan.clone());
+            }
+            Command::RemovePlan { plan, .. } => {
+                dirty.plans.insert(plan.clone());
+                dirty.statuses.insert(plan.clone());
+            }
+            Command::PublishStatus { status } => {
+                dirty.statuses.insert(status.plan.clone());
+            }
+            Command::PublishStatuses { statuses } => {
+                dirty
+                    .statuses
+                    .extend(statuses.iter().map(|s| s.plan.clone()));
+            }
+            Command::RecordControllerTest { controller, .. } => {
+                dirty.controller_tests.insert(controller.clone());
+            }
+            Command::OrchestratorState { .. }
+            | Command::AppendEvent { .. }
+            | Command::SetNodeKey { .. } => {}
+        }
     }
 }
 

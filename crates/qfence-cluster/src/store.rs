@@ -3,10 +3,14 @@
 //! Tables:
 //! - `log`: log index → JSON of the entry;
 //! - `meta`: `vote`, `committed`, `purged` → JSON;
-//! - `sm`: `applied` → JSON of [`SmImage`] without its events (the state machine with its last
-//!   applied log id and membership), `snapshot` → JSON of the last built or installed snapshot;
-//! - `events`: event sequence number → JSON of the event (written incrementally, so a long
-//!   event log does not make every apply rewrite it).
+//! - `sm`: `applied` → JSON of [`SmImage`] without its keyed rows and events (the last applied
+//!   log id, membership, orchestrators, node keys, event counter), `snapshot` → JSON of the last
+//!   built or installed snapshot;
+//! - `plans`, `statuses`, `controllers`, `controller_tests`: id → JSON of that row;
+//! - `events`: event sequence number → JSON of the event.
+//!
+//! The keyed rows and the events are written incrementally: an applied batch rewrites only the
+//! rows its commands touched ([`Dirty`]), so a batch costs the same with 5 plans or 5,000.
 //!
 //! The log and the vote are the source of truth: every write to them commits with immediate
 //! durability before openraft is told the I/O is done, so an acknowledged entry survives a
@@ -18,6 +22,7 @@
 //! A snapshot is the portable JSON of [`SmImage`]: readable by a human, by `jq`, and by a
 //! later build (it carries [`STATE_FORMAT`](crate::state::STATE_FORMAT)).
 
+use std::collections::{BTreeMap, BTreeSet};
 use std::fmt::Debug;
 use std::io;
 use std::ops::{Bound, RangeBounds};
@@ -33,13 +38,19 @@ use serde::de::DeserializeOwned;
 use serde::{Deserialize, Serialize};
 
 use crate::error::ClusterError;
-use crate::state::{ClusterState, Response};
+use crate::state::{ClusterState, Dirty, Response};
 use crate::types::{Entry, LogId, SnapshotMeta, StoredMembership, TypeConfig, Vote};
 
 const LOG: TableDefinition<'_, u64, &[u8]> = TableDefinition::new("log");
 const META: TableDefinition<'_, &str, &[u8]> = TableDefinition::new("meta");
 const SM: TableDefinition<'_, &str, &[u8]> = TableDefinition::new("sm");
 const EVENTS: TableDefinition<'_, u64, &[u8]> = TableDefinition::new("events");
+const PLANS: TableDefinition<'_, &str, &[u8]> = TableDefinition::new("plans");
+const STATUSES: TableDefinition<'_, &str, &[u8]> = TableDefinition::new("statuses");
+const CONTROLLERS: TableDefinition<'_, &str, &[u8]> = TableDefinition::new("controllers");
+const CONTROLLER_TESTS: TableDefinition<'_, &str, &[u8]> = TableDefinition::new("controller_tests");
+const ROWS: [TableDefinition<'_, &str, &[u8]>; 4] =
+    [PLANS, STATUSES, CONTROLLERS, CONTROLLER_TESTS];
 
 /// The state machine with the Raft bookkeeping needed to restart from it.
 #[derive(Debug, Clone, Default, Serialize, Deserialize)]
@@ -82,6 +93,9 @@ pub fn open(path: &Path) -> Result<(LogStore, StateMachineStore), ClusterError> 
         tx.open_table(META).map_err(|e| storage(e.into()))?;
         tx.open_table(SM).map_err(|e| storage(e.into()))?;
         tx.open_table(EVENTS).map_err(|e| storage(e.into()))?;
+        for table in ROWS {
+            tx.open_table(table).map_err(|e| storage(e.into()))?;
+        }
     }
     tx.commit().map_err(|e| storage(e.into()))?;
     let db = Arc::new(db);
@@ -95,39 +109,146 @@ pub fn open(path: &Path) -> Result<(LogStore, StateMachineStore), ClusterError> 
 
 fn load_image(db: &Database) -> io::Result<SmImage> {
     let mut image: SmImage = read_key(db, SM, "applied")?.unwrap_or_default();
-    let tx = db.begin_read().map_err(io_err)?;
-    let t = tx.open_table(EVENTS).map_err(io_err)?;
-    image.state.events.clear();
-    for item in t.iter().map_err(io_err)? {
-        let (_, v) = item.map_err(io_err)?;
-        image.state.events.push_back(from_json(v.value())?);
+    // A database written before the rows had their own tables keeps them inside `applied`.
+    let whole = !(image.state.plans.is_empty()
+        && image.state.statuses.is_empty()
+        && image.state.controllers.is_empty()
+        && image.state.controller_tests.is_empty());
+    {
+        let tx = db.begin_read().map_err(io_err)?;
+        let t = tx.open_table(EVENTS).map_err(io_err)?;
+        image.state.events.clear();
+        for item in t.iter().map_err(io_err)? {
+            let (_, v) = item.map_err(io_err)?;
+            image.state.events.push_back(from_json(v.value())?);
+        }
+        let state = &mut image.state;
+        read_rows(&tx, PLANS, &mut state.plans)?;
+        read_rows(&tx, STATUSES, &mut state.statuses)?;
+        read_rows(&tx, CONTROLLERS, &mut state.controllers)?;
+        read_rows(&tx, CONTROLLER_TESTS, &mut state.controller_tests)?;
+    }
+    if whole {
+        save_image(db, &mut image, Save::Full)?;
     }
     Ok(image)
 }
 
-/// Writes the applied state: the image without its events, the events from sequence number
-/// `new_from` on, and the removal of events that fell out of the log. Durable only if asked.
-fn save_image(db: &Database, image: &mut SmImage, new_from: u64, durable: bool) -> io::Result<()> {
-    let events = std::mem::take(&mut image.state.events);
-    let bytes = to_json(&*image);
-    image.state.events = events;
-    let bytes = bytes?;
-    let mut tx = db.begin_write().map_err(io_err)?;
-    if !durable {
-        tx.set_durability(redb::Durability::None).map_err(io_err)?;
+/// Reads a table of rows stored as JSON of `(key, value)` into `map`.
+fn read_rows<K: Ord + DeserializeOwned, V: DeserializeOwned>(
+    tx: &redb::ReadTransaction,
+    table: TableDefinition<'_, &str, &[u8]>,
+    map: &mut BTreeMap<K, V>,
+) -> io::Result<()> {
+    let t = tx.open_table(table).map_err(io_err)?;
+    for item in t.iter().map_err(io_err)? {
+        let (_, v) = item.map_err(io_err)?;
+        let (k, v): (K, V) = from_json(v.value())?;
+        map.insert(k, v);
     }
+    Ok(())
+}
+
+/// Writes the rows of `keys` from `map` (a key no longer in `map` is deleted), or all of them
+/// (after deleting every stored row) when `keys` is `None`.
+fn write_rows<K: Ord + Serialize + std::borrow::Borrow<str>, V: Serialize>(
+    tx: &redb::WriteTransaction,
+    table: TableDefinition<'_, &str, &[u8]>,
+    map: &BTreeMap<K, V>,
+    keys: Option<&BTreeSet<K>>,
+) -> io::Result<()> {
+    let mut t = tx.open_table(table).map_err(io_err)?;
+    match keys {
+        Some(keys) => {
+            for k in keys {
+                match map.get::<K>(k) {
+                    Some(v) => {
+                        t.insert(k.borrow(), to_json(&(k, v))?.as_slice())
+                            .map_err(io_err)?;
+                    }
+                    None => {
+                        t.remove(k.borrow()).map_err(io_err)?;
+                    }
+                }
+            }
+        }
+        None => {
+            t.retain(|_, _| false).map_err(io_err)?;
+            for (k, v) in map {
+                t.insert(k.borrow(), to_json(&(k, v))?.as_slice())
+                    .map_err(io_err)?;
+            }
+        }
+    }
+    Ok(())
+}
+
+/// What [`save_image`] writes.
+enum Save<'a> {
+    /// Everything, durably (a snapshot built or installed, a database migrated).
+    Full,
+    /// After an applied batch, without waiting for the disk: the small `applied` row, the
+    /// keyed rows in `dirty`, and the events from sequence number `new_from` on.
+    Batch { dirty: &'a Dirty, new_from: u64 },
+}
+
+/// Writes the applied state as `save` says, and removes the events that fell out of the log.
+fn save_image(db: &Database, image: &mut SmImage, save: Save<'_>) -> io::Result<()> {
+    // The `applied` row is the image without its keyed rows and events: take them out to
+    // serialise the rest, then put them back.
+    let state = &mut image.state;
+    let parts = (
+        std::mem::take(&mut state.events),
+        std::mem::take(&mut state.plans),
+        std::mem::take(&mut state.statuses),
+        std::mem::take(&mut state.controllers),
+        std::mem::take(&mut state.controller_tests),
+    );
+    let bytes = to_json(&*image);
+    let state = &mut image.state;
+    (
+        state.events,
+        state.plans,
+        state.statuses,
+        state.controllers,
+        state.controller_tests,
+    ) = parts;
+    let bytes = bytes?;
+    let state = &image.state;
+    let mut tx = db.begin_write().map_err(io_err)?;
+    let (dirty, new_from) = match save {
+        Save::Full => (None, 0),
+        Save::Batch { dirty, new_from } => {
+            tx.set_durability(redb::Durability::None).map_err(io_err)?;
+            (Some(dirty), new_from)
+        }
+    };
     {
         let mut sm = tx.open_table(SM).map_err(io_err)?;
         sm.insert("applied", bytes.as_slice()).map_err(io_err)?;
+        write_rows(&tx, PLANS, &state.plans, dirty.map(|d| &d.plans))?;
+        write_rows(&tx, STATUSES, &state.statuses, dirty.map(|d| &d.statuses))?;
+        write_rows(
+            &tx,
+            CONTROLLERS,
+            &state.controllers,
+            dirty.map(|d| &d.controllers),
+        )?;
+        write_rows(
+            &tx,
+            CONTROLLER_TESTS,
+            &state.controller_tests,
+            dirty.map(|d| &d.controller_tests),
+        )?;
         let mut t = tx.open_table(EVENTS).map_err(io_err)?;
-        let oldest = image.state.events.front().map_or(u64::MAX, |e| e.seq);
+        let oldest = state.events.front().map_or(u64::MAX, |e| e.seq);
         t.retain_in(..oldest, |_, _| false).map_err(io_err)?;
-        for e in image.state.events.iter().filter(|e| e.seq >= new_from) {
+        for e in state.events.iter().filter(|e| e.seq >= new_from) {
             t.insert(e.seq, to_json(e)?.as_slice()).map_err(io_err)?;
         }
-        if durable {
-            // A full save (snapshot): drop anything beyond the image too.
-            t.retain_in(image.state.next_event_seq.., |_, _| false)
+        if dirty.is_none() {
+            // A full save: drop anything beyond the image too.
+            t.retain_in(state.next_event_seq.., |_, _| false)
                 .map_err(io_err)?;
         }
     }
@@ -340,7 +461,7 @@ impl StateMachineStore {
     fn build(&self) -> io::Result<StoredSnapshot> {
         let mut image = self.image();
         // The log up to here may now be purged: make the applied state durable first.
-        save_image(&self.db, &mut image, 0, true)?;
+        save_image(&self.db, &mut image, Save::Full)?;
         let snap = StoredSnapshot {
             meta: SnapshotMeta {
                 last_log_id: image.last_applied,
@@ -389,14 +510,18 @@ impl RaftStateMachine<TypeConfig> for StateMachineStore {
         let mut guard = self.shared.write().unwrap_or_else(|p| p.into_inner());
         let image = &mut *guard;
         let new_from = image.state.next_event_seq;
+        let mut dirty = Dirty::default();
         let mut replies = Vec::new();
         for (entry, responder) in batch {
             image.last_applied = Some(entry.log_id);
             let response = match &entry.payload {
                 EntryPayload::Blank => Response::NoCommand,
-                EntryPayload::Normal(request) => image
-                    .state
-                    .apply_request(request, Term(entry.log_id.leader_id.term)),
+                EntryPayload::Normal(request) => {
+                    request.command.touches(&mut dirty);
+                    image
+                        .state
+                        .apply_request(request, Term(entry.log_id.leader_id.term))
+                }
                 EntryPayload::Membership(m) => {
                     image.membership = StoredMembership::new(Some(entry.log_id), m.clone());
                     Response::NoCommand
@@ -406,7 +531,14 @@ impl RaftStateMachine<TypeConfig> for StateMachineStore {
                 replies.push((r, response));
             }
         }
-        save_image(&self.db, image, new_from, false)?;
+        save_image(
+            &self.db,
+            image,
+            Save::Batch {
+                dirty: &dirty,
+                new_from,
+            },
+        )?;
         drop(guard);
         for (r, response) in replies {
             r.send(response);
@@ -436,7 +568,7 @@ impl RaftStateMachine<TypeConfig> for StateMachineStore {
             data: snapshot,
         };
         write_key(&self.db, SM, "snapshot", &stored)?;
-        save_image(&self.db, &mut image, 0, true)?;
+        save_image(&self.db, &mut image, Save::Full)?;
         *self.shared.write().unwrap_or_else(|p| p.into_inner()) = image;
         Ok(())
     }
@@ -517,6 +649,137 @@ mod tests {
         drop(fresh);
         let (_, reopened) = open(&other).unwrap();
         assert_eq!(reopened.reader().state(), applied);
+    }
+
+    fn plan_command(id: &str) -> crate::state::Command {
+        crate::state::Command::CreatePlan {
+            plan: qfence_model::ids::PlanId::new(id).unwrap(),
+            config: serde_json::json!({"name": id}),
+            initial_state: crate::state::PlanStateDoc {
+                schema: 1,
+                generation: qfence_model::ids::Generation(1),
+                body: serde_json::json!({"owner": "dc1"}),
+            },
+        }
+    }
+
+    fn status_of(ids: &[&str]) -> crate::state::Command {
+        crate::state::Command::PublishStatuses {
+            statuses: ids
+                .iter()
+                .map(|id| crate::state::StatusDraft {
+                    format: crate::state::STATUS_FORMAT,
+                    plan: qfence_model::ids::PlanId::new(*id).unwrap(),
+                    sites: vec![],
+                    reason: format!("{id} is steady"),
+                    at_unix_ms: 7,
+                    by: qfence_model::ids::OrchestratorId::new("dc1-a").unwrap(),
+                })
+                .collect(),
+        }
+    }
+
+    async fn apply_all(
+        sm: &mut StateMachineStore,
+        from: u64,
+        commands: Vec<crate::state::Command>,
+    ) {
+        let batch: Vec<io::Result<EntryResponder<TypeConfig>>> = commands
+            .into_iter()
+            .zip(from..)
+            .map(|(c, i)| Ok((normal(3, i, c), None)))
+            .collect();
+        sm.apply(futures_util::stream::iter(batch)).await.unwrap();
+    }
+
+    fn stored_keys(path: &Path, table: TableDefinition<'_, &str, &[u8]>) -> Vec<String> {
+        let db = Database::open(path).unwrap();
+        let tx = db.begin_read().unwrap();
+        let t = tx.open_table(table).unwrap();
+        t.iter()
+            .unwrap()
+            .map(|r| r.unwrap().0.value().to_owned())
+            .collect()
+    }
+
+    #[tokio::test]
+    async fn a_batch_rewrites_only_the_rows_it_touched_and_removals_delete_them() {
+        use crate::state::Command;
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("node.redb");
+        let applied = {
+            let (_, mut sm) = open(&path).unwrap();
+            apply_all(
+                &mut sm,
+                1,
+                vec![plan_command("a"), plan_command("b"), plan_command("c")],
+            )
+            .await;
+            apply_all(&mut sm, 4, vec![status_of(&["a", "b", "c"])]).await;
+            // Row `c` edited behind the state machine's back: a batch that does not touch `c`
+            // must leave the stored row alone (proof that only touched rows are written).
+            sm.shared
+                .write()
+                .unwrap()
+                .state
+                .plans
+                .get_mut("c")
+                .unwrap()
+                .config = serde_json::json!({"edited": "in memory only"});
+            let remove = Command::RemovePlan {
+                plan: qfence_model::ids::PlanId::new("a").unwrap(),
+                expected_generation: qfence_model::ids::Generation(1),
+            };
+            apply_all(&mut sm, 5, vec![remove, status_of(&["b"])]).await;
+            sm.reader().state()
+        };
+        assert_eq!(stored_keys(&path, PLANS), ["b", "c"]);
+        assert_eq!(stored_keys(&path, STATUSES), ["b", "c"]);
+        let (_, sm) = open(&path).unwrap();
+        let reopened = sm.reader().state();
+        assert_eq!(reopened.statuses, applied.statuses);
+        assert_eq!(reopened.plans["b"], applied.plans["b"]);
+        assert_eq!(
+            reopened.plans["c"].config,
+            serde_json::json!({"name": "c"}),
+            "row c was rewritten by a batch that did not touch it"
+        );
+    }
+
+    #[tokio::test]
+    async fn a_database_with_rows_inside_the_applied_image_is_migrated_on_open() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("node.redb");
+        let applied = {
+            let (_, mut sm) = open(&path).unwrap();
+            apply_all(&mut sm, 1, vec![plan_command("a"), status_of(&["a"])]).await;
+            sm.reader().state()
+        };
+        {
+            // The layout of earlier builds: everything in `applied`, no row tables.
+            let db = Database::open(&path).unwrap();
+            let image = SmImage {
+                last_applied: None,
+                membership: StoredMembership::default(),
+                state: applied.clone(),
+            };
+            write_key(&db, SM, "applied", &image).unwrap();
+            let tx = db.begin_write().unwrap();
+            for table in ROWS {
+                tx.delete_table(table).unwrap();
+            }
+            tx.commit().unwrap();
+        }
+        let (_, sm) = open(&path).unwrap();
+        assert_eq!(sm.reader().state(), applied);
+        drop(sm);
+        assert_eq!(stored_keys(&path, PLANS), ["a"]);
+        let (_, sm) = open(&path).unwrap();
+        assert_eq!(
+            sm.reader().state(),
+            applied,
+            "the migrated layout reads back"
+        );
     }
 
     #[tokio::test]
