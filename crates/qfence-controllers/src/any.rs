@@ -27,7 +27,8 @@ pub enum AnyDriver {
     Redfish(RedfishDriver),
     FenceAgent(FenceAgentDriver),
     Ipmi(IpmiDriver),
-    Proxmox(ProxmoxDriver),
+    // Boxed: its per-node listings and caches make it the largest by far.
+    Proxmox(Box<ProxmoxDriver>),
     /// Boxed: the tokio-postgres configuration makes it several times larger than the rest.
     Postgres(Box<PostgresDriver>),
     Docker(DockerDriver),
@@ -98,7 +99,7 @@ impl AnyDriver {
             ControllerKind::Proxmox { .. } => {
                 let secret = secret.ok_or_else(|| needs_secret("proxmox"))?;
                 crate::proxmox::build(id.clone(), config, Some(secret_string(secret)))
-                    .map(AnyDriver::Proxmox)
+                    .map(|d| AnyDriver::Proxmox(Box::new(d)))
                     .map_err(build_error(id))
             }
             ControllerKind::Postgres { .. } => {

@@ -490,6 +490,16 @@ struct Shared {
     next_pid: Mutex<u32>,
     clock: Clock,
     faults: Faults,
+    /// Requests answered so far, per kind: see [`PveHandle::reads`].
+    reads: VmReads,
+}
+
+/// How many VM listings and single-VM status reads the simulator has answered (counted as
+/// they arrive, whatever the answer): lets a test or a benchmark see how a client reads.
+#[derive(Debug, Default)]
+pub struct VmReads {
+    pub listings: std::sync::atomic::AtomicU64,
+    pub status_current: std::sync::atomic::AtomicU64,
 }
 
 impl Shared {
@@ -591,6 +601,7 @@ pub async fn start(
         next_pid: Mutex::new(max_pid),
         clock,
         faults: faults.clone(),
+        reads: VmReads::default(),
     });
     shared.reconcile();
     let server = tls::serve(addr, &tls, faults.clone(), router(shared.clone(), faults)).await?;
@@ -624,6 +635,11 @@ impl PveHandle {
     /// The connection and HTTP faults.
     pub fn faults(&self) -> &Faults {
         &self.shared.faults
+    }
+
+    /// The VM reads answered so far.
+    pub fn reads(&self) -> &VmReads {
+        &self.shared.reads
     }
 
     /// A copy of the current state.
@@ -1439,7 +1455,14 @@ async fn node_vms(
     method: Method,
     headers: HeaderMap,
     Path(node): Path<String>,
+    Query(query): Query<BTreeMap<String, String>>,
 ) -> Response {
+    // `full=1` adds what asking each VM's QEMU gives, qmpstatus among it, as PVE's does.
+    let full = query.get("full").is_some_and(|f| f == "1");
+    shared
+        .reads
+        .listings
+        .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
     let caller = authenticated!(shared, method, headers);
     let state = shared.lock();
     if let Err(r) = reach_node(&state, &node) {
@@ -1464,6 +1487,9 @@ async fn node_vms(
             }
             if let Some(lock) = &v.lock {
                 entry["lock"] = json!(lock);
+            }
+            if full && v.status == VmStatus::Running {
+                entry["qmpstatus"] = json!(v.status.as_str());
             }
             entry
         })
@@ -1495,6 +1521,10 @@ async fn vm_current(
     headers: HeaderMap,
     Path((node, vmid)): Path<(String, String)>,
 ) -> Response {
+    shared
+        .reads
+        .status_current
+        .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
     let caller = authenticated!(shared, method, headers);
     let state = shared.lock();
     if let Err(r) = reach_node(&state, &node) {
@@ -2238,6 +2268,7 @@ mod tests {
             next_pid: Mutex::new(1000),
             clock: Clock::new(),
             faults: Faults::new(),
+            reads: VmReads::default(),
         }
     }
 

@@ -11,6 +11,7 @@ mod fortigate;
 mod ipmi;
 mod postgres;
 mod proxmox;
+mod proxmox_listing;
 mod proxmox_replication;
 mod redfish;
 mod redfish_sessions;

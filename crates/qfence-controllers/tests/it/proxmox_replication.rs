@@ -48,7 +48,7 @@ fn phase(what: &str) {
     eprintln!("--- {what}");
 }
 
-fn token() -> ApiToken {
+pub(crate) fn token() -> ApiToken {
     ApiToken {
         userid: "root@pam".into(),
         name: "qfence".into(),
@@ -93,7 +93,7 @@ fn lab_dc2() -> PveState {
     s
 }
 
-async fn sim(state: PveState) -> PveHandle {
+pub(crate) async fn sim(state: PveState) -> PveHandle {
     qfence_lab::proxmox::start(
         "127.0.0.1:0".parse().unwrap(),
         TlsIdentity::loopback().unwrap(),
@@ -117,7 +117,7 @@ async fn bmc(host: &str) -> BmcHandle {
 }
 
 /// A driver for `h`, its certificate pinned, as controller `id` of `site`.
-fn driver(h: &PveHandle, id: &str, site: &str) -> ProxmoxDriver {
+pub(crate) fn driver(h: &PveHandle, id: &str, site: &str) -> ProxmoxDriver {
     let config = ControllerConfig {
         site: SiteId::new(site).unwrap(),
         reach: vec![],
@@ -143,7 +143,7 @@ fn ctx_for(timeout: Duration) -> CallContext {
     CallContext::with_timeout(OrchestratorId::new("dc2-a").unwrap(), timeout)
 }
 
-fn ctx() -> CallContext {
+pub(crate) fn ctx() -> CallContext {
     ctx_for(Duration::from_secs(5))
 }
 
@@ -525,4 +525,32 @@ async fn the_lab_as_configured_reads_101_1_only_through_pve_dc1() {
     dc1.shutdown().await;
     dc2.shutdown().await;
     bmc1.shutdown().await;
+}
+
+#[tokio::test]
+async fn a_guest_that_moved_is_found_again_through_its_new_node() {
+    let mut state = stretched();
+    state.nodes.push(Node::new("pve-dc1-02", 3, "10.1.0.2"));
+    let pve = sim(state).await;
+    let d = driver(&pve, "pve-dc2", "dc2");
+    first_sync(&pve).await;
+
+    phase("the first check lists where guests live and reads 101-1 through pve-dc1-01");
+    let r = check(&d, &lag("60", "0")).await.unwrap();
+    assert!(r.holds, "{r:?}");
+
+    phase("VM 101 moves to pve-dc1-02: the remembered node no longer has the job's state");
+    pve.update(|s| {
+        let vm = s.vms.iter_mut().find(|v| v.vmid == 101).unwrap();
+        vm.node = "pve-dc1-02".into();
+    });
+    phase("its refusal makes the driver list again, within the same check");
+    let r = check(&d, &lag("60", "0")).await.unwrap();
+    assert!(r.holds, "{r:?}");
+
+    phase("the source node down: the sample comes from the cache, naming the new node");
+    pve.set_node_powered("pve-dc1-02", false);
+    let r = check(&d, &lag("60", "0")).await.unwrap();
+    assert!(r.detail.contains("from node pve-dc1-02"), "{r:?}");
+    pve.shutdown().await;
 }
