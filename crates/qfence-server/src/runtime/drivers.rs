@@ -60,6 +60,11 @@ struct Lane {
     changing: AtomicUsize,
     /// The joinable check in flight for each reading, with the epoch it started in.
     in_flight: Mutex<HashMap<String, (u64, Waiters)>>,
+    /// Counts the changes led on this lane (joined ones are not counted).
+    changes_led: AtomicU64,
+    /// The joinable change in flight (queued or sent) for each identical call, with the count
+    /// of changes led when it was.
+    changes_in_flight: Mutex<HashMap<String, (u64, Waiters)>>,
 }
 
 impl Default for Lane {
@@ -76,6 +81,8 @@ impl Lane {
             epoch: AtomicU64::new(0),
             changing: AtomicUsize::new(0),
             in_flight: Mutex::new(HashMap::new()),
+            changes_led: AtomicU64::new(0),
+            changes_in_flight: Mutex::new(HashMap::new()),
         }
     }
 
@@ -109,6 +116,36 @@ impl Lane {
             lane: self,
             key,
             waiters,
+            change: false,
+        })
+    }
+
+    /// Joins the identical change (same verb, capability, resource, parameters and site)
+    /// queued or running, if no other change has been led on this lane since it was: a
+    /// thousand plans fencing one host send one `power.off`, and each still verifies it with
+    /// its own read-back. A change led after it (an undo, another target) ends the sharing,
+    /// so a joined answer never comes from a call ordered before a change the caller follows.
+    fn join_or_lead_change(&self, key: String) -> Result<oneshot::Receiver<Shared>, Leading<'_>> {
+        let mut flights = self
+            .changes_in_flight
+            .lock()
+            .unwrap_or_else(|p| p.into_inner());
+        let led = self.changes_led.load(Ordering::SeqCst);
+        if let Some((seen, waiters)) = flights.get(&key)
+            && *seen == led
+        {
+            let (tx, rx) = oneshot::channel();
+            waiters.lock().unwrap_or_else(|p| p.into_inner()).push(tx);
+            return Ok(rx);
+        }
+        let waiters = Waiters::default();
+        let led = self.changes_led.fetch_add(1, Ordering::SeqCst) + 1;
+        flights.insert(key.clone(), (led, waiters.clone()));
+        Err(Leading {
+            lane: self,
+            key,
+            waiters,
+            change: true,
         })
     }
 }
@@ -137,6 +174,8 @@ struct Leading<'a> {
     lane: &'a Lane,
     key: String,
     waiters: Waiters,
+    /// A change (its flight is in `changes_in_flight`), not a check.
+    change: bool,
 }
 
 impl Leading<'_> {
@@ -148,11 +187,12 @@ impl Leading<'_> {
 
     fn take(&self) -> Vec<oneshot::Sender<Shared>> {
         {
-            let mut flights = self
-                .lane
-                .in_flight
-                .lock()
-                .unwrap_or_else(|p| p.into_inner());
+            let map = if self.change {
+                &self.lane.changes_in_flight
+            } else {
+                &self.lane.in_flight
+            };
+            let mut flights = map.lock().unwrap_or_else(|p| p.into_inner());
             if flights
                 .get(&self.key)
                 .is_some_and(|(_, w)| Arc::ptr_eq(w, &self.waiters))
@@ -470,28 +510,63 @@ impl LocalDrivers {
         let deadline = tokio::time::Instant::now() + Duration::from_millis(call.timeout_ms);
         let lane = Some(self.lane(controller, d.controller_type()));
         let lane = lane.as_deref();
+        let key = format!(
+            "{:?}\u{0}{}\u{0}{}\u{0}{:?}\u{0}{}",
+            call.verb, call.capability, call.resource, call.params, call.site
+        );
         let (Some(lane), Verb::Check) = (lane, call.verb) else {
             let _changing = lane.map(Changing::start);
-            let _turn = match lane {
-                Some(lane) => match wait_turn(&lane.changes, deadline, call, &cancel).await {
-                    Ok(turn) => Some(turn),
-                    // Nothing was sent: the target is as it was, so this is a refusal.
-                    Err(message) => {
-                        return Ok(WireResult::Error(WireError {
-                            kind: "timeout".into(),
-                            message,
-                            state_unknown: false,
-                        }));
+            // Identical performs and undos share one call; a renewal keeps its own.
+            let leading = match lane {
+                Some(lane) if matches!(call.verb, Verb::Perform | Verb::Undo) => {
+                    match lane.join_or_lead_change(key) {
+                        Ok(rx) => {
+                            return Ok(tokio::select! {
+                                () = cancel.cancelled() => WireResult::Error(WireError {
+                                    kind: "cancelled".into(),
+                                    message: "cancelled while sharing an identical call already sent or queued".into(),
+                                    state_unknown: true,
+                                }),
+                                r = rx => match r {
+                                    Ok(Ok(answer)) => answer,
+                                    Ok(Err(message)) => WireResult::Error(WireError {
+                                        kind: "cancelled".into(),
+                                        message,
+                                        state_unknown: true,
+                                    }),
+                                    Err(_) => WireResult::Error(WireError {
+                                        kind: "cancelled".into(),
+                                        message: "the identical call this one shared was abandoned; it may have been sent".into(),
+                                        state_unknown: true,
+                                    }),
+                                },
+                            });
+                        }
+                        Err(leading) => Some(leading),
                     }
-                },
-                None => None,
+                }
+                _ => None,
             };
-            return Ok(self.call_driver(&d, call, deadline, cancel).await);
+            let turn = match lane {
+                Some(lane) => wait_turn(&lane.changes, deadline, call, &cancel)
+                    .await
+                    .map(Some),
+                None => Ok(None),
+            };
+            let answer = match turn {
+                Ok(_turn) => self.call_driver(&d, call, deadline, cancel).await,
+                // Nothing was sent: the target is as it was, so this is a refusal.
+                Err(message) => WireResult::Error(WireError {
+                    kind: "timeout".into(),
+                    message,
+                    state_unknown: false,
+                }),
+            };
+            if let Some(leading) = leading {
+                leading.finish(&Ok(answer.clone()));
+            }
+            return Ok(answer);
         };
-        let key = format!(
-            "{}\u{0}{}\u{0}{:?}\u{0}{}",
-            call.capability, call.resource, call.params, call.site
-        );
         let leading = match lane.join_or_lead(key) {
             Ok(rx) => {
                 return tokio::select! {
@@ -729,6 +804,35 @@ mod tests {
         after.finish(&reading(true));
         assert_eq!(early.await.unwrap(), reading(false));
         assert_eq!(late.await.unwrap(), reading(true));
+    }
+
+    #[tokio::test]
+    async fn identical_changes_share_one_call_until_another_change_is_led() {
+        let lane = Lane::default();
+        let Err(first) = lane.join_or_lead_change("perform power.off h1".into()) else {
+            panic!("the first change leads");
+        };
+        let Ok(same) = lane.join_or_lead_change("perform power.off h1".into()) else {
+            panic!("an identical change joins the one queued or sent");
+        };
+        // Another change led on the lane: the power.off from before it can no longer be
+        // joined, since a caller after the undo must not take an answer ordered before it.
+        let Err(undo) = lane.join_or_lead_change("undo power.off h1".into()) else {
+            panic!("a different change leads its own");
+        };
+        let Err(again) = lane.join_or_lead_change("perform power.off h1".into()) else {
+            panic!("a change after another change must not join one from before it");
+        };
+        let Ok(later) = lane.join_or_lead_change("perform power.off h1".into()) else {
+            panic!("later identical changes join the newest one");
+        };
+        first.finish(&reading(true));
+        again.finish(&reading(false));
+        assert_eq!(same.await.unwrap(), reading(true));
+        assert_eq!(later.await.unwrap(), reading(false));
+        drop(undo);
+        // Checks and changes keep separate flights.
+        assert!(lane.join_or_lead("perform power.off h1".into()).is_err());
     }
 
     #[tokio::test]
