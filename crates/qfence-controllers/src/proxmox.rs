@@ -51,6 +51,8 @@ const DEFAULT_MAX_AGE_SECONDS: u64 = 1200;
 const DEFAULT_MAX_FAIL_COUNT: u64 = 0;
 /// How often a task and the VM status are polled.
 const POLL: Duration = Duration::from_millis(50);
+/// How often a task still running after a second is polled.
+const SLOW_POLL: Duration = Duration::from_millis(250);
 /// Tickets live two hours; renew well before.
 const TICKET_LIFETIME: Duration = Duration::from_secs(90 * 60);
 
@@ -85,7 +87,7 @@ struct NodeListing {
     latest: Mutex<Option<(tokio::time::Instant, Listed)>>,
 }
 
-type Listed = Result<Arc<HashMap<u64, Value>>, DriverError>;
+type Listed = Result<Arc<HashMap<u64, ListedVm>>, DriverError>;
 
 /// How long a listing of where guests live is trusted (a migrated guest's job status is
 /// asked of its old node at most this long; that call fails and the listing is read again).
@@ -315,6 +317,33 @@ struct Answer {
     fingerprint: Option<String>,
 }
 
+/// A successful answer's body, unparsed: the caller picks the shape of `data` to read.
+struct RawAnswer {
+    body: Vec<u8>,
+    fingerprint: Option<String>,
+}
+
+/// PVE's envelope, `{"data": ...}`; every other field is skipped without being built.
+#[derive(serde::Deserialize)]
+struct Envelope<T> {
+    #[serde(default)]
+    data: T,
+}
+
+/// The fields of a VM listing's row that a reading needs (a row has twenty more, which
+/// are not built at all: a listing of thousands of VMs is read many times a second).
+#[derive(Debug, Clone, Default, serde::Deserialize)]
+struct ListedVm {
+    #[serde(default)]
+    vmid: Value,
+    #[serde(default)]
+    status: Option<String>,
+    #[serde(default)]
+    qmpstatus: Option<String>,
+    #[serde(default)]
+    lock: Option<String>,
+}
+
 impl ProxmoxDriver {
     fn err(
         &self,
@@ -432,6 +461,23 @@ impl ProxmoxDriver {
         query: &[(&str, &str)],
         form: &[(&str, &str)],
     ) -> Result<Answer, DriverError> {
+        let raw = self.call_raw(method, path, query, form).await?;
+        Ok(Answer {
+            data: serde_json::from_slice::<Envelope<Value>>(&raw.body)
+                .map(|e| e.data)
+                .unwrap_or(Value::Null),
+            fingerprint: raw.fingerprint,
+        })
+    }
+
+    /// [`Self::call`] without reading the body of a successful answer.
+    async fn call_raw(
+        &self,
+        method: Method,
+        path: &str,
+        query: &[(&str, &str)],
+        form: &[(&str, &str)],
+    ) -> Result<RawAnswer, DriverError> {
         let mut renewed = false;
         let mut resent = false;
         loop {
@@ -467,13 +513,13 @@ impl ProxmoxDriver {
             let status = resp.status();
             let fingerprint = client.seen.get();
             let bytes = http::read_body(&self.id, &call, resp, write).await?;
-            let body: Value = serde_json::from_slice(&bytes).unwrap_or(Value::Null);
             if status.is_success() {
-                return Ok(Answer {
-                    data: body.get("data").cloned().unwrap_or(Value::Null),
+                return Ok(RawAnswer {
+                    body: bytes.to_vec(),
                     fingerprint,
                 });
             }
+            let body: Value = serde_json::from_slice(&bytes).unwrap_or(Value::Null);
             // A ticket may have been revoked or expired early: log in once more.
             if status == StatusCode::UNAUTHORIZED
                 && matches!(self.auth, ProxmoxAuth::Ticket { .. })
@@ -576,6 +622,9 @@ impl ProxmoxDriver {
                 )
             })?;
         let path = format!("nodes/{node}/tasks/{}/status", encode(upid));
+        // Quick polls catch a quick task (a stop, a start) early; a long one is asked less
+        // often, so many tasks followed at once do not flood the API.
+        let started = tokio::time::Instant::now();
         loop {
             let d = self.get(&path, &[]).await.map_err(|mut e| {
                 // The action was sent: whatever happens now, its effect is unknown.
@@ -590,7 +639,12 @@ impl ProxmoxDriver {
                     .to_owned();
                 return Ok((exit != "OK" && !exit.starts_with("WARNINGS")).then_some(exit));
             }
-            tokio::time::sleep(POLL).await;
+            let pause = if started.elapsed() < Duration::from_secs(1) {
+                POLL
+            } else {
+                SLOW_POLL
+            };
+            tokio::time::sleep(pause).await;
         }
     }
 
@@ -662,7 +716,7 @@ impl ProxmoxDriver {
     /// share listings: while one is in flight, the checks that arrive wait for it to end and
     /// then for the next, which one of them sends. So 5,000 plans' VM checks cost a few
     /// listings per round, not 5,000 requests. `None`: the VM is not in the listing.
-    async fn listed_vm(&self, node: &str, vmid: u32) -> Result<Option<Value>, DriverError> {
+    async fn listed_vm(&self, node: &str, vmid: u32) -> Result<Option<ListedVm>, DriverError> {
         let arrived = tokio::time::Instant::now();
         let listing = self
             .vm_lists
@@ -686,17 +740,27 @@ impl ProxmoxDriver {
                     Some(listed) => listed,
                     None => {
                         let sent = tokio::time::Instant::now();
+                        let path = format!("nodes/{node}/qemu");
                         let listed = self
-                            .get(&format!("nodes/{node}/qemu"), &[("full", "1")])
+                            .call_raw(Method::GET, &path, &[("full", "1")], &[])
                             .await
-                            .map(|rows| {
+                            .and_then(|raw| {
+                                serde_json::from_slice::<Envelope<Vec<ListedVm>>>(&raw.body)
+                                    .map_err(|e| {
+                                        self.err(
+                                            ErrorKind::Protocol,
+                                            &format!("GET /{path}"),
+                                            format!("not a VM listing: {e}"),
+                                            false,
+                                        )
+                                    })
+                            })
+                            .map(|listing| {
                                 Arc::new(
-                                    rows.as_array()
+                                    listing
+                                        .data
                                         .into_iter()
-                                        .flatten()
-                                        .filter_map(|r| {
-                                            Some((r.get("vmid").and_then(loose_u64)?, r.clone()))
-                                        })
+                                        .filter_map(|r| Some((loose_u64(&r.vmid)?, r)))
                                         .collect(),
                                 )
                             });
@@ -713,11 +777,8 @@ impl ProxmoxDriver {
     async fn read_vm(&self, ctx: &CallContext, target: &Target) -> Result<Reading, DriverError> {
         let (node, vmid) = self.vm(target)?;
         let listed = self.listed_vm(&node, vmid).await?.and_then(|row| {
-            let status = row.get("status").and_then(Value::as_str)?.to_owned();
-            let qmp = row
-                .get("qmpstatus")
-                .and_then(Value::as_str)
-                .map(str::to_owned);
+            let status = row.status?;
+            let qmp = row.qmpstatus;
             // Whether a running VM is paused needs qmpstatus; without it, ask the VM.
             if target.capability == STATUS && status == "running" && qmp.is_none() {
                 return None;
@@ -727,7 +788,7 @@ impl ProxmoxDriver {
             if !qmp.is_empty() {
                 words.push_str(&format!(" qmpstatus={qmp}"));
             }
-            if let Some(lock) = row.get("lock").and_then(Value::as_str) {
+            if let Some(lock) = &row.lock {
                 words.push_str(&format!(" lock={lock}"));
             }
             Some((status, qmp, words))

@@ -362,6 +362,16 @@ struct Sims {
 }
 
 impl Sims {
+    /// VM listings and single-VM status reads both Proxmox simulators have answered.
+    fn vm_reads(&self) -> (u64, u64) {
+        use std::sync::atomic::Ordering::Relaxed;
+        let (a, b) = (self.pve1.reads(), self.pve2.reads());
+        (
+            a.listings.load(Relaxed) + b.listings.load(Relaxed),
+            a.status_current.load(Relaxed) + b.status_current.load(Relaxed),
+        )
+    }
+
     /// dc1 runs every plan's VM on a powered host whose power is wired to dc1's Proxmox API;
     /// dc2 is the fenced standby (host off at its BMC, VMs stopped, API up).
     async fn start(n: usize) -> Result<Self> {
@@ -745,10 +755,17 @@ fn one(n: usize, o: &Options) -> Result<Figures> {
     ));
 
     let (p0, t0) = cpu(ORCH_THREADS);
+    let reads0 = sims.vm_reads();
     let idle_start = Instant::now();
     std::thread::sleep(o.idle);
     let (p1, t1) = cpu(ORCH_THREADS);
     let idle_seconds = idle_start.elapsed().as_secs_f64();
+    let reads1 = sims.vm_reads();
+    say(&format!(
+        "while idle, both Proxmox APIs answered {:.1} VM listings/s and {:.1} single-VM reads/s",
+        (reads1.0 - reads0.0) as f64 / idle_seconds,
+        (reads1.1 - reads0.1) as f64 / idle_seconds
+    ));
     let idle_rss_kib = status_kib("VmRSS");
 
     say("powering dc1's host off: the site is lost");

@@ -38,6 +38,10 @@ pub const CHANGES_PER_CONTROLLER: usize = 8;
 pub const BMC_CHECKS: usize = 3;
 /// See [`BMC_CHECKS`].
 pub const BMC_CHANGES: usize = 4;
+/// Changes at once on a Proxmox VE API. A VM start or stop holds its turn while its task runs
+/// on the node (a forked worker there, not a busy API), polled every 50 ms and then every
+/// 250 ms: eight at once made 1,000 plans' VM starts at one site queue for most of a failover.
+pub const PROXMOX_CHANGES: usize = 32;
 /// How long a check may wait for its turn before it is sent; its own timeout starts when it
 /// is sent. A queued check is not a reading: the decision core waits for a check on its way
 /// rather than read a site as lost because this orchestrator is busy (a change, by contrast,
@@ -91,6 +95,7 @@ impl Lane {
         use qfence_model::catalog::ControllerType as T;
         match kind {
             T::Redfish | T::Ipmi | T::FenceAgent => Self::new(BMC_CHECKS, BMC_CHANGES),
+            T::Proxmox => Self::new(CHECKS_PER_CONTROLLER, PROXMOX_CHANGES),
             _ => Self::default(),
         }
     }
