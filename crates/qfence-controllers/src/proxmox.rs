@@ -75,19 +75,90 @@ pub struct ProxmoxDriver {
     /// checks wait for one listing rather than each making their own.
     guests: tokio::sync::Mutex<GuestNodes>,
     /// VM readings batched per node: see [`ProxmoxDriver::listed_vm`].
-    vm_lists: Mutex<HashMap<String, Arc<NodeListing>>>,
+    vm_lists: Lists<HashMap<u64, ListedVm>>,
+    /// Replication job statuses batched per node, the same way (job id → its row).
+    job_lists: Lists<HashMap<String, ListedJob>>,
 }
 
-/// One node's VM listing, shared by the checks that wait for it.
-#[derive(Default)]
-struct NodeListing {
-    /// At most one listing of the node in flight.
+/// Per node, its shared listing.
+type Lists<T> = Mutex<HashMap<String, Arc<SharedListing<T>>>>;
+
+/// One node's listing of something, shared by the checks that wait for it: a check uses only
+/// a listing *sent after it began*, so a shared answer is as fresh as one of its own. At most
+/// one listing is in flight; checks that arrive meanwhile wait for it to end, then share the
+/// next, which one of them sends.
+struct SharedListing<T> {
     gate: tokio::sync::Mutex<()>,
-    /// The last listing: when it was sent, and what it said (vmid → its row).
-    latest: Mutex<Option<(tokio::time::Instant, Listed)>>,
+    /// The last listing: when it was sent, and what it said.
+    latest: Mutex<Option<(tokio::time::Instant, Listed<T>)>>,
 }
 
-type Listed = Result<Arc<HashMap<u64, ListedVm>>, DriverError>;
+/// What a listing said.
+type Listed<T> = Result<Arc<T>, DriverError>;
+
+impl<T> Default for SharedListing<T> {
+    fn default() -> Self {
+        Self {
+            gate: tokio::sync::Mutex::new(()),
+            latest: Mutex::new(None),
+        }
+    }
+}
+
+impl<T> SharedListing<T> {
+    /// The listing of `node` in `lists`.
+    fn of(lists: &Lists<T>, node: &str) -> Arc<Self> {
+        lists
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .entry(node.to_owned())
+            .or_default()
+            .clone()
+    }
+
+    /// A listing sent at or after `arrived`: one that is (or was) in flight, or a new one
+    /// made by `fetch`.
+    async fn read<F>(
+        &self,
+        arrived: tokio::time::Instant,
+        fetch: impl FnOnce() -> F,
+    ) -> Listed<T>
+    where
+        F: std::future::Future<Output = Result<T, DriverError>>,
+    {
+        let usable = || {
+            let latest = self.latest.lock().unwrap_or_else(|e| e.into_inner());
+            latest
+                .as_ref()
+                .filter(|(sent, _)| *sent >= arrived)
+                .map(|(_, listed)| listed.clone())
+        };
+        if let Some(listed) = usable() {
+            return listed;
+        }
+        let _turn = self.gate.lock().await;
+        if let Some(listed) = usable() {
+            return listed;
+        }
+        let sent = tokio::time::Instant::now();
+        let listed = fetch().await.map(Arc::new);
+        *self.latest.lock().unwrap_or_else(|e| e.into_inner()) = Some((sent, listed.clone()));
+        listed
+    }
+}
+
+/// The fields of a replication listing's row that a reading needs.
+#[derive(Debug, Clone, Default, serde::Deserialize)]
+struct ListedJob {
+    #[serde(default)]
+    id: String,
+    #[serde(default)]
+    last_sync: Value,
+    #[serde(default)]
+    fail_count: Value,
+    #[serde(default)]
+    error: Option<String>,
+}
 
 /// How long a listing of where guests live is trusted (a migrated guest's job status is
 /// asked of its old node at most this long; that call fails and the listing is read again).
@@ -158,6 +229,7 @@ pub fn build(
         replication: Mutex::new(HashMap::new()),
         guests: tokio::sync::Mutex::default(),
         vm_lists: Mutex::new(HashMap::new()),
+        job_lists: Mutex::new(HashMap::new()),
     })
 }
 
@@ -718,60 +790,64 @@ impl ProxmoxDriver {
     /// listings per round, not 5,000 requests. `None`: the VM is not in the listing.
     async fn listed_vm(&self, node: &str, vmid: u32) -> Result<Option<ListedVm>, DriverError> {
         let arrived = tokio::time::Instant::now();
-        let listing = self
-            .vm_lists
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
-            .entry(node.to_owned())
-            .or_default()
-            .clone();
-        let usable = || -> Option<Listed> {
-            let latest = listing.latest.lock().unwrap_or_else(|e| e.into_inner());
-            latest
-                .as_ref()
-                .filter(|(sent, _)| *sent >= arrived)
-                .map(|(_, listed)| listed.clone())
-        };
-        let listed = match usable() {
-            Some(listed) => listed,
-            None => {
-                let _turn = listing.gate.lock().await;
-                match usable() {
-                    Some(listed) => listed,
-                    None => {
-                        let sent = tokio::time::Instant::now();
-                        let path = format!("nodes/{node}/qemu");
-                        let listed = self
-                            .call_raw(Method::GET, &path, &[("full", "1")], &[])
-                            .await
-                            .and_then(|raw| {
-                                serde_json::from_slice::<Envelope<Vec<ListedVm>>>(&raw.body)
-                                    .map_err(|e| {
-                                        self.err(
-                                            ErrorKind::Protocol,
-                                            &format!("GET /{path}"),
-                                            format!("not a VM listing: {e}"),
-                                            false,
-                                        )
-                                    })
-                            })
-                            .map(|listing| {
-                                Arc::new(
-                                    listing
-                                        .data
-                                        .into_iter()
-                                        .filter_map(|r| Some((loose_u64(&r.vmid)?, r)))
-                                        .collect(),
-                                )
-                            });
-                        *listing.latest.lock().unwrap_or_else(|e| e.into_inner()) =
-                            Some((sent, listed.clone()));
-                        listed
-                    }
-                }
+        let listing = SharedListing::of(&self.vm_lists, node);
+        let path = format!("nodes/{node}/qemu");
+        let listed = listing
+            .read(arrived, || async {
+                let rows: Vec<ListedVm> = self.list(&path, &[("full", "1")]).await?;
+                Ok(rows
+                    .into_iter()
+                    .filter_map(|r| Some((loose_u64(&r.vmid)?, r)))
+                    .collect())
+            })
+            .await?;
+        Ok(listed.get(&u64::from(vmid)).cloned())
+    }
+
+    /// The status of replication job `job` from a listing of `node`'s jobs
+    /// (`GET /nodes/{node}/replication`, the same fields as the job's own `status`) sent
+    /// after this call began, shared as [`Self::listed_vm`] shares VM listings. `None`: the
+    /// node has no such job (its guest lives elsewhere, or the job does not exist).
+    async fn listed_job(&self, node: &str, job: &str) -> Result<Option<Value>, DriverError> {
+        let arrived = tokio::time::Instant::now();
+        let listing = SharedListing::of(&self.job_lists, node);
+        let path = format!("nodes/{node}/replication");
+        let listed = listing
+            .read(arrived, || async {
+                let rows: Vec<ListedJob> = self.list(&path, &[]).await?;
+                Ok(rows.into_iter().map(|r| (r.id.clone(), r)).collect())
+            })
+            .await?;
+        Ok(listed.get(job).map(|r| {
+            let mut status = serde_json::json!({
+                "id": r.id,
+                "last_sync": r.last_sync,
+                "fail_count": r.fail_count,
+            });
+            if let Some(e) = &r.error {
+                status["error"] = Value::String(e.clone());
             }
-        };
-        Ok(listed?.get(&u64::from(vmid)).cloned())
+            status
+        }))
+    }
+
+    /// A GET whose `data` is a list of `T`, parsed straight from the body.
+    async fn list<T: serde::de::DeserializeOwned>(
+        &self,
+        path: &str,
+        query: &[(&str, &str)],
+    ) -> Result<Vec<T>, DriverError> {
+        let raw = self.call_raw(Method::GET, path, query, &[]).await?;
+        serde_json::from_slice::<Envelope<Vec<T>>>(&raw.body)
+            .map(|e| e.data)
+            .map_err(|e| {
+                self.err(
+                    ErrorKind::Protocol,
+                    &format!("GET /{path}"),
+                    format!("not a list: {e}"),
+                    false,
+                )
+            })
     }
 
     async fn read_vm(&self, ctx: &CallContext, target: &Target) -> Result<Reading, DriverError> {
@@ -905,13 +981,18 @@ impl ProxmoxDriver {
                         ));
                     }
                 };
-                let d = match self
-                    .get(&format!("nodes/{node}/replication/{job}/status"), &[])
-                    .await
-                {
-                    Ok(d) => d,
-                    Err(e) if e.kind == ErrorKind::Rejected && relist => continue,
-                    Err(e) => return Err(e),
+                // Not in the node's listing: the job's own status says why (and a refusal by
+                // a remembered node may only mean the guest moved: list guests again).
+                let d = match self.listed_job(&node, job).await? {
+                    Some(d) => d,
+                    None => match self
+                        .get(&format!("nodes/{node}/replication/{job}/status"), &[])
+                        .await
+                    {
+                        Ok(d) => d,
+                        Err(e) if e.kind == ErrorKind::Rejected && relist => continue,
+                        Err(e) => return Err(e),
+                    },
                 };
                 return parse_replication_status(&d, &node, now_epoch()).ok_or_else(|| {
                     self.err(

@@ -494,12 +494,19 @@ struct Shared {
     reads: VmReads,
 }
 
-/// How many VM listings and single-VM status reads the simulator has answered (counted as
-/// they arrive, whatever the answer): lets a test or a benchmark see how a client reads.
+/// How many listings and single reads of VMs and replication jobs the simulator has answered
+/// (counted as they arrive, whatever the answer): lets a test or a benchmark see how a client
+/// reads.
 #[derive(Debug, Default)]
 pub struct VmReads {
+    /// `GET /nodes/{node}/qemu`.
     pub listings: std::sync::atomic::AtomicU64,
+    /// `GET /nodes/{node}/qemu/{vmid}/status/current`.
     pub status_current: std::sync::atomic::AtomicU64,
+    /// `GET /nodes/{node}/replication`.
+    pub job_listings: std::sync::atomic::AtomicU64,
+    /// `GET /nodes/{node}/replication/{id}/status`.
+    pub job_status: std::sync::atomic::AtomicU64,
 }
 
 impl Shared {
@@ -2053,6 +2060,10 @@ async fn replication_status_list(
     Path(node): Path<String>,
     Query(query): Query<BTreeMap<String, String>>,
 ) -> Response {
+    shared
+        .reads
+        .job_listings
+        .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
     let caller = authenticated!(shared, method, headers);
     let state = shared.lock();
     if let Err(r) = reach_node(&state, &node) {
@@ -2093,6 +2104,10 @@ async fn replication_status_one(
     headers: HeaderMap,
     Path((node, id)): Path<(String, String)>,
 ) -> Response {
+    shared
+        .reads
+        .job_status
+        .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
     let caller = authenticated!(shared, method, headers);
     let state = shared.lock();
     if let Err(r) = reach_node(&state, &node) {

@@ -362,14 +362,17 @@ struct Sims {
 }
 
 impl Sims {
-    /// VM listings and single-VM status reads both Proxmox simulators have answered.
-    fn vm_reads(&self) -> (u64, u64) {
+    /// Listings and single reads (VMs, then replication jobs) both Proxmox simulators have
+    /// answered.
+    fn vm_reads(&self) -> [u64; 4] {
         use std::sync::atomic::Ordering::Relaxed;
         let (a, b) = (self.pve1.reads(), self.pve2.reads());
-        (
+        [
             a.listings.load(Relaxed) + b.listings.load(Relaxed),
             a.status_current.load(Relaxed) + b.status_current.load(Relaxed),
-        )
+            a.job_listings.load(Relaxed) + b.job_listings.load(Relaxed),
+            a.job_status.load(Relaxed) + b.job_status.load(Relaxed),
+        ]
     }
 
     /// dc1 runs every plan's VM on a powered host whose power is wired to dc1's Proxmox API;
@@ -761,10 +764,14 @@ fn one(n: usize, o: &Options) -> Result<Figures> {
     let (p1, t1) = cpu(ORCH_THREADS);
     let idle_seconds = idle_start.elapsed().as_secs_f64();
     let reads1 = sims.vm_reads();
+    let rate = |i: usize| (reads1[i] - reads0[i]) as f64 / idle_seconds;
     say(&format!(
-        "while idle, both Proxmox APIs answered {:.1} VM listings/s and {:.1} single-VM reads/s",
-        (reads1.0 - reads0.0) as f64 / idle_seconds,
-        (reads1.1 - reads0.1) as f64 / idle_seconds
+        "while idle, both Proxmox APIs answered per second {:.1} VM listings, {:.1} single-VM \
+         reads, {:.1} replication listings, {:.1} single-job reads",
+        rate(0),
+        rate(1),
+        rate(2),
+        rate(3)
     ));
     let idle_rss_kib = status_kib("VmRSS");
 

@@ -1,12 +1,13 @@
-//! The Proxmox VE driver reads VMs through their node's listing (`GET /nodes/{node}/qemu
-//! ?full=1`), shared by the checks that wait for it, against the project's PVE simulator,
-//! which counts the listings and single-VM reads it answers.
+//! The Proxmox VE driver reads VMs and replication jobs through their node's listings
+//! (`GET /nodes/{node}/qemu?full=1`, `GET /nodes/{node}/replication`), shared by the checks
+//! that wait for them, against the project's PVE simulator, which counts the listings and
+//! single reads it answers.
 
 use std::collections::BTreeMap;
 use std::sync::atomic::Ordering;
 
 use qfence_controllers::{Driver, Target};
-use qfence_lab::proxmox::{PveState, Vm, VmStatus};
+use qfence_lab::proxmox::{PveState, ReplicationJob, Vm, VmStatus};
 use qfence_model::SiteId;
 
 use crate::proxmox_replication::{ctx, driver, sim, token};
@@ -85,5 +86,77 @@ async fn checks_of_many_vms_share_a_few_listings_of_their_node() {
     let missing = d.check(&c, &vm_target("vm.status", 99)).await.unwrap_err();
     assert!(missing.message.contains("99"), "{missing}");
     assert_eq!(pve.reads().status_current.load(Ordering::Relaxed), 1);
+    pve.shutdown().await;
+}
+
+#[tokio::test]
+async fn replication_checks_of_many_jobs_share_their_nodes_listing() {
+    let mut state = node_with(100);
+    state
+        .nodes
+        .push(qfence_lab::proxmox::Node::new("pve-dc2-01", 2, "10.2.0.1"));
+    for i in 0..100 {
+        state.replication.push(ReplicationJob::new(
+            &format!("{}-1", 1000 + i),
+            1000 + i,
+            "pve-dc2-01",
+            std::time::Duration::from_millis(200),
+        ));
+    }
+    let pve = sim(state).await;
+    let d = driver(&pve, "pve-dc1", "dc1");
+    // Every job synced once.
+    tokio::time::sleep(std::time::Duration::from_millis(700)).await;
+
+    phase("100 jobs' readiness read at once: right, from a few listings and no job read alone");
+    let c = ctx();
+    let checks = (0..100).map(|i| {
+        let t = Target {
+            capability: "replication.lag".to_owned(),
+            resource: format!("{}-1", 1000 + i),
+            params: BTreeMap::from([("max_age_seconds".to_owned(), "60".to_owned())]),
+            site: SiteId::new("dc1").unwrap(),
+        };
+        let d = &d;
+        let c = &c;
+        async move { d.check(c, &t).await }
+    });
+    for (i, r) in futures_util::future::join_all(checks)
+        .await
+        .into_iter()
+        .enumerate()
+    {
+        let r = r.unwrap();
+        assert!(r.holds, "job {}-1: {r:?}", 1000 + i);
+        assert!(
+            r.detail
+                .starts_with(&format!("job {}-1: last sync", 1000 + i)),
+            "{r:?}"
+        );
+    }
+    let reads = pve.reads();
+    assert_eq!(
+        reads.job_status.load(Ordering::Relaxed),
+        0,
+        "no job was read alone"
+    );
+    let listings = reads.job_listings.load(Ordering::Relaxed);
+    assert!(
+        (1..=10).contains(&listings),
+        "100 checks took {listings} listings"
+    );
+
+    phase("a job the node does not list is asked alone, which says why");
+    let t = Target {
+        capability: "replication.lag".to_owned(),
+        resource: "1000-9".to_owned(),
+        params: BTreeMap::new(),
+        site: SiteId::new("dc1").unwrap(),
+    };
+    let e = d.check(&c, &t).await.unwrap_err();
+    assert!(e.message.contains("1000-9"), "{e}");
+    // Once through the remembered node, once more after listing where guests live afresh
+    // (the guest might have moved).
+    assert_eq!(reads.job_status.load(Ordering::Relaxed), 2);
     pve.shutdown().await;
 }
