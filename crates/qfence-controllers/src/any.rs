@@ -45,6 +45,13 @@ fn build_error(id: &ControllerId) -> impl Fn(DriverError) -> Error + '_ {
 }
 
 impl AnyDriver {
+    /// Whether a check of `capability` is answered from a listing shared by many checks
+    /// (one request to the target for all of them), so that the runtime need not ration
+    /// such checks as it rations requests.
+    pub fn reads_in_bulk(&self, capability: &str) -> bool {
+        matches!(self, AnyDriver::Proxmox(_)) && crate::proxmox::reads_in_bulk(capability)
+    }
+
     /// Ends what the driver keeps between calls at the target (a Redfish session), waiting
     /// a couple of seconds at most. Other drivers keep nothing there.
     pub async fn close(&self) {

@@ -47,6 +47,11 @@ const START: &str = "vm.start";
 const STATUS: &str = "vm.status";
 const LAG: &str = "replication.lag";
 
+/// Whether a check of `capability` is answered from a node's shared listing (VMs, jobs).
+pub fn reads_in_bulk(capability: &str) -> bool {
+    matches!(capability, STOP | START | STATUS | LAG)
+}
+
 const DEFAULT_MAX_AGE_SECONDS: u64 = 1200;
 const DEFAULT_MAX_FAIL_COUNT: u64 = 0;
 /// How often a task and the VM status are polled.
@@ -57,7 +62,21 @@ const SLOW_POLL: Duration = Duration::from_millis(250);
 const TICKET_LIFETIME: Duration = Duration::from_secs(90 * 60);
 
 /// The Proxmox VE driver. Holds the token secret or password; never prints it.
-pub struct ProxmoxDriver {
+pub struct ProxmoxDriver(Arc<Inner>);
+
+impl std::ops::Deref for ProxmoxDriver {
+    type Target = Inner;
+
+    fn deref(&self) -> &Inner {
+        &self.0
+    }
+}
+
+/// The driver's state, shared with the listings it runs in tasks of their own (reached
+/// through [`ProxmoxDriver`]; nothing in it is public).
+pub struct Inner {
+    /// Itself, for a listing's task (which must not end with the call that started it).
+    me: std::sync::Weak<Inner>,
     id: ControllerId,
     base: url::Url,
     auth: ProxmoxAuth,
@@ -67,13 +86,12 @@ pub struct ProxmoxDriver {
     ticket: tokio::sync::Mutex<Option<Ticket>>,
     /// The last good sample of each replication job, for when its source node is gone.
     replication: Mutex<HashMap<String, ReplicationSample>>,
-    /// Where each guest lives, from the last `cluster/resources` listing. A replication check
-    /// asks its guest's node for the job's status; reading the whole listing for each job
-    /// made a round of checks quadratic in the number of guests (5,000 jobs, 5,000 listings
-    /// of 5,000 guests). One listing serves every job until it is [`GUEST_NODES_TTL`] old or
-    /// a job's node no longer answers for it. The lock is held while listing, so concurrent
-    /// checks wait for one listing rather than each making their own.
-    guests: tokio::sync::Mutex<GuestNodes>,
+    /// Where each guest lives (guest id → node), from a `cluster/resources` listing. A
+    /// replication check asks its guest's node for the job's status; reading the whole
+    /// listing for each job made a round of checks quadratic in the number of guests (5,000
+    /// jobs, 5,000 listings of 5,000 guests). One listing serves every job until it is
+    /// [`GUEST_NODES_TTL`] old or a job's node no longer answers for it.
+    guests: Arc<SharedListing<HashMap<String, String>>>,
     /// VM readings batched per node: see [`ProxmoxDriver::listed_vm`].
     vm_lists: Lists<HashMap<u64, ListedVm>>,
     /// Replication job statuses batched per node, the same way (job id → its row).
@@ -83,14 +101,19 @@ pub struct ProxmoxDriver {
 /// Per node, its shared listing.
 type Lists<T> = Mutex<HashMap<String, Arc<SharedListing<T>>>>;
 
-/// One node's listing of something, shared by the checks that wait for it: a check uses only
-/// a listing *sent after it began*, so a shared answer is as fresh as one of its own. At most
-/// one listing is in flight; checks that arrive meanwhile wait for it to end, then share the
-/// next, which one of them sends.
+/// One node's listing of something, shared by the checks that wait for it: a VM or job check
+/// uses only a listing *sent after it began*, so a shared answer is as fresh as one of its
+/// own. At most one listing is in flight; checks that arrive meanwhile wait for it to end,
+/// then share the next, which one of them starts. A listing runs in a task of its own and
+/// ends even if the check that started it gives up (its deadline passed): otherwise, with
+/// thousands of checks waiting, each next starter has less time left than the listing takes,
+/// and no listing ever completes.
 struct SharedListing<T> {
-    gate: tokio::sync::Mutex<()>,
+    gate: Arc<tokio::sync::Mutex<()>>,
     /// The last listing: when it was sent, and what it said.
     latest: Mutex<Option<(tokio::time::Instant, Listed<T>)>>,
+    /// The last listing that succeeded (for where guests live, better than nothing).
+    last_ok: Mutex<Option<Arc<T>>>,
 }
 
 /// What a listing said.
@@ -99,13 +122,14 @@ type Listed<T> = Result<Arc<T>, DriverError>;
 impl<T> Default for SharedListing<T> {
     fn default() -> Self {
         Self {
-            gate: tokio::sync::Mutex::new(()),
+            gate: Arc::new(tokio::sync::Mutex::new(())),
             latest: Mutex::new(None),
+            last_ok: Mutex::new(None),
         }
     }
 }
 
-impl<T> SharedListing<T> {
+impl<T: Send + Sync + 'static> SharedListing<T> {
     /// The listing of `node` in `lists`.
     fn of(lists: &Lists<T>, node: &str) -> Arc<Self> {
         lists
@@ -116,35 +140,75 @@ impl<T> SharedListing<T> {
             .clone()
     }
 
-    /// A listing sent at or after `arrived`: one that is (or was) in flight, or a new one
-    /// made by `fetch`.
+    /// A listing sent at or after `since` (any listing if `None`): one that is (or was) in
+    /// flight, or a new one made by `fetch` in a task of its own. With when it was sent.
     async fn read<F>(
-        &self,
-        arrived: tokio::time::Instant,
-        fetch: impl FnOnce() -> F,
-    ) -> Listed<T>
+        self: &Arc<Self>,
+        owner: &ControllerId,
+        since: Option<tokio::time::Instant>,
+        fetch: F,
+    ) -> (tokio::time::Instant, Listed<T>)
     where
-        F: std::future::Future<Output = Result<T, DriverError>>,
+        F: std::future::Future<Output = Result<T, DriverError>> + Send + 'static,
     {
         let usable = || {
             let latest = self.latest.lock().unwrap_or_else(|e| e.into_inner());
             latest
                 .as_ref()
-                .filter(|(sent, _)| *sent >= arrived)
-                .map(|(_, listed)| listed.clone())
+                .filter(|(sent, _)| since.is_none_or(|since| *sent >= since))
+                .map(|(sent, listed)| (*sent, listed.clone()))
         };
-        if let Some(listed) = usable() {
-            return listed;
+        if let Some(found) = usable() {
+            return found;
         }
-        let _turn = self.gate.lock().await;
-        if let Some(listed) = usable() {
-            return listed;
+        let turn = self.gate.clone().lock_owned().await;
+        if let Some(found) = usable() {
+            return found;
         }
-        let sent = tokio::time::Instant::now();
-        let listed = fetch().await.map(Arc::new);
-        *self.latest.lock().unwrap_or_else(|e| e.into_inner()) = Some((sent, listed.clone()));
-        listed
+        let me = self.clone();
+        let task = tokio::spawn(async move {
+            // The turn goes with the task: no second listing starts while this one runs.
+            let _turn = turn;
+            let sent = tokio::time::Instant::now();
+            let listed = fetch.await.map(Arc::new);
+            if let Ok(ok) = &listed {
+                *me.last_ok.lock().unwrap_or_else(|e| e.into_inner()) = Some(ok.clone());
+            }
+            *me.latest.lock().unwrap_or_else(|e| e.into_inner()) = Some((sent, listed.clone()));
+            (sent, listed)
+        });
+        let started = tokio::time::Instant::now();
+        task.await.unwrap_or_else(|e| {
+            let failed = format!("the listing's task failed: {e}");
+            (
+                started,
+                Err(DriverError::new(
+                    ErrorKind::Protocol,
+                    owner,
+                    "listing",
+                    failed,
+                    false,
+                )),
+            )
+        })
     }
+
+    /// The last listing that succeeded, if any.
+    fn last_ok(&self) -> Option<Arc<T>> {
+        self.last_ok
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .clone()
+    }
+}
+
+/// The fields of a `cluster/resources` row that say where a guest lives.
+#[derive(Debug, Default, serde::Deserialize)]
+struct ListedGuest {
+    #[serde(default)]
+    vmid: Value,
+    #[serde(default)]
+    node: Option<String>,
 }
 
 /// The fields of a replication listing's row that a reading needs.
@@ -164,13 +228,6 @@ struct ListedJob {
 /// asked of its old node at most this long; that call fails and the listing is read again).
 const GUEST_NODES_TTL: Duration = Duration::from_secs(30);
 
-/// Guest id → node, and when it was listed.
-#[derive(Default)]
-struct GuestNodes {
-    at: Option<tokio::time::Instant>,
-    nodes: HashMap<String, String>,
-}
-
 struct Ticket {
     ticket: SecretString,
     csrf: SecretString,
@@ -178,6 +235,12 @@ struct Ticket {
 }
 
 impl std::fmt::Debug for ProxmoxDriver {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        self.0.fmt(f)
+    }
+}
+
+impl std::fmt::Debug for Inner {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("ProxmoxDriver")
             .field("id", &self.id)
@@ -218,7 +281,8 @@ pub fn build(
         .trim_end_matches("/api2/json")
         .to_owned();
     base.set_path(&format!("{path}/api2/json/"));
-    Ok(ProxmoxDriver {
+    Ok(ProxmoxDriver(Arc::new_cyclic(|me| Inner {
+        me: me.clone(),
         id,
         base,
         auth: auth.clone(),
@@ -227,10 +291,10 @@ pub fn build(
         client: OnceCell::new(),
         ticket: tokio::sync::Mutex::new(None),
         replication: Mutex::new(HashMap::new()),
-        guests: tokio::sync::Mutex::default(),
+        guests: Arc::default(),
         vm_lists: Mutex::new(HashMap::new()),
         job_lists: Mutex::new(HashMap::new()),
-    })
+    })))
 }
 
 /// One cached replication sample.
@@ -416,7 +480,12 @@ struct ListedVm {
     lock: Option<String>,
 }
 
-impl ProxmoxDriver {
+impl Inner {
+    /// Itself, shared (always there while `&self` is).
+    fn shared(&self) -> Arc<Inner> {
+        self.me.upgrade().expect("a driver outlives its calls")
+    }
+
     fn err(
         &self,
         kind: ErrorKind,
@@ -791,17 +860,16 @@ impl ProxmoxDriver {
     async fn listed_vm(&self, node: &str, vmid: u32) -> Result<Option<ListedVm>, DriverError> {
         let arrived = tokio::time::Instant::now();
         let listing = SharedListing::of(&self.vm_lists, node);
-        let path = format!("nodes/{node}/qemu");
-        let listed = listing
-            .read(arrived, || async {
-                let rows: Vec<ListedVm> = self.list(&path, &[("full", "1")]).await?;
-                Ok(rows
-                    .into_iter()
-                    .filter_map(|r| Some((loose_u64(&r.vmid)?, r)))
-                    .collect())
-            })
-            .await?;
-        Ok(listed.get(&u64::from(vmid)).cloned())
+        let (inner, path) = (self.shared(), format!("nodes/{node}/qemu"));
+        let fetch = async move {
+            let rows: Vec<ListedVm> = inner.list(&path, &[("full", "1")]).await?;
+            Ok(rows
+                .into_iter()
+                .filter_map(|r| Some((loose_u64(&r.vmid)?, r)))
+                .collect())
+        };
+        let (_, listed) = listing.read(&self.id, Some(arrived), fetch).await;
+        Ok(listed?.get(&u64::from(vmid)).cloned())
     }
 
     /// The status of replication job `job` from a listing of `node`'s jobs
@@ -811,14 +879,13 @@ impl ProxmoxDriver {
     async fn listed_job(&self, node: &str, job: &str) -> Result<Option<Value>, DriverError> {
         let arrived = tokio::time::Instant::now();
         let listing = SharedListing::of(&self.job_lists, node);
-        let path = format!("nodes/{node}/replication");
-        let listed = listing
-            .read(arrived, || async {
-                let rows: Vec<ListedJob> = self.list(&path, &[]).await?;
-                Ok(rows.into_iter().map(|r| (r.id.clone(), r)).collect())
-            })
-            .await?;
-        Ok(listed.get(job).map(|r| {
+        let (inner, path) = (self.shared(), format!("nodes/{node}/replication"));
+        let fetch = async move {
+            let rows: Vec<ListedJob> = inner.list(&path, &[]).await?;
+            Ok(rows.into_iter().map(|r| (r.id.clone(), r)).collect())
+        };
+        let (_, listed) = listing.read(&self.id, Some(arrived), fetch).await;
+        Ok(listed?.get(job).map(|r| {
             let mut status = serde_json::json!({
                 "id": r.id,
                 "last_sync": r.last_sync,
@@ -887,44 +954,49 @@ impl ProxmoxDriver {
     }
 
     /// The node the guest of a job lives on, from the cluster resources, and whether it came
-    /// from an earlier listing: from the last listing while it is young and names the guest
-    /// (unless `relist`), else from a new one. A listing that fails falls back on the last
-    /// one's answer, if it had one (the job's status call then says whether that node still
-    /// answers for it).
+    /// from an earlier listing: from a listing younger than [`GUEST_NODES_TTL`] that names the
+    /// guest (unless `relist`), else from a new one. A listing that fails falls back on the
+    /// last good one's answer, if it had one (the job's status call then says whether that
+    /// node still answers for it).
     async fn guest_node(
         &self,
         vmid: &str,
         relist: bool,
     ) -> Result<Option<(String, bool)>, DriverError> {
-        let mut guests = self.guests.lock().await;
-        let young = guests.at.is_some_and(|at| at.elapsed() < GUEST_NODES_TTL);
-        if young
-            && !relist
-            && let Some(node) = guests.nodes.get(vmid)
-        {
-            return Ok(Some((node.clone(), true)));
-        }
-        let list = match self.get("cluster/resources", &[("type", "vm")]).await {
-            Ok(list) => list,
-            Err(e) => {
-                return match guests.nodes.get(vmid) {
-                    Some(node) => Ok(Some((node.clone(), true))),
-                    None => Err(e),
-                };
+        let now = tokio::time::Instant::now();
+        let fetch = || {
+            let inner = self.shared();
+            async move {
+                let rows: Vec<ListedGuest> =
+                    inner.list("cluster/resources", &[("type", "vm")]).await?;
+                Ok(rows
+                    .into_iter()
+                    .filter_map(|r| Some((loose_u64(&r.vmid)?.to_string(), r.node?)))
+                    .collect::<HashMap<String, String>>())
             }
         };
-        guests.nodes = list
-            .as_array()
-            .into_iter()
-            .flatten()
-            .filter_map(|r| {
-                let id = r.get("vmid").and_then(loose_u64)?;
-                let node = r.get("node").and_then(Value::as_str)?;
-                Some((id.to_string(), node.to_owned()))
-            })
-            .collect();
-        guests.at = Some(tokio::time::Instant::now());
-        Ok(guests.nodes.get(vmid).map(|n| (n.clone(), false)))
+        // `None` (any listing) while the process is younger than the TTL.
+        let young = if relist {
+            Some(now)
+        } else {
+            now.checked_sub(GUEST_NODES_TTL)
+        };
+        let (mut sent, mut listed) = self.guests.read(&self.id, young, fetch()).await;
+        // A young listing without the guest: the guest may be new; list again once.
+        if !relist
+            && sent < now
+            && let Ok(map) = &listed
+            && !map.contains_key(vmid)
+        {
+            (sent, listed) = self.guests.read(&self.id, Some(now), fetch()).await;
+        }
+        match listed {
+            Ok(map) => Ok(map.get(vmid).map(|n| (n.clone(), sent < now))),
+            Err(e) => match self.guests.last_ok().and_then(|m| m.get(vmid).cloned()) {
+                Some(node) => Ok(Some((node, true))),
+                None => Err(e),
+            },
+        }
     }
 
     async fn read_replication(

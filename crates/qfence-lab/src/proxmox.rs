@@ -1977,7 +1977,9 @@ async fn task_log(
     }
 }
 
-fn job_config(state: &PveState, job: &ReplicationJob) -> Value {
+/// A job's configuration; `source` is the node its guest lives on (looked up by the caller,
+/// which for a listing of thousands of jobs looks each up in a map, not in the VM list).
+fn job_config(source: Option<&str>, job: &ReplicationJob) -> Value {
     let mut out = json!({
         "id": job.id,
         "type": "local",
@@ -1986,8 +1988,8 @@ fn job_config(state: &PveState, job: &ReplicationJob) -> Value {
         "target": job.target,
         "schedule": job.schedule,
     });
-    if let Some(vm) = state.vm(job.guest) {
-        out["source"] = json!(vm.node);
+    if let Some(node) = source {
+        out["source"] = json!(node);
     }
     if job.disable {
         out["disable"] = json!(1);
@@ -1995,8 +1997,8 @@ fn job_config(state: &PveState, job: &ReplicationJob) -> Value {
     out
 }
 
-fn job_status(shared: &Shared, state: &PveState, job: &ReplicationJob) -> Value {
-    let mut out = job_config(state, job);
+fn job_status(shared: &Shared, source: Option<&str>, job: &ReplicationJob) -> Value {
+    let mut out = job_config(source, job);
     let s = &job.status;
     out["vmtype"] = json!("qemu");
     out["last_sync"] = json!(s.last_sync);
@@ -2027,7 +2029,7 @@ async fn replication_config(State(shared): Shr, method: Method, headers: HeaderM
         .replication
         .iter()
         .filter(|j| allowed(&state, &caller, &format!("/vms/{}", j.guest), "VM.Audit"))
-        .map(|j| job_config(&state, j))
+        .map(|j| job_config(state.vm(j.guest).map(|v| v.node.as_str()), j))
         .collect();
     data(Value::Array(out))
 }
@@ -2050,7 +2052,10 @@ async fn replication_config_one(
     if !allowed(&state, &caller, &path, "VM.Audit") {
         return forbidden(&path, "VM.Audit");
     }
-    data(job_config(&state, job))
+    data(job_config(
+        state.vm(job.guest).map(|v| v.node.as_str()),
+        job,
+    ))
 }
 
 async fn replication_status_list(
@@ -2071,13 +2076,18 @@ async fn replication_status_list(
     }
     let guest: Option<u32> = query.get("guest").and_then(|g| g.parse().ok());
     // Only jobs whose guest lives on this node: the state file is local to it.
+    let homes: std::collections::HashMap<u32, &str> = state
+        .vms
+        .iter()
+        .map(|v| (v.vmid, v.node.as_str()))
+        .collect();
     let out: Vec<Value> = state
         .replication
         .iter()
-        .filter(|j| state.vm(j.guest).is_some_and(|v| v.node == node))
+        .filter(|j| homes.get(&j.guest) == Some(&node.as_str()))
         .filter(|j| guest.is_none_or(|g| g == j.guest))
         .filter(|j| allowed(&state, &caller, &format!("/vms/{}", j.guest), "VM.Audit"))
-        .map(|j| job_status(&shared, &state, j))
+        .map(|j| job_status(&shared, Some(node.as_str()), j))
         .collect();
     data(Value::Array(out))
 }
@@ -2121,7 +2131,7 @@ async fn replication_status_one(
     if !allowed(&state, &caller, &path, "VM.Audit") {
         return forbidden(&path, "VM.Audit");
     }
-    data(job_status(&shared, &state, job))
+    data(job_status(&shared, Some(node.as_str()), job))
 }
 
 async fn replication_schedule_now(

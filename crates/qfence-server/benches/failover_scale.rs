@@ -801,15 +801,19 @@ fn one(n: usize, o: &Options) -> Result<Figures> {
             // The first plan still waiting, and what it last said.
             if let Some(i) = done.iter().position(Option::is_none) {
                 let view = orch.engine.runtime(&plans[i]);
-                let dc1_fence = view
-                    .observations
-                    .get(&BindingKey::site(&site("dc1"), 0))
-                    .map_or_else(|| "never read".to_owned(), |o| o.detail.clone());
+                let read = |at: &str, index: usize| {
+                    view.observations
+                        .get(&BindingKey::site(&site(at), index))
+                        .map_or_else(|| "never read".to_owned(), |o| o.detail.clone())
+                };
                 say(&format!(
-                    "{} of {n} VIPs at dc2 so far; {}: {} [dc1 power.off read: {dc1_fence}]",
+                    "{} of {n} VIPs at dc2 so far; {}: {} [dc1 power.off read: {}] \
+                     [dc2 replication.lag read: {}]",
                     n - left,
                     plans[i],
-                    view.last_reason.as_deref().unwrap_or("no decision yet")
+                    view.last_reason.as_deref().unwrap_or("no decision yet"),
+                    read("dc1", 0),
+                    read("dc2", 2)
                 ));
             }
         }

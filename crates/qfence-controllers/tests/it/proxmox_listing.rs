@@ -160,3 +160,39 @@ async fn replication_checks_of_many_jobs_share_their_nodes_listing() {
     assert_eq!(reads.job_status.load(Ordering::Relaxed), 2);
     pve.shutdown().await;
 }
+
+#[tokio::test]
+async fn a_listing_runs_to_its_end_when_the_check_that_started_it_gives_up() {
+    let pve = sim(node_with(20)).await;
+    let d = driver(&pve, "pve-dc1", "dc1");
+    d.check(&ctx(), &vm_target("vm.status", 1000))
+        .await
+        .unwrap();
+    let listed = || pve.reads().listings.load(Ordering::Relaxed);
+    assert_eq!(listed(), 1);
+
+    phase("every answer takes 600 ms; a check with 300 ms to live gives up");
+    pve.faults()
+        .set_latency(std::time::Duration::from_millis(600));
+    let short = crate::proxmox_replication::ctx_for(std::time::Duration::from_millis(300));
+    let e = d
+        .check(&short, &vm_target("vm.status", 1001))
+        .await
+        .unwrap_err();
+    assert_eq!(e.kind, qfence_controllers::ErrorKind::Timeout, "{e}");
+
+    phase("the listing it started was not dropped with it: the simulator answers it");
+    // (The simulator counts a request after its latency: a dropped one is never counted.)
+    tokio::time::sleep(std::time::Duration::from_millis(600)).await;
+    assert_eq!(listed(), 2, "the abandoned check's listing reached its end");
+
+    phase("a check with time enough reads through the next listing");
+    let r = d
+        .check(&ctx(), &vm_target("vm.status", 1002))
+        .await
+        .unwrap();
+    assert!(r.holds, "{r:?}");
+    assert_eq!(listed(), 3);
+    pve.faults().set_latency(std::time::Duration::ZERO);
+    pve.shutdown().await;
+}

@@ -139,7 +139,7 @@ pub(crate) fn driver(h: &PveHandle, id: &str, site: &str) -> ProxmoxDriver {
     .unwrap()
 }
 
-fn ctx_for(timeout: Duration) -> CallContext {
+pub(crate) fn ctx_for(timeout: Duration) -> CallContext {
     CallContext::with_timeout(OrchestratorId::new("dc2-a").unwrap(), timeout)
 }
 

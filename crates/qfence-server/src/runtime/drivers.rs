@@ -583,7 +583,17 @@ impl LocalDrivers {
             Err(leading) => leading,
         };
         let queued_until = tokio::time::Instant::now() + CHECK_QUEUE_LIMIT;
-        let answer = match wait_turn(&lane.checks, queued_until, call, &cancel).await {
+        // A check the driver answers from a shared listing costs the controller nothing of
+        // its own (one listing per node is in flight, however many wait): rationing it would
+        // only make thousands of plans' checks queue behind each other's waits.
+        let turn = if d.reads_in_bulk(&call.capability) {
+            Ok(None)
+        } else {
+            wait_turn(&lane.checks, queued_until, call, &cancel)
+                .await
+                .map(Some)
+        };
+        let answer = match turn {
             Ok(_turn) => {
                 let deadline = tokio::time::Instant::now() + Duration::from_millis(call.timeout_ms);
                 Ok(self.call_driver(&d, call, deadline, cancel).await)
