@@ -18,8 +18,10 @@ use crate::driver::{CallContext, DriverError, ErrorKind};
 use crate::error::Error;
 use crate::tls::{self, SeenCert};
 
-/// The largest response body qfence reads from a controller. Redfish resources are a few KiB.
-pub const MAX_BODY_BYTES: usize = 1024 * 1024;
+/// The largest response body qfence reads from a controller. Redfish resources are a few KiB;
+/// a Proxmox VE listing of 5,000 guests is about 1.3 MB (some 250 bytes a guest), so the
+/// limit leaves room for some 60,000 while still bounding what a broken server can send.
+pub const MAX_BODY_BYTES: usize = 16 * 1024 * 1024;
 
 /// How many redirects a call may follow (all to the same origin).
 pub const MAX_REDIRECTS: usize = 5;

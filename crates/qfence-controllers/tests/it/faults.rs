@@ -170,10 +170,11 @@ async fn system(State(b): S) -> Response {
     match b.fault {
         Fault::InvalidJson => return (StatusCode::OK, "{\"PowerState\": \"Of").into_response(),
         Fault::HugeBody => {
-            // 8 MiB, no Content-Length: only counting stops it.
+            // Twice the limit, no Content-Length: only counting stops it.
             let chunk = bytes_of(64 * 1024);
+            let chunks = 2 * qfence_controllers::http::MAX_BODY_BYTES / (64 * 1024);
             let s = futures_util::stream::iter(
-                (0..128).map(move |_| Ok::<_, std::io::Error>(chunk.clone())),
+                (0..chunks).map(move |_| Ok::<_, std::io::Error>(chunk.clone())),
             );
             return Response::new(Body::from_stream(s));
         }
