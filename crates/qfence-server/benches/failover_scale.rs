@@ -446,14 +446,20 @@ impl Sims {
     }
 
     /// For each plan, whether its VIP points at its dc2 address now.
-    fn at_dc2(&self, n: usize) -> Vec<bool> {
+    /// Which of the `waiting` VIPs (index, name, dc2 address) now point at dc2. Names and
+    /// addresses are made once by the caller: this runs under the FortiOS simulator's lock,
+    /// which the orchestrator's VIP changes need too (at 5,000 plans, building them here on
+    /// every poll kept the lock so busy that VIP changes timed out).
+    fn at_dc2(&self, waiting: &[(usize, String, String)]) -> Vec<usize> {
         self.fgt.edit(|s| {
             let vips = &s.vdoms["root"].vips;
-            (0..n)
-                .map(|i| {
-                    vips.get(&vip_name(i))
-                        .is_some_and(|v| v.mappedip == [vip_addr(2, i)])
+            waiting
+                .iter()
+                .filter(|(_, name, addr)| {
+                    vips.get(name)
+                        .is_some_and(|v| v.mappedip == [addr.as_str()])
                 })
+                .map(|(i, _, _)| *i)
                 .collect()
         })
     }
@@ -784,13 +790,17 @@ fn one(n: usize, o: &Options) -> Result<Figures> {
     let mut left = n;
     let mut rss_max = 0;
     let mut samples = 0u64;
+    let mut waiting: Vec<(usize, String, String)> =
+        (0..n).map(|i| (i, vip_name(i), vip_addr(2, i))).collect();
     while left > 0 && lost.elapsed() < o.limit {
         let at = lost.elapsed().as_millis() as u64;
-        for (i, moved) in sims.at_dc2(n).into_iter().enumerate() {
-            if moved && done[i].is_none() {
-                done[i] = Some(at);
-                left -= 1;
-            }
+        let moved = sims.at_dc2(&waiting);
+        for &i in &moved {
+            done[i] = Some(at);
+            left -= 1;
+        }
+        if !moved.is_empty() {
+            waiting.retain(|(i, _, _)| done[*i].is_none());
         }
         samples += 1;
         if samples.is_multiple_of(50) {
@@ -815,6 +825,20 @@ fn one(n: usize, o: &Options) -> Result<Figures> {
                     read("dc1", 0),
                     read("dc2", 2)
                 ));
+                // What its commands on dc1's power fence came back with, newest last.
+                let dc1_power = BindingKey::site(&site("dc1"), 0);
+                for r in view
+                    .results
+                    .values()
+                    .filter(|r| r.binding.as_ref() == Some(&dc1_power))
+                    .rev()
+                    .take(3)
+                {
+                    say(&format!(
+                        "  dc1 power.off result at {}: {:?}",
+                        r.at, r.outcome
+                    ));
+                }
             }
         }
         if left > 0 {

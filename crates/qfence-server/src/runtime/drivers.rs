@@ -8,7 +8,7 @@
 //! says a fence would; its answer is the registration report as JSON ([`WireReport`]).
 
 use std::collections::{BTreeMap, HashMap};
-use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
@@ -58,10 +58,9 @@ type Waiters = Arc<Mutex<Vec<oneshot::Sender<Shared>>>>;
 struct Lane {
     checks: Semaphore,
     changes: Semaphore,
-    /// Bumped when a call that may change a target starts and when it ends.
+    /// Bumped when a call that may change a target starts and when it ends (a call that
+    /// shares another's sends nothing, so it bumps nothing).
     epoch: AtomicU64,
-    /// Such calls running now.
-    changing: AtomicUsize,
     /// The joinable check in flight for each reading, with the epoch it started in.
     in_flight: Mutex<HashMap<String, (u64, Waiters)>>,
     /// Counts the changes led on this lane (joined ones are not counted).
@@ -83,7 +82,6 @@ impl Lane {
             checks: Semaphore::new(checks),
             changes: Semaphore::new(changes),
             epoch: AtomicU64::new(0),
-            changing: AtomicUsize::new(0),
             in_flight: Mutex::new(HashMap::new()),
             changes_led: AtomicU64::new(0),
             changes_in_flight: Mutex::new(HashMap::new()),
@@ -100,15 +98,16 @@ impl Lane {
         }
     }
 
-    /// Joins the check in flight for `key` if it started in this epoch and nothing that may
-    /// change a target is running; otherwise this check leads (and later ones may join it).
+    /// Joins the check in flight for `key` if it started in this epoch (no call that may
+    /// change a target has started or ended since); otherwise this check leads (and later
+    /// ones may join it). A check that joins while a change runs shares a reading that also
+    /// began during that change, which is what its own reading would have been; a check
+    /// issued after a change ended (a fence's read-back) never shares one from before.
     fn join_or_lead(&self, key: String) -> Result<oneshot::Receiver<Shared>, Leading<'_>> {
         let mut flights = self.in_flight.lock().unwrap_or_else(|p| p.into_inner());
         let epoch = self.epoch.load(Ordering::SeqCst);
-        let quiet = self.changing.load(Ordering::SeqCst) == 0;
         if let Some((started, waiters)) = flights.get(&key)
             && *started == epoch
-            && quiet
         {
             let (tx, rx) = oneshot::channel();
             waiters.lock().unwrap_or_else(|p| p.into_inner()).push(tx);
@@ -160,7 +159,6 @@ struct Changing<'a>(&'a Lane);
 
 impl<'a> Changing<'a> {
     fn start(lane: &'a Lane) -> Self {
-        lane.changing.fetch_add(1, Ordering::SeqCst);
         lane.epoch.fetch_add(1, Ordering::SeqCst);
         Self(lane)
     }
@@ -169,7 +167,6 @@ impl<'a> Changing<'a> {
 impl Drop for Changing<'_> {
     fn drop(&mut self) {
         self.0.epoch.fetch_add(1, Ordering::SeqCst);
-        self.0.changing.fetch_sub(1, Ordering::SeqCst);
     }
 }
 
@@ -502,9 +499,9 @@ impl LocalDrivers {
     ///
     /// A check identical to one in flight (same capability, resource, parameters and site:
     /// many plans reading one host's power) shares its answer instead of asking again, but
-    /// only if no call that may change a target has started on this controller since that
-    /// check started, and none is running: a reading that began before a fence, an undo or a
-    /// renewal is never taken as evidence after it.
+    /// only if no call that may change a target has started or ended on this controller since
+    /// that check started: a reading that began before a fence, an undo or a renewal ended is
+    /// never taken as evidence after it.
     pub async fn run(
         &self,
         controller: &ControllerId,
@@ -520,7 +517,6 @@ impl LocalDrivers {
             call.verb, call.capability, call.resource, call.params, call.site
         );
         let (Some(lane), Verb::Check) = (lane, call.verb) else {
-            let _changing = lane.map(Changing::start);
             // Identical performs and undos share one call; a renewal keeps its own.
             let leading = match lane {
                 Some(lane) if matches!(call.verb, Verb::Perform | Verb::Undo) => {
@@ -552,6 +548,8 @@ impl LocalDrivers {
                 }
                 _ => None,
             };
+            // Only a call that sends marks the lane as changing.
+            let changing = lane.map(Changing::start);
             let turn = match lane {
                 Some(lane) => wait_turn(&lane.changes, deadline, call, &cancel)
                     .await
@@ -567,6 +565,9 @@ impl LocalDrivers {
                     state_unknown: false,
                 }),
             };
+            // The change has ended before anyone learns its answer: a read-back issued on
+            // that answer must not share a reading that began before the end.
+            drop(changing);
             if let Some(leading) = leading {
                 leading.finish(&Ok(answer.clone()));
             }
@@ -791,7 +792,7 @@ mod tests {
     }
 
     #[tokio::test]
-    async fn a_check_never_joins_one_that_started_before_a_change() {
+    async fn a_check_never_joins_one_that_started_before_a_change_began_or_ended() {
         let lane = Lane::default();
         let Err(before) = lane.join_or_lead("power".into()) else {
             panic!("leads");
@@ -799,25 +800,29 @@ mod tests {
         let Ok(early) = lane.join_or_lead("power".into()) else {
             panic!("joins");
         };
-        {
-            let _fence = Changing::start(&lane);
-            // While a change runs, nothing joins: each check reads for itself.
-            let Err(during) = lane.join_or_lead("power".into()) else {
-                panic!("a check during a change must not join");
-            };
-            drop(during);
-        }
-        // After the change: the flight from before it cannot be joined either.
+        let fence = Changing::start(&lane);
+        // A change began: the flight from before it cannot be joined.
+        let Err(during) = lane.join_or_lead("power".into()) else {
+            panic!("a check after a change began must not join one from before it");
+        };
+        // Checks while the change runs share a reading that also began during it.
+        let Ok(also_during) = lane.join_or_lead("power".into()) else {
+            panic!("a check during a change joins one begun during it");
+        };
+        drop(fence);
+        // The change ended: a read-back must not share a reading begun before the end.
         let Err(after) = lane.join_or_lead("power".into()) else {
-            panic!("a check after a change must not join one from before it");
+            panic!("a check after a change ended must not join one from before its end");
         };
         let Ok(late) = lane.join_or_lead("power".into()) else {
             panic!("but later checks join the one after the change");
         };
         // Each flight answers its own waiters, even once replaced in the map.
         before.finish(&reading(false));
+        during.finish(&reading(false));
         after.finish(&reading(true));
         assert_eq!(early.await.unwrap(), reading(false));
+        assert_eq!(also_during.await.unwrap(), reading(false));
         assert_eq!(late.await.unwrap(), reading(true));
     }
 
