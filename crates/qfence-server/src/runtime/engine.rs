@@ -618,6 +618,10 @@ impl Engine {
                     () = stop.cancelled() => break,
                     () = self.tick_plans(only) => {}
                 }
+                // What the tick recorded is on disk before the engine waits again.
+                if let Err(e) = lock(&self.inner.events).sync() {
+                    tracing::error!("The event log could not be synced: {e}");
+                }
             }
             tokio::select! {
                 () = stop.cancelled() => break,
@@ -627,6 +631,9 @@ impl Engine {
                     tokio::time::sleep(Duration::from_millis(10)).await;
                 }
             }
+        }
+        if let Err(e) = lock(&self.inner.events).sync() {
+            tracing::error!("The event log could not be synced: {e}");
         }
         tracing::info!(orchestrator = %self.inner.me, "The engine stopped");
     }
