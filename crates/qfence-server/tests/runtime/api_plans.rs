@@ -568,13 +568,20 @@ async fn every_orchestrator_sees_api_plans_and_a_new_leader_decides_them() -> Re
     })
     .await?;
     assert_eq!(p["owner"], "dc1");
-    assert!(
-        dc2.engine
-            .runtime(&web)
-            .observations
-            .contains_key(&BindingKey::site(&lab::site("dc1"), 1)),
-        "dc2-a read web's health itself"
-    );
+    // Its own reading of dc1's health comes in beside the fence readings, not necessarily
+    // before the first status that shows them.
+    eventually(
+        Duration::from_secs(10),
+        "dc2-a read web's health itself",
+        || async {
+            dc2.engine
+                .runtime(&web)
+                .observations
+                .contains_key(&BindingKey::site(&lab::site("dc1"), 1))
+                .then_some(())
+        },
+    )
+    .await?;
 
     phase("the new leader changes it; the old one sees the change");
     let mut changed = spec("bmc-dc2");
