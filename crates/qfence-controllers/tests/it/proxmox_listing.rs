@@ -105,8 +105,18 @@ async fn replication_checks_of_many_jobs_share_their_nodes_listing() {
     }
     let pve = sim(state).await;
     let d = driver(&pve, "pve-dc1", "dc1");
-    // Every job synced once.
-    tokio::time::sleep(std::time::Duration::from_millis(700)).await;
+    // Every job synced once (the simulator syncs them in the background).
+    let mut waited = 0;
+    while pve
+        .snapshot()
+        .replication
+        .iter()
+        .any(|j| j.status.last_sync == 0)
+    {
+        assert!(waited < 200, "the jobs never synced");
+        waited += 1;
+        tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+    }
 
     phase("100 jobs' readiness read at once: right, from a few listings and no job read alone");
     let c = ctx();
@@ -183,8 +193,16 @@ async fn a_listing_runs_to_its_end_when_the_check_that_started_it_gives_up() {
 
     phase("the listing it started was not dropped with it: the simulator answers it");
     // (The simulator counts a request after its latency: a dropped one is never counted.)
-    tokio::time::sleep(std::time::Duration::from_millis(600)).await;
-    assert_eq!(listed(), 2, "the abandoned check's listing reached its end");
+    let mut waited = 0;
+    while listed() < 2 {
+        assert!(
+            waited < 100,
+            "the abandoned check's listing never reached its end"
+        );
+        waited += 1;
+        tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+    }
+    assert_eq!(listed(), 2);
 
     phase("a check with time enough reads through the next listing");
     let r = d
