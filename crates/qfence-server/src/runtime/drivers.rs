@@ -104,24 +104,7 @@ impl Lane {
     /// began during that change, which is what its own reading would have been; a check
     /// issued after a change ended (a fence's read-back) never shares one from before.
     fn join_or_lead(&self, key: String) -> Result<oneshot::Receiver<Shared>, Leading<'_>> {
-        let mut flights = self.in_flight.lock().unwrap_or_else(|p| p.into_inner());
-        let epoch = self.epoch.load(Ordering::SeqCst);
-        if let Some((started, waiters)) = flights.get(&key)
-            && *started == epoch
-        {
-            let (tx, rx) = oneshot::channel();
-            waiters.lock().unwrap_or_else(|p| p.into_inner()).push(tx);
-            return Ok(rx);
-        }
-        // A flight from before a change keeps its own waiters; it just cannot be joined.
-        let waiters = Waiters::default();
-        flights.insert(key.clone(), (epoch, waiters.clone()));
-        Err(Leading {
-            lane: self,
-            key,
-            waiters,
-            change: false,
-        })
+        self.join_or_lead_in(false, key, &|| self.epoch.load(Ordering::SeqCst))
     }
 
     /// Joins the identical change (same verb, capability, resource, parameters and site)
@@ -130,26 +113,40 @@ impl Lane {
     /// its own read-back. A change led after it (an undo, another target) ends the sharing,
     /// so a joined answer never comes from a call ordered before a change the caller follows.
     fn join_or_lead_change(&self, key: String) -> Result<oneshot::Receiver<Shared>, Leading<'_>> {
-        let mut flights = self
-            .changes_in_flight
-            .lock()
-            .unwrap_or_else(|p| p.into_inner());
-        let led = self.changes_led.load(Ordering::SeqCst);
-        if let Some((seen, waiters)) = flights.get(&key)
-            && *seen == led
+        self.join_or_lead_in(true, key, &|| {
+            self.changes_led.fetch_add(1, Ordering::SeqCst) + 1
+        })
+    }
+
+    /// Joins the flight for `key` (a change's or a check's) if it carries the stamp now in
+    /// force; otherwise leads a new one, stamped by `lead` (which a change's leader moves on).
+    fn join_or_lead_in(
+        &self,
+        change: bool,
+        key: String,
+        lead: &dyn Fn() -> u64,
+    ) -> Result<oneshot::Receiver<Shared>, Leading<'_>> {
+        let (map, now) = if change {
+            (&self.changes_in_flight, &self.changes_led)
+        } else {
+            (&self.in_flight, &self.epoch)
+        };
+        let mut flights = map.lock().unwrap_or_else(|p| p.into_inner());
+        if let Some((stamp, waiters)) = flights.get(&key)
+            && *stamp == now.load(Ordering::SeqCst)
         {
             let (tx, rx) = oneshot::channel();
             waiters.lock().unwrap_or_else(|p| p.into_inner()).push(tx);
             return Ok(rx);
         }
+        // A flight from before keeps its own waiters; it just cannot be joined.
         let waiters = Waiters::default();
-        let led = self.changes_led.fetch_add(1, Ordering::SeqCst) + 1;
-        flights.insert(key.clone(), (led, waiters.clone()));
+        flights.insert(key.clone(), (lead(), waiters.clone()));
         Err(Leading {
             lane: self,
             key,
             waiters,
-            change: true,
+            change,
         })
     }
 }
@@ -510,52 +507,41 @@ impl LocalDrivers {
     ) -> Result<WireResult, String> {
         let d = self.driver(controller)?;
         let deadline = tokio::time::Instant::now() + Duration::from_millis(call.timeout_ms);
-        let lane = Some(self.lane(controller, d.controller_type()));
-        let lane = lane.as_deref();
+        let lane = self.lane(controller, d.controller_type());
         let key = format!(
             "{:?}\u{0}{}\u{0}{}\u{0}{:?}\u{0}{}",
             call.verb, call.capability, call.resource, call.params, call.site
         );
-        let (Some(lane), Verb::Check) = (lane, call.verb) else {
+        if call.verb != Verb::Check {
             // Identical performs and undos share one call; a renewal keeps its own.
-            let leading = match lane {
-                Some(lane) if matches!(call.verb, Verb::Perform | Verb::Undo) => {
-                    match lane.join_or_lead_change(key) {
-                        Ok(rx) => {
-                            return Ok(tokio::select! {
-                                () = cancel.cancelled() => WireResult::Error(WireError {
-                                    kind: "cancelled".into(),
-                                    message: "cancelled while sharing an identical call already sent or queued".into(),
-                                    state_unknown: true,
-                                }),
-                                r = rx => match r {
-                                    Ok(Ok(answer)) => answer,
-                                    Ok(Err(message)) => WireResult::Error(WireError {
-                                        kind: "cancelled".into(),
-                                        message,
-                                        state_unknown: true,
-                                    }),
-                                    Err(_) => WireResult::Error(WireError {
-                                        kind: "cancelled".into(),
-                                        message: "the identical call this one shared was abandoned; it may have been sent".into(),
-                                        state_unknown: true,
-                                    }),
-                                },
-                            });
-                        }
-                        Err(leading) => Some(leading),
+            let leading = if matches!(call.verb, Verb::Perform | Verb::Undo) {
+                match lane.join_or_lead_change(key) {
+                    Ok(rx) => {
+                        let unknown = |message: &str| {
+                            WireResult::Error(WireError {
+                                kind: "cancelled".into(),
+                                message: message.into(),
+                                state_unknown: true,
+                            })
+                        };
+                        return Ok(tokio::select! {
+                            () = cancel.cancelled() => unknown("cancelled while sharing an identical call already sent or queued"),
+                            r = rx => match r {
+                                Ok(Ok(answer)) => answer,
+                                // A change's leader always answers; a closed channel means it
+                                // was dropped while running.
+                                Ok(Err(_)) | Err(_) => unknown("the identical call this one shared was abandoned; it may have been sent"),
+                            },
+                        });
                     }
+                    Err(leading) => Some(leading),
                 }
-                _ => None,
+            } else {
+                None
             };
             // Only a call that sends marks the lane as changing.
-            let changing = lane.map(Changing::start);
-            let turn = match lane {
-                Some(lane) => wait_turn(&lane.changes, deadline, call, &cancel)
-                    .await
-                    .map(Some),
-                None => Ok(None),
-            };
+            let changing = Changing::start(&lane);
+            let turn = wait_turn(&lane.changes, deadline, call, &cancel).await;
             let answer = match turn {
                 Ok(_turn) => self.call_driver(&d, call, deadline, cancel).await,
                 // Nothing was sent: the target is as it was, so this is a refusal.
@@ -572,7 +558,7 @@ impl LocalDrivers {
                 leading.finish(&Ok(answer.clone()));
             }
             return Ok(answer);
-        };
+        }
         let leading = match lane.join_or_lead(key) {
             Ok(rx) => {
                 return tokio::select! {
