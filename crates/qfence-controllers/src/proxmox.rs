@@ -33,6 +33,7 @@ use qfence_model::config::{ControllerConfig, ControllerKind, ProxmoxAuth, TlsTru
 use qfence_model::{ControllerId, ControllerType, Grade};
 use reqwest::{Method, StatusCode};
 use secrecy::{ExposeSecret, SecretString};
+use serde::Deserialize;
 use serde_json::Value;
 use tokio::sync::OnceCell;
 
@@ -203,7 +204,7 @@ impl<T: Send + Sync + 'static> SharedListing<T> {
 }
 
 /// The fields of a `cluster/resources` row that say where a guest lives.
-#[derive(Debug, Default, serde::Deserialize)]
+#[derive(Debug, serde::Deserialize)]
 struct ListedGuest {
     #[serde(default)]
     vmid: Value,
@@ -211,17 +212,36 @@ struct ListedGuest {
     node: Option<String>,
 }
 
-/// The fields of a replication listing's row that a reading needs.
-#[derive(Debug, Clone, Default, serde::Deserialize)]
+/// The fields of a replication job's status (a listing's row, or the job's own `status`) that
+/// a reading needs; loose, as PVE's are, so any object reads.
+#[derive(Debug, Clone, serde::Deserialize)]
 struct ListedJob {
     #[serde(default)]
-    id: String,
+    id: Value,
     #[serde(default)]
     last_sync: Value,
     #[serde(default)]
     fail_count: Value,
     #[serde(default)]
-    error: Option<String>,
+    error: Value,
+}
+
+impl ListedJob {
+    /// The sample this status makes, read from `source` at `read_at`; `None` without a
+    /// `last_sync`, which every real PVE status carries.
+    fn sample(&self, source: &str, read_at: u64) -> Option<ReplicationSample> {
+        Some(ReplicationSample {
+            last_sync: loose_u64(&self.last_sync)?,
+            fail_count: loose_u64(&self.fail_count).unwrap_or(0),
+            error: self
+                .error
+                .as_str()
+                .filter(|s| !s.is_empty())
+                .map(str::to_owned),
+            source: source.to_owned(),
+            read_at,
+        })
+    }
 }
 
 /// How long a listing of where guests live is trusted (a migrated guest's job status is
@@ -318,18 +338,8 @@ pub fn parse_replication_status(
     source: &str,
     read_at: u64,
 ) -> Option<ReplicationSample> {
-    let last_sync = loose_u64(status.get("last_sync")?)?;
-    Some(ReplicationSample {
-        last_sync,
-        fail_count: status.get("fail_count").and_then(loose_u64).unwrap_or(0),
-        error: status
-            .get("error")
-            .and_then(Value::as_str)
-            .filter(|s| !s.is_empty())
-            .map(str::to_owned),
-        source: source.to_owned(),
-        read_at,
-    })
+    status.as_object()?;
+    ListedJob::deserialize(status).ok()?.sample(source, read_at)
 }
 
 /// Judges a sample against the limits at `now` (epoch seconds): whether it holds, and why.
@@ -423,6 +433,18 @@ fn now_epoch() -> u64 {
         .map_or(0, |d| d.as_secs())
 }
 
+/// A VM reading in words, as `status/current` or a listing row gives it.
+fn vm_words(node: &str, vmid: u32, status: &str, qmp: &str, lock: Option<&str>) -> String {
+    let mut words = format!("VM {vmid} on {node}: status={status}");
+    if !qmp.is_empty() {
+        words.push_str(&format!(" qmpstatus={qmp}"));
+    }
+    if let Some(lock) = lock {
+        words.push_str(&format!(" lock={lock}"));
+    }
+    words
+}
+
 /// `node/vmid`.
 fn parse_node_vmid(resource: &str) -> Option<(&str, u32)> {
     let (node, vmid) = resource.split_once('/')?;
@@ -468,7 +490,7 @@ struct Envelope<T> {
 
 /// The fields of a VM listing's row that a reading needs (a row has twenty more, which
 /// are not built at all: a listing of thousands of VMs is read many times a second).
-#[derive(Debug, Clone, Default, serde::Deserialize)]
+#[derive(Debug, Clone, serde::Deserialize)]
 struct ListedVm {
     #[serde(default)]
     vmid: Value,
@@ -730,13 +752,8 @@ impl Inner {
             .unwrap_or("")
             .to_owned();
         let ha = d.pointer("/ha/managed").and_then(loose_u64).unwrap_or(0) == 1;
-        let mut words = format!("VM {vmid} on {node}: status={status}");
-        if !qmp.is_empty() {
-            words.push_str(&format!(" qmpstatus={qmp}"));
-        }
-        if let Some(lock) = d.get("lock").and_then(Value::as_str) {
-            words.push_str(&format!(" lock={lock}"));
-        }
+        let lock = d.get("lock").and_then(Value::as_str);
+        let mut words = vm_words(node, vmid, &status, &qmp, lock);
         if ha {
             let st = d
                 .pointer("/ha/state")
@@ -876,26 +893,19 @@ impl Inner {
     /// (`GET /nodes/{node}/replication`, the same fields as the job's own `status`) sent
     /// after this call began, shared as [`Self::listed_vm`] shares VM listings. `None`: the
     /// node has no such job (its guest lives elsewhere, or the job does not exist).
-    async fn listed_job(&self, node: &str, job: &str) -> Result<Option<Value>, DriverError> {
+    async fn listed_job(&self, node: &str, job: &str) -> Result<Option<ListedJob>, DriverError> {
         let arrived = tokio::time::Instant::now();
         let listing = SharedListing::of(&self.job_lists, node);
         let (inner, path) = (self.shared(), format!("nodes/{node}/replication"));
         let fetch = async move {
             let rows: Vec<ListedJob> = inner.list(&path, &[]).await?;
-            Ok(rows.into_iter().map(|r| (r.id.clone(), r)).collect())
+            Ok(rows
+                .into_iter()
+                .filter_map(|r| Some((r.id.as_str()?.to_owned(), r)))
+                .collect())
         };
         let (_, listed) = listing.read(&self.id, Some(arrived), fetch).await;
-        Ok(listed?.get(job).map(|r| {
-            let mut status = serde_json::json!({
-                "id": r.id,
-                "last_sync": r.last_sync,
-                "fail_count": r.fail_count,
-            });
-            if let Some(e) = &r.error {
-                status["error"] = Value::String(e.clone());
-            }
-            status
-        }))
+        Ok(listed?.get(job).cloned())
     }
 
     /// A GET whose `data` is a list of `T`, parsed straight from the body.
@@ -927,13 +937,7 @@ impl Inner {
                 return None;
             }
             let qmp = qmp.unwrap_or_default();
-            let mut words = format!("VM {vmid} on {node}: status={status}");
-            if !qmp.is_empty() {
-                words.push_str(&format!(" qmpstatus={qmp}"));
-            }
-            if let Some(lock) = &row.lock {
-                words.push_str(&format!(" lock={lock}"));
-            }
+            let words = vm_words(&node, vmid, &status, &qmp, row.lock.as_deref());
             Some((status, qmp, words))
         });
         // Not listed (missing, or not visible to this token): `status/current` says which.
@@ -1055,22 +1059,26 @@ impl Inner {
                 };
                 // Not in the node's listing: the job's own status says why (and a refusal by
                 // a remembered node may only mean the guest moved: list guests again).
-                let d = match self.listed_job(&node, job).await? {
-                    Some(d) => d,
+                // The status, or (what was read instead) in words for the error.
+                let sample = match self.listed_job(&node, job).await? {
+                    Some(row) => row
+                        .sample(&node, now_epoch())
+                        .ok_or_else(|| format!("{row:?}")),
                     None => match self
                         .get(&format!("nodes/{node}/replication/{job}/status"), &[])
                         .await
                     {
-                        Ok(d) => d,
+                        Ok(d) => parse_replication_status(&d, &node, now_epoch())
+                            .ok_or_else(|| d.to_string()),
                         Err(e) if e.kind == ErrorKind::Rejected && relist => continue,
                         Err(e) => return Err(e),
                     },
                 };
-                return parse_replication_status(&d, &node, now_epoch()).ok_or_else(|| {
+                return sample.map_err(|shown| {
                     self.err(
                         ErrorKind::Protocol,
                         LAG,
-                        format!("the status of job {job} on {node} has no last_sync: {d}"),
+                        format!("the status of job {job} on {node} has no last_sync: {shown}"),
                         false,
                     )
                 });
