@@ -69,6 +69,23 @@ async fn style() -> Response {
 
 // ---- shared by the editor and registration ----
 
+/// The plan named in an editor's path, if the session may edit plans and the name is one;
+/// else the page that says why.
+fn editable_plan(session: &Session, plan: &str) -> Result<PlanId, Box<Response>> {
+    if !session.admin() {
+        return Err(Box::new(forbidden(session, "Editing a plan")));
+    }
+    PlanId::new(plan).map_err(|_| {
+        Box::new(super::error_page(
+            Some(session),
+            &BackendError::NotFound {
+                what: "plan",
+                name: plan.to_owned(),
+            },
+        ))
+    })
+}
+
 /// A page refusing a caller whose role may not use it.
 pub(super) fn forbidden(session: &Session, what: &str) -> Response {
     let t = ErrorPage {
@@ -1188,17 +1205,9 @@ async fn edit_form(
     Path(plan): Path<String>,
     Query(q): Query<EditQuery>,
 ) -> Response {
-    if !session.admin() {
-        return forbidden(&session, "Editing a plan");
-    }
-    let Ok(id) = PlanId::new(plan.as_str()) else {
-        return super::error_page(
-            Some(&session),
-            &BackendError::NotFound {
-                what: "plan",
-                name: plan,
-            },
-        );
+    let id = match editable_plan(&session, &plan) {
+        Ok(id) => id,
+        Err(r) => return *r,
     };
     let view = match s.backend.plan(&id).await {
         Ok(v) => v,
@@ -1387,17 +1396,9 @@ async fn save(
     Path(plan): Path<String>,
     axum::Form(fields): Fields,
 ) -> Response {
-    if !session.admin() {
-        return forbidden(&session, "Editing a plan");
-    }
-    let Ok(id) = PlanId::new(plan.as_str()) else {
-        return super::error_page(
-            Some(&session),
-            &BackendError::NotFound {
-                what: "plan",
-                name: plan,
-            },
-        );
+    let id = match editable_plan(&session, &plan) {
+        Ok(id) => id,
+        Err(r) => return *r,
     };
     let ch = match choices(&s, &session).await {
         Ok(c) => c,
