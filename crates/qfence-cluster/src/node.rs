@@ -903,7 +903,19 @@ impl Inner {
                 }
             }
         });
-        let result = self.executor.execute(&record, &e.call, token.clone()).await;
+        // The call runs in a task of its own, cancelled (not dropped) when the caller goes away:
+        // dropping it would skip the executor's own stop (a fence agent's process group, the
+        // cancel flag a driver reports), and a caller that disconnects has given up, one of the
+        // two reasons `cancel` fires.
+        let caller_gone = token.clone().drop_guard();
+        let (executor, call_token, payload) =
+            (self.executor.clone(), token.clone(), e.call.clone());
+        let task =
+            tokio::spawn(async move { executor.execute(&record, &payload, call_token).await });
+        let result = task
+            .await
+            .unwrap_or_else(|failed| Err(format!("the call's task failed: {failed}")));
+        caller_gone.disarm();
         watcher.abort();
         match result {
             Ok(result) => ForwardReply::Done { result },
