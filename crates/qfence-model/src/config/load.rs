@@ -18,6 +18,8 @@ use crate::catalog::{CapabilitySpec, ControllerType, Params};
 use crate::domain::{FenceLevel, Role};
 use crate::ids::{ControllerId, NameError, OrchestratorId, PlanId, SecretRef, SiteId, check_name};
 
+mod instance_ha;
+
 /// A configuration that passed validation, and the warnings it passed with.
 #[derive(Debug, Clone)]
 pub struct Loaded {
@@ -543,7 +545,14 @@ impl Decoder {
     // ---- the document -------------------------------------------------------------------
 
     fn config(&mut self, root: &Node) -> Option<Config> {
-        const KEYS: &[&str] = &["cluster", "sites", "orchestrators", "controllers", "plans"];
+        const KEYS: &[&str] = &[
+            "cluster",
+            "sites",
+            "orchestrators",
+            "controllers",
+            "plans",
+            "instance_ha",
+        ];
         self.scan_credentials(root, "");
         if root.value == Value::Null {
             self.error(
@@ -577,6 +586,10 @@ impl Decoder {
             Some(n) => self.plans(n, "plans", &controllers),
             None => Some(BTreeMap::new()),
         };
+        let instance_ha = match f.get("instance_ha") {
+            Some(n) => self.instance_ha(n, "instance_ha", &controllers),
+            None => Some(BTreeMap::new()),
+        };
         let controllers = controllers_ok.then_some(controllers);
         Some(Config {
             cluster: cluster?,
@@ -584,6 +597,7 @@ impl Decoder {
             orchestrators: orchestrators?,
             controllers: controllers?,
             plans: plans?,
+            instance_ha: instance_ha?,
         })
     }
 
