@@ -213,6 +213,7 @@ impl Cx<'_, '_> {
             self.take_on(&h, site, now, HostPhase::Verifying);
             // Readings from now on count, as if its fence had started now.
             self.rec(&h).fence.started = Some(now);
+            self.rec(&h).fence.last_at = Some(now);
             self.drive_phase(&h);
         }
     }

@@ -283,11 +283,12 @@ impl Cx<'_, '_> {
         let Settled::Ended(o) = self.settled(&op) else {
             return false;
         };
-        self.evac(host, id).lock = match (locking, o == Outcome::Done) {
-            (true, true) => LockState::Locked,
-            (true, false) => LockState::Skipped,
-            (false, true) => LockState::Unlocked,
-            (false, false) => LockState::Locked,
+        // A lock whose answer was lost may hold: it is unlocked like one that does.
+        self.evac(host, id).lock = match (locking, o) {
+            (true, Outcome::Failed) => LockState::Skipped,
+            (true, _) => LockState::Locked,
+            (false, Outcome::Done) => LockState::Unlocked,
+            (false, _) => LockState::Locked,
         };
         true
     }
@@ -396,18 +397,16 @@ impl Cx<'_, '_> {
         }
     }
 
-    /// Servers locked with qfence's reason that no incident holds (a leader that died
-    /// between lock and unlock, a record closed while an unlock was lost): unlocked, once a
-    /// poll.
+    /// Servers locked with qfence's reason that no open incident holds (a record closed while
+    /// an unlock was lost, a qfence that lost its state): unlocked, once a poll.
     pub(super) fn release_leftover_locks(&mut self) {
         let nova = self.s.nova;
+        // A record's own servers are its business: it unlocks them itself.
         let held: Vec<&ServerId> = self
             .state
             .hosts
             .values()
-            .flat_map(|r| r.servers.iter())
-            .filter(|(_, e)| !matches!(e.lock, LockState::Unlocked | LockState::Skipped))
-            .map(|(id, _)| id)
+            .flat_map(|r| r.servers.keys())
             .collect();
         let leftover: Vec<ServerId> = nova
             .servers

@@ -97,6 +97,7 @@ impl Cx<'_, '_> {
         let r = self.rec(host);
         r.pending.insert(Step::Fence, op);
         r.fence.started.get_or_insert(now);
+        r.fence.last_at = Some(now);
         r.fence.last_poll = Some(poll);
         r.fence.attempts += 1;
         r.phase_since = now;
@@ -141,9 +142,8 @@ impl Cx<'_, '_> {
     /// Reads the fence back; proven only by a reading that holds, taken in this phase.
     pub(super) fn verifying(&mut self, host: &HostName) {
         let r = self.record(host);
-        let since = r.phase_since;
         let pending = r.pending.get(&Step::Check).cloned();
-        let reading = self.s.fences.get(host).filter(|o| o.at >= since).cloned();
+        let reading = self.reading_since_fence(host);
         match pending {
             Some(op) if self.settled(&op) == Settled::Running => {
                 self.notes.push(Note::Verifying { host: host.clone() });
@@ -174,28 +174,8 @@ impl Cx<'_, '_> {
             }
             None => {}
         }
-        let proven = reading.as_ref().is_some_and(|o| {
-            o.value == Observed::Holds
-                || (o.value == Observed::Unknown
-                    && self.mutation() == Mutation::UnknownFenceIsProof)
-        });
         match reading {
-            Some(o) if proven => {
-                let (incident, kdump) = (self.record(host).incident, self.record(host).kdump);
-                self.rec(host).fence.proven = Some(o.at);
-                self.rec(host).disable_reason = Some(DisableReason::Evacuating {
-                    since: o.at,
-                    incident,
-                    kdump,
-                });
-                self.notes.push(Note::Fenced {
-                    host: host.clone(),
-                    at: o.at,
-                });
-                self.event(Some(host), EventKind::Fenced { detail: o.detail });
-                self.set_phase(host, HostPhase::Isolating);
-                self.isolating(host);
-            }
+            Some(_) if self.prove(host) => self.isolating(host),
             Some(o) => {
                 let read = match o.value {
                     Observed::NotHeld => format!("reads on at {}", o.at),
@@ -205,6 +185,41 @@ impl Cx<'_, '_> {
             }
             None => self.fence_failed(host, "no reading came back".into()),
         }
+    }
+
+    /// The host's latest fence reading, if taken since its latest fence command.
+    fn reading_since_fence(&self, host: &HostName) -> Option<crate::types::Observation> {
+        let r = self.record(host);
+        let since = r.fence.last_at.unwrap_or(r.phase_since);
+        self.s.fences.get(host).filter(|o| o.at >= since).cloned()
+    }
+
+    /// Records the fence as proven, and the host as to be isolated, when its reading since
+    /// its latest fence command holds. Runs even while Instance HA is disabled or blind: a
+    /// proof is a fact, not an action, and a leader that lost it would fence the host again.
+    pub(super) fn prove(&mut self, host: &HostName) -> bool {
+        let Some(o) = self.reading_since_fence(host) else {
+            return false;
+        };
+        let proven = o.value == Observed::Holds
+            || (o.value == Observed::Unknown && self.mutation() == Mutation::UnknownFenceIsProof);
+        if !proven || self.record(host).phase != HostPhase::Verifying {
+            return false;
+        }
+        let (incident, kdump) = (self.record(host).incident, self.record(host).kdump);
+        self.rec(host).fence.proven = Some(o.at);
+        self.rec(host).disable_reason = Some(DisableReason::Evacuating {
+            since: o.at,
+            incident,
+            kdump,
+        });
+        self.notes.push(Note::Fenced {
+            host: host.clone(),
+            at: o.at,
+        });
+        self.event(Some(host), EventKind::Fenced { detail: o.detail });
+        self.set_phase(host, HostPhase::Isolating);
+        true
     }
 
     pub(super) fn fence_failed(&mut self, host: &HostName, read: String) {

@@ -124,6 +124,8 @@ impl HostRecord {
 pub struct FenceTrack {
     /// When its first fence command was issued.
     pub started: Option<Millis>,
+    /// When its latest fence command was issued: only readings taken since prove it off.
+    pub last_at: Option<Millis>,
     /// The poll (its read time) of the latest fence command: the per-cycle cap counts them.
     pub last_poll: Option<Millis>,
     /// Fence commands so far.

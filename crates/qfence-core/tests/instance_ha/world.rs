@@ -484,6 +484,8 @@ pub struct Run {
     /// The configuration's `disabled: true` twin, used while `disabled` is set.
     pub disabled_config: Option<ValidatedConfig>,
     pub disabled: bool,
+    /// Every command the executor ran, with its outcome and when.
+    pub executed: Vec<(Command, Outcome, Millis)>,
 }
 
 impl Run {
@@ -512,6 +514,7 @@ impl Run {
             last: None,
             disabled_config: None,
             disabled: false,
+            executed: Vec::new(),
         }
     }
 
@@ -541,13 +544,18 @@ impl Run {
         }
     }
 
+    /// The configuration in force (its `disabled: true` twin while `disabled`).
+    pub fn current_config(&self) -> &ValidatedConfig {
+        match (&self.disabled_config, self.disabled) {
+            (Some(c), true) => c,
+            _ => &self.config,
+        }
+    }
+
     /// The snapshot of this instant, against `state` (the leader's own, or an older one).
     pub fn decide_on(&self, state: &CloudState, leadership: Leadership) -> Decision {
         let in_flight = self.in_flight();
-        let config = match (&self.disabled_config, self.disabled) {
-            (Some(c), true) => c,
-            _ => &self.config,
-        };
+        let config = self.current_config();
         let snap = Snapshot {
             config,
             cloud: self.cloud.clone(),
@@ -621,6 +629,7 @@ impl Run {
                     at: now,
                 },
             );
+            self.executed.push((q.cmd, outcome, now));
         }
     }
 
