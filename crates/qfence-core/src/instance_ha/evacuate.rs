@@ -41,11 +41,13 @@ impl Cx<'_, '_> {
         }
     }
 
-    /// Evacuations under way across the cloud: sent and not answered, or followed.
+    /// Evacuations under way across the cloud: sent and not answered, or followed, by hosts
+    /// still evacuating (a host given up no longer follows its own).
     fn evacuations_running(&self) -> usize {
         self.state
             .hosts
             .values()
+            .filter(|r| r.phase == HostPhase::Evacuating)
             .flat_map(|r| r.servers.values())
             .filter(|e| {
                 matches!(

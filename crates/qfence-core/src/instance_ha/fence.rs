@@ -4,7 +4,7 @@
 
 use qfence_model::config::HostName;
 
-use super::gates::{self};
+use super::gates;
 use super::host::RETRY;
 use super::reason::Note;
 use super::state::{Halt, HostPhase, Step};
@@ -127,6 +127,17 @@ impl Cx<'_, '_> {
                 }
             },
             None => {
+                // Held back by a gate before its first fence, and back: nothing was done.
+                let nova = self.s.nova;
+                if self.record(host).fence.attempts == 0
+                    && nova
+                        .compute(host)
+                        .is_some_and(|c| gates::reporting(c, nova.read_at, self.cloud))
+                {
+                    self.notes.push(Note::CameBack { host: host.clone() });
+                    self.close(host);
+                    return;
+                }
                 if let Some(t) = self.record(host).retry_at.filter(|t| *t > self.now()) {
                     self.notes.push(Note::Waiting {
                         host: host.clone(),
@@ -139,7 +150,8 @@ impl Cx<'_, '_> {
         }
     }
 
-    /// Reads the fence back; proven only by a reading that holds, taken in this phase.
+    /// Reads the fence back; proven only by a reading that holds, taken since the latest fence
+    /// command.
     pub(super) fn verifying(&mut self, host: &HostName) {
         let r = self.record(host);
         let pending = r.pending.get(&Step::Check).cloned();

@@ -4,7 +4,7 @@
 use qfence_model::config::HostName;
 
 use super::Cx;
-use super::gates::{self};
+use super::gates;
 use super::host::StepState;
 use super::reason::Note;
 use super::snapshot::ServiceStatus;

@@ -3,7 +3,7 @@
 
 use qfence_model::config::HostName;
 
-use super::gates::{self};
+use super::gates;
 use super::host::{RETRY, StepState};
 use super::reason::Note;
 use super::snapshot::ServiceStatus;

@@ -142,6 +142,7 @@ pub enum MigrationStatus {
     Completed,
     Error,
     Failed,
+    Cancelled,
     /// Any other status, as read.
     Other(String),
 }
@@ -155,7 +156,10 @@ impl MigrationStatus {
 
     /// Whether it failed.
     pub fn failed(&self) -> bool {
-        matches!(self, MigrationStatus::Error | MigrationStatus::Failed)
+        matches!(
+            self,
+            MigrationStatus::Error | MigrationStatus::Failed | MigrationStatus::Cancelled
+        )
     }
 }
 
@@ -183,7 +187,8 @@ pub struct NovaView {
     pub servers: Vec<Server>,
     /// Flavors' extra specs, by the key servers name them by.
     pub flavors: BTreeMap<String, BTreeMap<String, String>>,
-    /// Images' properties, by id.
+    /// Images' properties, by id; a Glance tag `T` is written as the property `T: "true"`
+    /// (Red Hat's convention accepts the `evacuable` tag as well as the property).
     pub images: BTreeMap<String, BTreeMap<String, String>>,
     pub aggregates: Vec<Aggregate>,
     /// Evacuations' migration records.

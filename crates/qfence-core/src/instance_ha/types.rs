@@ -188,7 +188,6 @@ pub enum EventKind {
     /// The fence read the host powered on while its servers were being evacuated.
     PoweredOnWhileEvacuated,
     PoweredOn,
-    Enabled,
     /// Back in service: enabled, reporting, forced-down cleared.
     Recovered,
     /// An operator brought a host qfence had left disabled back into service.
