@@ -216,3 +216,81 @@ fn every_mistake_in_a_cloud_is_reported_at_once_with_its_path() {
     let errors = got.iter().filter(|(s, _, _)| *s == Severity::Error).count();
     assert_eq!(errors, expect.len() - 1, "{}", show(&issues));
 }
+
+mod damaged {
+    use proptest::prelude::*;
+    use qfence_model::ControllerType;
+    use qfence_model::config::load_str;
+
+    use super::EXAMPLE;
+
+    #[derive(Debug, Clone)]
+    enum Edit {
+        Drop(usize),
+        Repeat(usize),
+        Swap(usize, usize),
+    }
+
+    fn edits() -> impl Strategy<Value = Vec<Edit>> {
+        let n = EXAMPLE.lines().count();
+        prop::collection::vec(
+            prop_oneof![
+                (0..n).prop_map(Edit::Drop),
+                (0..n).prop_map(Edit::Repeat),
+                (0..n, 0..n).prop_map(|(a, b)| Edit::Swap(a, b)),
+            ],
+            1..4,
+        )
+    }
+
+    fn apply(edits: &[Edit]) -> String {
+        let mut lines: Vec<&str> = EXAMPLE.lines().collect();
+        for e in edits {
+            let n = lines.len();
+            if n == 0 {
+                break;
+            }
+            match *e {
+                Edit::Drop(i) => {
+                    lines.remove(i % n);
+                }
+                Edit::Repeat(i) => {
+                    let l = lines[i % n];
+                    lines.insert(i % n, l);
+                }
+                Edit::Swap(a, b) => lines.swap(a % n, b % n),
+            }
+        }
+        lines.join("\n")
+    }
+
+    proptest! {
+        #![proptest_config(ProptestConfig { cases: 128, ..ProptestConfig::default() })]
+
+        #[test]
+        fn a_damaged_example_never_panics_and_what_loads_resolves(edits in edits()) {
+            match load_str(&apply(&edits), "instance-ha.yaml") {
+                Ok(l) => {
+                    let c = l.config.config();
+                    for cloud in c.instance_ha.values() {
+                        let nova = &c.controllers[&cloud.nova];
+                        prop_assert_eq!(nova.controller_type(), ControllerType::Nova);
+                        for entry in cloud.hosts.values() {
+                            if let Some(b) = &entry.fence {
+                                let ctl = &c.controllers[&b.controller];
+                                let spec = ctl.controller_type().capability(&b.capability);
+                                prop_assert!(spec.is_some_and(|s| s.unfence.is_some()));
+                            }
+                        }
+                    }
+                }
+                Err(issues) => {
+                    prop_assert!(issues.iter().any(|i| i.is_error()));
+                    for i in &issues {
+                        prop_assert!(i.line.is_some() || i.path.is_empty(), "{:?}", i);
+                    }
+                }
+            }
+        }
+    }
+}
