@@ -1317,3 +1317,35 @@ fn an_orphan_host_disabled_by_qfence_is_adopted_and_its_fence_read_back() {
     );
     assert!(r.state.hosts.is_empty(), "{}", sentence(&r));
 }
+
+#[test]
+fn a_fence_read_back_while_disabled_is_recorded_so_no_leader_fences_the_host_again() {
+    let hosts = names("dc1", 4);
+    let mut r = run(&hosts, 1, &[]);
+    r.disabled_config = Some(config(&hosts, &[], &["disabled: true"]));
+    quiet(&mut r);
+    crash(&mut r, "dc1-c1");
+    assert_eq!(acts(&r.decide()), ["fence dc1-c1"]);
+    r.execute(&mut NoFaults);
+    assert_eq!(acts(&r.decide()), ["check-fence dc1-c1"]);
+    // An operator disables Instance HA while the read-back is out; it comes back off.
+    r.disabled = true;
+    r.execute(&mut NoFaults);
+    let d = r.decide();
+    assert!(acts(&d).is_empty(), "{}", d.sentence);
+    assert!(
+        d.sentence
+            .to_string()
+            .contains("dc1-c1 fenced (read back off"),
+        "{}",
+        d.sentence
+    );
+    assert_eq!(phase(&r, "dc1-c1"), Some(HostPhase::Isolating));
+    // A new leader, Instance HA enabled again: the host goes on from its proof.
+    r.disabled = false;
+    new_leader(&mut r);
+    let from = r.issued.len();
+    r.run_for(Duration::from_secs(120), POLL, &mut NoFaults);
+    assert_eq!(fences_of(&r, from, "dc1-c1"), 0);
+    assert!(issued_since(&r, from).contains(&"evacuate dc1-c1-s0".to_owned()));
+}
