@@ -1349,3 +1349,20 @@ fn a_fence_read_back_while_disabled_is_recorded_so_no_leader_fences_the_host_aga
     assert_eq!(fences_of(&r, from, "dc1-c1"), 0);
     assert!(issued_since(&r, from).contains(&"evacuate dc1-c1-s0".to_owned()));
 }
+
+#[test]
+fn the_spec_lists_every_gate_with_its_fail_mode() {
+    use qfence_core::instance_ha::FailMode;
+    const SPEC: &str = include_str!("../../../../docs/specs/instance-ha.md");
+    for g in GateKind::ALL {
+        let row = SPEC
+            .lines()
+            .find(|l| l.starts_with(&format!("| {} |", g.name())))
+            .unwrap_or_else(|| panic!("no row for the gate {:?} in the spec", g.name()));
+        let mode = match g.fail_mode() {
+            FailMode::Open => "fail-open",
+            FailMode::Closed => "fail-closed",
+        };
+        assert!(row.contains(mode), "{}: {row}", g.name());
+    }
+}
