@@ -9,6 +9,8 @@ mod faults;
 mod fence_agent;
 mod fortigate;
 mod ipmi;
+mod nova_peer;
+mod nova_real;
 mod postgres;
 mod proxmox;
 mod proxmox_listing;
