@@ -294,7 +294,10 @@ impl NovaDriver {
         &self,
         host: Option<&str>,
     ) -> Result<Vec<Server>, DriverError> {
-        let version = self.client.need("GET /servers/detail", mv::SERVERS).await?;
+        let version = self
+            .client
+            .best("GET /servers/detail", &mv::SERVERS)
+            .await?;
         let mut out: Vec<Server> = Vec::new();
         let mut marker: Option<String> = None;
         loop {
@@ -324,7 +327,7 @@ impl NovaDriver {
     }
 
     pub(crate) async fn server_now(&self, id: &str) -> Result<Server, DriverError> {
-        let version = self.client.need("GET /servers", mv::SERVERS).await?;
+        let version = self.client.best("GET /servers", &mv::SERVERS).await?;
         let s: OneServer = self
             .client
             .get_json(&format!("servers/{}", segment(id)), &[], version)
@@ -411,7 +414,7 @@ impl NovaDriver {
     ) -> Result<Vec<Migration>, DriverError> {
         let version = self
             .client
-            .need("GET /os-migrations", mv::MIGRATIONS)
+            .best("GET /os-migrations", &mv::MIGRATIONS)
             .await?;
         let mut query = Vec::new();
         if let Some(s) = &filter.server {
@@ -462,15 +465,7 @@ impl NovaDriver {
         request: &EvacuateRequest,
     ) -> Result<Evacuation, DriverError> {
         let call = "POST /servers/{id}/action evacuate";
-        let range = self.client.versions().await?;
-        let version = range.choose(&mv::EVACUATE).ok_or_else(|| {
-            self.client.err(
-                ErrorKind::Unsupported,
-                call,
-                format!("the server offers microversions {range}, none of 2.1, 2.14, 2.29"),
-                false,
-            )
-        })?;
+        let version = self.client.best(call, &mv::EVACUATE).await?;
         let s = self.server_now(server).await?;
         let source = s.host.clone().ok_or_else(|| {
             self.client.err(

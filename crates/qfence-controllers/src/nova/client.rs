@@ -255,6 +255,23 @@ impl Client {
         }
     }
 
+    /// The first of `wanted` the server offers, else an `Unsupported` error naming the call.
+    pub(crate) async fn best(
+        &self,
+        call: &str,
+        wanted: &[Microversion],
+    ) -> Result<Microversion, DriverError> {
+        let range = self.versions().await?;
+        range.choose(wanted).ok_or_else(|| {
+            self.err(
+                ErrorKind::Unsupported,
+                call,
+                format!("the server offers microversions {range}, none of those it needs"),
+                false,
+            )
+        })
+    }
+
     /// One API request, authenticated; `path` is relative to the API's endpoint (`""` for the
     /// endpoint's own document). Renews the token once on 401; resends a read answered 5xx
     /// or lost in transit, up to [`READ_ATTEMPTS`]. Every other failure is an error of the

@@ -8,10 +8,10 @@
 //! | call | microversion | because |
 //! |---|---|---|
 //! | `GET/PUT /os-services` | 2.53 | service ids are UUIDs and one `PUT /os-services/{id}` sets `status`, `disabled_reason` and `forced_down` (forced-down itself is 2.11) |
-//! | `GET /servers/detail`, `GET /servers/{id}` | 2.73 | `locked_reason` (2.73); the flavor embedded with its `extra_specs` (2.47) |
+//! | `GET /servers/detail`, `GET /servers/{id}` | 2.73, else 2.47, else 2.1 | `locked_reason` (2.73); the flavor embedded with its `extra_specs` (2.47) |
 //! | `lock` with a reason | 2.73 | `locked_reason` in the lock action; unlock is 2.1 |
 //! | `evacuate` | 2.29, else 2.14, else 2.1 | 2.29 has the scheduler check a requested target host; 2.14 dropped `onSharedStorage` (Nova checks the storage itself); below it `onSharedStorage` is required. Never 2.95 or later, where an evacuated server lands `SHUTOFF` |
-//! | `GET /os-migrations` | 2.59 | each record's `uuid`, `migration_type` (2.23) and paging |
+//! | `GET /os-migrations` | 2.59, else 2.23 | each record's `uuid` and paging (2.59); `migration_type` (2.23), without which an evacuation's record cannot be told apart |
 //! | `GET /flavors/detail` | 2.61 | `extra_specs` in the listing |
 //! | `GET /os-aggregates` | 2.41 | each aggregate's `uuid` |
 
@@ -69,8 +69,13 @@ impl fmt::Display for VersionRange {
 
 /// Listing and changing compute services by id, forced-down included.
 pub const SERVICES: Microversion = Microversion::new(2, 53);
-/// Reading servers: embedded flavors with extra specs, lock reasons.
-pub const SERVERS: Microversion = Microversion::new(2, 73);
+/// Reading servers, in order of preference: lock reasons (2.73); embedded flavors with
+/// extra specs (2.47); the base (flavor by id only).
+pub const SERVERS: [Microversion; 3] = [
+    Microversion::new(2, 73),
+    Microversion::new(2, 47),
+    Microversion::new(2, 1),
+];
 /// Locking with a reason.
 pub const LOCK_REASON: Microversion = Microversion::new(2, 73);
 /// Actions without a newer need (unlock).
@@ -86,8 +91,9 @@ pub const EVACUATE: [Microversion; 3] = [
 pub const EVACUATE_STOPS_SERVERS: Microversion = Microversion::new(2, 95);
 /// Below this one, `onSharedStorage` must be sent with an evacuation.
 pub const EVACUATE_CHECKS_STORAGE: Microversion = Microversion::new(2, 14);
-/// Migration records with uuids and types.
-pub const MIGRATIONS: Microversion = Microversion::new(2, 59);
+/// Migration records, in order of preference: with uuids and paging (2.59); with their
+/// `migration_type` (2.23), below which an evacuation's record cannot be told apart.
+pub const MIGRATIONS: [Microversion; 2] = [Microversion::new(2, 59), Microversion::new(2, 23)];
 /// Flavors with their extra specs.
 pub const FLAVORS: Microversion = Microversion::new(2, 61);
 /// Aggregates with uuids.

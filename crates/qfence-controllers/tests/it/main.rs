@@ -11,6 +11,7 @@ mod fortigate;
 mod ipmi;
 mod nova_peer;
 mod nova_real;
+mod nova_sim;
 mod postgres;
 mod proxmox;
 mod proxmox_listing;

@@ -173,9 +173,12 @@ pub struct Migration {
 pub struct EvacuationBehaviour {
     /// From `accepted` to the end; fault "slow evacuation": seconds.
     pub duration: Duration,
-    /// The next this many evacuations fail on the destination (`failed`, server ERROR).
+    /// The next this many evacuations fail on the destination: the record ends `failed`,
+    /// the server is in ERROR on the destination (where the rebuild failed, as in Nova).
     pub fail_next: u32,
-    /// Evacuations of these servers always fail (fault "fails repeatedly").
+    /// Evacuations of these servers always fail before they start (fault "fails
+    /// repeatedly"): the record ends `error`, the server is in ERROR on its old host, and
+    /// every retry fails the same way.
     pub always_fail: BTreeSet<String>,
 }
 
@@ -223,8 +226,14 @@ impl NovaState {
     /// cloud a real fake cloud cannot run cheaply.
     pub fn new(hosts: usize, servers_per_host: usize) -> Self {
         let projects = BTreeMap::from([
-            ("admin".to_owned(), "a0000000000000000000000000000001".to_owned()),
-            ("demo".to_owned(), "d0000000000000000000000000000002".to_owned()),
+            (
+                "admin".to_owned(),
+                "a0000000000000000000000000000001".to_owned(),
+            ),
+            (
+                "demo".to_owned(),
+                "d0000000000000000000000000000002".to_owned(),
+            ),
         ]);
         let admin_project = projects["admin"].clone();
         let host_list: Vec<Host> = (1..=hosts as u64)
@@ -363,13 +372,19 @@ impl NovaState {
         let mut names = BTreeSet::new();
         for h in &self.hosts {
             if !names.insert(h.name.as_str()) {
-                return Err(LabError::InvalidState(format!("host {:?} appears twice", h.name)));
+                return Err(LabError::InvalidState(format!(
+                    "host {:?} appears twice",
+                    h.name
+                )));
             }
         }
         let mut ids = BTreeSet::new();
         for s in &self.servers {
             if !ids.insert(s.id.as_str()) {
-                return Err(LabError::InvalidState(format!("server {} appears twice", s.id)));
+                return Err(LabError::InvalidState(format!(
+                    "server {} appears twice",
+                    s.id
+                )));
             }
             if self.host(&s.host).is_none() {
                 return Err(LabError::InvalidState(format!(
@@ -399,5 +414,12 @@ pub const IMAGE_ID: &str = "1ae1e1e1-0000-4000-8000-000000000001";
 /// A UUID-shaped id made from a number (stable across runs, so tests can name them).
 pub fn uuid_from(n: u64) -> String {
     let h = format!("{n:032x}");
-    format!("{}-{}-4{}-8{}-{}", &h[..8], &h[8..12], &h[13..16], &h[17..20], &h[20..])
+    format!(
+        "{}-{}-4{}-8{}-{}",
+        &h[..8],
+        &h[8..12],
+        &h[13..16],
+        &h[17..20],
+        &h[20..]
+    )
 }
