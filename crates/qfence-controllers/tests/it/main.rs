@@ -9,6 +9,7 @@ mod faults;
 mod fence_agent;
 mod fortigate;
 mod ipmi;
+mod nova_fidelity;
 mod nova_peer;
 mod nova_real;
 mod nova_sim;

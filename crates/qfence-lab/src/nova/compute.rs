@@ -570,15 +570,16 @@ pub(super) async fn server_action(
     };
     match action.as_str() {
         "lock" => {
-            let reason = args.get("locked_reason").and_then(Value::as_str);
-            if reason.is_some() && !c.mv.at_least(2, 73) {
-                return fault(
-                    StatusCode::BAD_REQUEST,
-                    "Invalid input for field/attribute lock.",
-                );
+            // Below 2.73 Nova accepts a reason and ignores it (seen on Nova 34).
+            let reason = args
+                .get("locked_reason")
+                .and_then(Value::as_str)
+                .filter(|_| c.mv.at_least(2, 73));
+            // Locking a locked server again without a reason keeps the reason it has.
+            if !srv.locked || reason.is_some() {
+                srv.locked_reason = reason.map(str::to_owned);
             }
             srv.locked = true;
-            srv.locked_reason = reason.map(str::to_owned);
         }
         "unlock" => {
             srv.locked = false;
@@ -875,6 +876,20 @@ pub(super) async fn aggregates(State(s): Shr, headers: HeaderMap) -> Response {
         })
         .collect();
     c.answer(StatusCode::OK, Some(json!({"aggregates": list})))
+}
+
+/// Glance's version discovery (`GET /image`): 300 with the versions, as Glance answers.
+pub(super) async fn image_versions(State(s): Shr) -> Response {
+    let base = s.base();
+    let v = |id: &str, status: &str| {
+        json!({"id": id, "status": status,
+               "links": [{"rel": "self", "href": format!("{base}/image/v2/")}]})
+    };
+    (
+        StatusCode::MULTIPLE_CHOICES,
+        axum::Json(json!({"versions": [v("v2.16", "CURRENT"), v("v2.15", "SUPPORTED")]})),
+    )
+        .into_response()
 }
 
 /// Glance v2's image, with the image's properties as top-level fields.

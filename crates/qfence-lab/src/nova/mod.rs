@@ -263,6 +263,7 @@ fn router(shared: Arc<Shared>, faults: Faults) -> Router {
         .route("/compute/v2.1/flavors/detail", get(compute::flavors))
         .route("/compute/v2.1/flavors/{id}", get(compute::flavor))
         .route("/compute/v2.1/os-aggregates", get(compute::aggregates))
+        .route("/image", get(compute::image_versions))
         .route("/image/v2/images/{id}", get(compute::image))
         .fallback(|| async {
             compute::fault(StatusCode::NOT_FOUND, "The resource could not be found.")
