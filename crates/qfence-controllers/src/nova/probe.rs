@@ -53,7 +53,6 @@ impl NovaDriver {
             ("microversions".to_owned(), range.to_string()),
             ("auth".to_owned(), self.auth_method().to_owned()),
         ]);
-        let mut grades = Vec::new();
         // Listing services is the one permission Nova shows without acting.
         let listed = if range.contains(mv::SERVICES) {
             match self.services_now(None).await {
@@ -72,107 +71,27 @@ impl NovaDriver {
             ))
         };
         let default_policy_refused = listed.is_err();
-        match &listed {
-            Ok(services) => {
-                let down: Vec<&str> = services
-                    .iter()
-                    .filter(|s| s.state == ServiceState::Down)
-                    .map(|s| s.host.as_str())
-                    .collect();
-                facts.insert("compute_hosts".into(), services.len().to_string());
-                facts.insert("compute_hosts_down".into(), down.len().to_string());
-                for s in services {
-                    if s.state == ServiceState::Down || s.status == ServiceStatus::Disabled {
-                        warnings.push(format!("compute host {}", s.describe()));
-                    }
-                }
-                grades.push(grade(
-                    STATUS,
-                    Grade::Proven,
-                    format!("GET /os-services lists {} compute hosts", services.len()),
-                ));
-                let g = if admin {
-                    grade(
-                        "",
-                        Grade::Inferred,
-                        "the token holds role admin, which Nova's default policy asks for PUT \
-                         /os-services; only a real change would prove it",
-                    )
-                } else {
-                    grade(
-                        "",
-                        Grade::Unverifiable,
-                        format!(
-                            "the services listing works without role admin (roles: {roles}), so \
-                             Nova's policy is not the default; whether it allows PUT \
-                             /os-services cannot be read without changing a service"
-                        ),
-                    )
-                };
-                for cap in [FORCE_DOWN, DISABLE] {
-                    grades.push(CapabilityGrade {
-                        capability: cap.to_owned(),
-                        ..g.clone()
-                    });
-                }
-            }
-            Err(why) => {
-                for cap in [STATUS, FORCE_DOWN, DISABLE] {
-                    grades.push(grade(cap, Grade::Failed, why.clone()));
+        if let Ok(services) = &listed {
+            facts.insert("compute_hosts".into(), services.len().to_string());
+            let down = services
+                .iter()
+                .filter(|s| s.state == ServiceState::Down)
+                .count();
+            facts.insert("compute_hosts_down".into(), down.to_string());
+            for s in services {
+                if s.state == ServiceState::Down || s.status == ServiceStatus::Disabled {
+                    warnings.push(format!("compute host {}", s.describe()));
                 }
             }
         }
-        grades.push(match range.choose(&mv::EVACUATE) {
-            None => grade(
-                EVACUATE,
-                Grade::Failed,
-                format!("the server offers microversions {range}, none for evacuate"),
-            ),
-            Some(_) if admin => grade(
-                EVACUATE,
-                Grade::Inferred,
-                "the token holds role admin, which Nova's default policy asks for evacuate; \
-                 whether another host has room is known only when one is needed",
-            ),
-            Some(_) if default_policy_refused => grade(
-                EVACUATE,
-                Grade::Failed,
-                format!(
-                    "Nova's default policy (in force: the services listing was refused) gives \
-                     evacuate to admins; the token's roles: {roles}"
-                ),
-            ),
-            Some(_) => grade(
-                EVACUATE,
-                Grade::Unverifiable,
-                format!("no role admin (roles: {roles}) under a custom policy"),
-            ),
-        });
-        grades.push(if !range.contains(mv::LOCK_REASON) {
-            grade(
-                LOCK,
-                Grade::Failed,
-                format!(
-                    "the server offers microversions {range}; a lock with a reason needs {}",
-                    mv::LOCK_REASON
-                ),
-            )
-        } else if member {
-            grade(
-                LOCK,
-                Grade::Inferred,
-                format!(
-                    "Nova's default policy lets a project member lock its project's servers and \
-                     an admin any server; the token's roles: {roles}"
-                ),
-            )
-        } else {
-            grade(
-                LOCK,
-                Grade::Unverifiable,
-                format!("neither admin nor member (roles: {roles})"),
-            )
-        });
+        let mut grades = service_grades(&listed, admin, &roles);
+        grades.extend(action_grades(
+            range,
+            admin,
+            member,
+            default_policy_refused,
+            &roles,
+        ));
         if !admin {
             warnings.push(format!(
                 "the token has no admin role (roles: {roles}): Instance HA needs the services \
@@ -201,4 +120,110 @@ impl NovaDriver {
             warnings,
         })
     }
+}
+
+/// `server.evacuate` and `server.lock`, from the token's roles against Nova's default policy.
+fn action_grades(
+    range: mv::VersionRange,
+    admin: bool,
+    member: bool,
+    default_policy_refused: bool,
+    roles: &str,
+) -> Vec<CapabilityGrade> {
+    let evacuate = match range.choose(&mv::EVACUATE) {
+        None => grade(
+            EVACUATE,
+            Grade::Failed,
+            format!("the server offers microversions {range}, none for evacuate"),
+        ),
+        Some(_) if admin => grade(
+            EVACUATE,
+            Grade::Inferred,
+            "the token holds role admin, which Nova's default policy asks for evacuate; \
+             whether another host has room is known only when one is needed",
+        ),
+        Some(_) if default_policy_refused => grade(
+            EVACUATE,
+            Grade::Failed,
+            format!(
+                "Nova's default policy (in force: the services listing was refused) gives \
+                 evacuate to admins; the token's roles: {roles}"
+            ),
+        ),
+        Some(_) => grade(
+            EVACUATE,
+            Grade::Unverifiable,
+            format!("no role admin (roles: {roles}) under a custom policy"),
+        ),
+    };
+    let lock = if !range.contains(mv::LOCK_REASON) {
+        grade(
+            LOCK,
+            Grade::Failed,
+            format!(
+                "the server offers microversions {range}; a lock with a reason needs {}",
+                mv::LOCK_REASON
+            ),
+        )
+    } else if member {
+        grade(
+            LOCK,
+            Grade::Inferred,
+            format!(
+                "Nova's default policy lets a project member lock its project's servers and \
+                 an admin any server; the token's roles: {roles}"
+            ),
+        )
+    } else {
+        grade(
+            LOCK,
+            Grade::Unverifiable,
+            format!("neither admin nor member (roles: {roles})"),
+        )
+    };
+    vec![evacuate, lock]
+}
+
+/// `host.status` from the listing itself; `host.force_down` and `host.disable` from the
+/// token's roles, as a change cannot be tried without acting.
+fn service_grades(
+    listed: &Result<Vec<super::ComputeService>, String>,
+    admin: bool,
+    roles: &str,
+) -> Vec<CapabilityGrade> {
+    let services = match listed {
+        Ok(s) => s,
+        Err(why) => {
+            return [STATUS, FORCE_DOWN, DISABLE]
+                .into_iter()
+                .map(|c| grade(c, Grade::Failed, why.clone()))
+                .collect();
+        }
+    };
+    let change = if admin {
+        (
+            Grade::Inferred,
+            "the token holds role admin, which Nova's default policy asks for PUT \
+             /os-services; only a real change would prove it"
+                .to_owned(),
+        )
+    } else {
+        (
+            Grade::Unverifiable,
+            format!(
+                "the services listing works without role admin (roles: {roles}), so Nova's \
+                 policy is not the default; whether it allows PUT /os-services cannot be read \
+                 without changing a service"
+            ),
+        )
+    };
+    vec![
+        grade(
+            STATUS,
+            Grade::Proven,
+            format!("GET /os-services lists {} compute hosts", services.len()),
+        ),
+        grade(FORCE_DOWN, change.0, change.1.clone()),
+        grade(DISABLE, change.0, change.1),
+    ]
 }
