@@ -6,7 +6,9 @@
 #           busybox-static (the Docker tests build their image FROM scratch with it)
 #           chromium chromium-driver (the web console's browser tests)
 #           (apt-get update once, only if something is missing)
-#   PyPI:   venvs $QFENCE_EMU_HOME/sushy-<hash> and fakepve-<hash>, pinned in requirements/*.txt
+#           rabbitmq-server (the real Nova's message bus; its own broker is kept from starting)
+#   PyPI:   venvs $QFENCE_EMU_HOME/sushy-<hash>, fakepve-<hash> and nova-<hash> (Nova 34,
+#           Keystone 30, Placement, Glance, openstacksdk), pinned in requirements/*.txt
 #
 #   QFENCE_EMU_HOME (/opt/qfence-emu)  QFENCE_EMU_PYTHON (/usr/bin/python3)
 # Called by .ci/run before the tests; see README.md.
@@ -17,16 +19,24 @@ step() { echo "install: $*"; }
 
 DEBS=(fence-agents openipmi ipmitool postgresql-15 postgresql-client-15 openssl
       python3 python3-venv curl util-linux busybox-static
-      chromium chromium-driver)
+      chromium chromium-driver rabbitmq-server)
 missing=$(apt_missing "${DEBS[@]}")
 if [ -n "$missing" ]; then
     step "apt: installing $(echo $missing)"
+    # Debian's rabbitmq-server starts a broker on 0.0.0.0:5672 when installed unless
+    # policy-rc.d forbids it; the Nova tests run private brokers on loopback instead.
+    made_policy=0
+    if [ ! -e /usr/sbin/policy-rc.d ]; then
+        printf '#!/bin/sh\nexit 101\n' >/usr/sbin/policy-rc.d; chmod 755 /usr/sbin/policy-rc.d
+        made_policy=1
+    fi
     t=$(now_ms); apt_install "${DEBS[@]}"; step "apt: done in $(( ($(now_ms) - t) / 1000 )) s"
+    [ $made_policy = 1 ] && rm -f /usr/sbin/policy-rc.d
 else
     step "apt: all present"
 fi
 
-for v in sushy fakepve; do
+for v in sushy fakepve nova; do
     if venv_ready $v; then
         step "venv $v: present ($(venv_dir $v))"
     else
@@ -47,5 +57,7 @@ check test -x /usr/libexec/fence-agents/fence_kdump_send
 check test -x /usr/lib/postgresql/15/bin/initdb
 check "$(venv_dir sushy)/bin/python" -c 'import sushy_tools.emulator.main, bcrypt'
 check "$(venv_dir fakepve)/bin/python" -c 'import fakepve, aiohttp'
+check test -x /usr/lib/rabbitmq/bin/rabbitmq-server
+check "$(venv_dir nova)/bin/python" -c 'import nova, keystone, placement, glance, openstack, psycopg2'
 ms=$(( $(now_ms) - T0 ))
 step "ready in $((ms / 1000)).$((ms % 1000 / 100)) s (venvs in $QFENCE_EMU_HOME)"

@@ -47,6 +47,10 @@ stop_pg() {
 }
 
 names=("$@")
+# The real Nova peer keeps its pid files in nova/ and stops in its own order.
+if [ ${#names[@]} -eq 0 ] && [ -d "$QFENCE_EMU_RUN/nova" ]; then
+    bash "$EMU_DIR/nova/stop.sh"
+fi
 if [ ${#names[@]} -eq 0 ]; then
     for f in "$QFENCE_EMU_RUN"/*.pid; do [ -e "$f" ] && names+=("$(basename "$f" .pid)"); done
     # a pair whose pid file is gone but whose servers still run

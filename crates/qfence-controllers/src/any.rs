@@ -2,8 +2,8 @@
 //!
 //! The decision core and the runtime hold controllers of every type side by side; this enum
 //! builds the right driver from a [`ControllerConfig`] and a resolved secret (no I/O but
-//! reading a CA file) and dispatches the [`Driver`] trait to it. Every type but Nova has a
-//! driver; Nova (used by Instance HA) is refused at build time with a clear error.
+//! reading a CA file) and dispatches the [`Driver`] trait to it. Every type has a driver; the
+//! Nova driver's typed API (for Instance HA) is reached through [`AnyDriver::Nova`].
 
 use qfence_model::config::{ControllerConfig, ControllerKind};
 use qfence_model::{ControllerId, ControllerType};
@@ -16,6 +16,7 @@ use crate::error::Error;
 use crate::fence_agent::FenceAgentDriver;
 use crate::fortigate::FortigateDriver;
 use crate::ipmi::IpmiDriver;
+use crate::nova::NovaDriver;
 use crate::postgres::PostgresDriver;
 use crate::proxmox::ProxmoxDriver;
 use crate::redfish::RedfishDriver;
@@ -33,6 +34,7 @@ pub enum AnyDriver {
     Postgres(Box<PostgresDriver>),
     Docker(DockerDriver),
     Fortigate(FortigateDriver),
+    Nova(NovaDriver),
 }
 
 /// A driver's own build error (a `DriverError` from a `build` function), as a build error of
@@ -127,12 +129,12 @@ impl AnyDriver {
                     .map(AnyDriver::Fortigate)
                     .map_err(build_error(id))
             }
-            ControllerKind::Nova { .. } => Err(Error::Build {
-                controller: id.to_string(),
-                reason: "no driver yet for type nova: Nova is used by Instance HA (host \
-                         evacuation), not through plan bindings"
-                    .to_owned(),
-            }),
+            ControllerKind::Nova { .. } => {
+                let secret = secret.ok_or_else(|| needs_secret("nova"))?;
+                crate::nova::build(id.clone(), config, Some(secret_string(secret)))
+                    .map(AnyDriver::Nova)
+                    .map_err(build_error(id))
+            }
         }
     }
 }
@@ -151,6 +153,7 @@ macro_rules! dispatch {
             AnyDriver::Postgres($d) => $e,
             AnyDriver::Docker($d) => $e,
             AnyDriver::Fortigate($d) => $e,
+            AnyDriver::Nova($d) => $e,
         }
     };
 }
@@ -202,7 +205,7 @@ mod tests {
     use std::collections::BTreeMap;
     use std::time::Duration;
 
-    use qfence_model::config::{ProxmoxAuth, RedfishAuth, TlsTrust};
+    use qfence_model::config::{NovaAuth, NovaInterface, ProxmoxAuth, RedfishAuth, TlsTrust};
     use qfence_model::{FenceLevel, SiteId};
 
     use super::*;
@@ -259,42 +262,32 @@ mod tests {
             },
             ControllerKind::Nova {
                 endpoint: url("https://192.0.2.6:5000/v3"),
-                username: "qfence".into(),
-                project: "admin".into(),
+                auth: NovaAuth::ApplicationCredential { id: "ac".into() },
+                interface: NovaInterface::Public,
+                region: None,
             },
         ]
     }
 
-    /// Every type but Nova builds (without I/O: the addresses are unroutable documentation
-    /// ones) into the driver of its own type; Nova is refused, saying why.
+    /// Every type builds (without I/O: the addresses are unroutable documentation ones) into
+    /// the driver of its own type, which never prints its secret.
     #[test]
-    fn every_type_builds_its_own_driver_and_nova_says_it_has_none() {
+    fn every_type_builds_its_own_driver() {
         let id = ControllerId::new("c").unwrap();
         let mut built = Vec::new();
         for kind in every_kind() {
             let ty = kind.controller_type();
             let r = AnyDriver::build(&id, &config(kind), Some(Secret::new("s3cret".into())));
-            match ty {
-                ControllerType::Nova => {
-                    let e = r.unwrap_err().to_string();
-                    assert!(
-                        e.contains("Instance HA") && e.contains("no driver yet"),
-                        "{e}"
-                    );
-                }
-                _ => {
-                    let d = r.unwrap_or_else(|e| panic!("{ty}: {e}"));
-                    assert_eq!(d.controller_type(), ty);
-                    assert_eq!(d.id(), &id);
-                    assert!(
-                        !format!("{d:?}").contains("s3cret"),
-                        "{ty} prints its secret"
-                    );
-                    built.push(ty);
-                }
-            }
+            let d = r.unwrap_or_else(|e| panic!("{ty}: {e}"));
+            assert_eq!(d.controller_type(), ty);
+            assert_eq!(d.id(), &id);
+            assert!(
+                !format!("{d:?}").contains("s3cret"),
+                "{ty} prints its secret"
+            );
+            built.push(ty);
         }
-        assert_eq!(built.len(), ControllerType::ALL.len() - 1);
+        assert_eq!(built.len(), ControllerType::ALL.len());
     }
 
     #[test]

@@ -339,6 +339,8 @@ mod tests {
         ("postgres.rs", include_str!("postgres.rs")),
         ("docker.rs", include_str!("docker.rs")),
         ("fortigate/mod.rs", include_str!("fortigate/mod.rs")),
+        ("nova/driver.rs", include_str!("nova/driver.rs")),
+        ("nova/api.rs", include_str!("nova/api.rs")),
     ];
 
     fn target(capability: &str, params: &[(&str, &str)]) -> Target {

@@ -25,6 +25,7 @@ pub mod fence_agent;
 pub mod fortigate;
 pub mod http;
 pub mod ipmi;
+pub mod nova;
 pub mod postgres;
 pub mod proxmox;
 pub mod redfish;

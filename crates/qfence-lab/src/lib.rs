@@ -21,6 +21,7 @@
 pub mod faults;
 pub mod fortios;
 pub mod lab;
+pub mod nova;
 pub mod proxmox;
 pub mod redfish;
 pub mod tls;

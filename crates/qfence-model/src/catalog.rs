@@ -68,7 +68,7 @@ impl ControllerType {
             ControllerType::Docker => DOCKER,
             ControllerType::Postgres => POSTGRES,
             ControllerType::FenceAgent => FENCE_AGENT,
-            ControllerType::Nova => &[],
+            ControllerType::Nova => NOVA,
         }
     }
 
@@ -126,6 +126,8 @@ pub enum ResourceKind {
     Server,
     /// A fence agent's plug.
     Plug,
+    /// An OpenStack Nova server, by its UUID.
+    Instance,
 }
 
 impl ResourceKind {
@@ -141,6 +143,7 @@ impl ResourceKind {
             ResourceKind::Container => "container",
             ResourceKind::Server => "server",
             ResourceKind::Plug => "plug",
+            ResourceKind::Instance => "instance",
         }
     }
 
@@ -156,6 +159,7 @@ impl ResourceKind {
             ResourceKind::Container => "container name",
             ResourceKind::Server => "server name",
             ResourceKind::Plug => "plug",
+            ResourceKind::Instance => "server UUID, e.g. 9f3c2a4e-5b6d-4e7f-8a9b-0c1d2e3f4a5b",
         }
     }
 
@@ -179,6 +183,7 @@ impl ResourceKind {
                 None => false,
             },
             ResourceKind::PolicyId => resource.parse::<u32>().is_ok(),
+            ResourceKind::Instance => is_uuid(resource),
             _ => true,
         }
     }
@@ -200,6 +205,8 @@ pub enum ParamType {
     OneOf(&'static [&'static str]),
     /// An IPv4 or IPv6 address.
     IpAddress,
+    /// Text of one line, not empty, at most `max` characters.
+    Text { max: u16 },
 }
 
 impl ParamType {
@@ -214,6 +221,7 @@ impl ParamType {
             ParamType::Count => "a whole number".to_owned(),
             ParamType::OneOf(words) => format!("one of: {}", words.join(", ")),
             ParamType::IpAddress => "an IP address".to_owned(),
+            ParamType::Text { max } => format!("one line of text, at most {max} characters"),
         }
     }
 
@@ -229,6 +237,11 @@ impl ParamType {
             ParamType::Count => v.parse::<u32>().is_ok(),
             ParamType::OneOf(words) => words.contains(&v),
             ParamType::IpAddress => v.parse::<std::net::IpAddr>().is_ok(),
+            ParamType::Text { max } => {
+                !v.is_empty()
+                    && v.chars().count() <= usize::from(max)
+                    && !v.chars().any(char::is_control)
+            }
         }
     }
 }
@@ -472,6 +485,43 @@ static POSTGRES: &[CapabilitySpec] = &[
     }])),
 ];
 
+/// The reason Nova records for a disabled service or a locked server (both at most 255
+/// characters in Nova's schema).
+static NOVA_REASON: &[ParamSpec] = &[ParamSpec {
+    name: "reason",
+    meaning: "the reason Nova records, shown to its operators",
+    default: Some("qfence"),
+    ty: ParamType::Text { max: 255 },
+}];
+
+/// OpenStack Nova. `host.force_down` is an application-level fence: Nova stops scheduling to
+/// the host and accepts evacuations from it, but nothing in Nova can stop a host, so it never
+/// proves the host stopped; a compute host's real fence is a Redfish, IPMI or fence-agent
+/// binding. Instance HA uses the driver's typed API for the rest (servers, migrations).
+static NOVA: &[CapabilitySpec] = &[
+    cap(
+        "host.force_down",
+        &[Fence],
+        Some(Application),
+        Some("host.force_up"),
+        R::Host,
+    ),
+    cap("host.disable", &[Shield], None, None, R::Host).with_params(Params::Named(NOVA_REASON)),
+    cap("host.status", &[Health], None, None, R::Host),
+    cap("server.evacuate", &[Recovery], None, None, R::Instance),
+    cap("server.lock", &[Shield], None, None, R::Instance).with_params(Params::Named(NOVA_REASON)),
+];
+
+/// `8-4-4-4-12` hexadecimal digits, as Nova writes server ids.
+fn is_uuid(s: &str) -> bool {
+    let groups: Vec<&str> = s.split('-').collect();
+    groups.len() == 5
+        && groups
+            .iter()
+            .zip([8, 4, 4, 4, 12])
+            .all(|(g, n)| g.len() == n && g.chars().all(|c| c.is_ascii_hexdigit()))
+}
+
 /// A fence agent's level defaults to compute; the controller's `level` setting overrides it.
 static FENCE_AGENT: &[CapabilitySpec] = &[cap(
     "power.off",
@@ -528,5 +578,22 @@ mod tests {
         assert!(ResourceKind::PolicyId.accepts("42"));
         assert!(!ResourceKind::PolicyId.accepts("allow-all"));
         assert!(!ResourceKind::Host.accepts(""));
+        assert!(ResourceKind::Instance.accepts("9f3c2a4e-5b6d-4e7f-8a9b-0c1d2e3f4a5b"));
+        assert!(!ResourceKind::Instance.accepts("erp-db-1"));
+        assert!(!ResourceKind::Instance.accepts("9f3c2a4e-5b6d-4e7f-8a9b-0c1d2e3f4a5"));
+    }
+
+    #[test]
+    fn nova_force_down_is_an_application_fence_that_proves_no_stop() {
+        let c = ControllerType::Nova.capability("host.force_down").unwrap();
+        assert_eq!(c.level, Some(Application), "Nova cannot stop a host");
+        assert_eq!(c.unfence, Some("host.force_up"));
+        let reason = ControllerType::Nova
+            .capability("host.disable")
+            .and_then(|c| c.params.get("reason"))
+            .unwrap();
+        assert!(reason.ty.accepts("qfence: host compute-3 fenced"));
+        assert!(!reason.ty.accepts(&"x".repeat(256)));
+        assert!(!reason.ty.accepts("two\nlines"));
     }
 }

@@ -11,14 +11,17 @@ use std::time::Duration;
 use super::issue::{self, Issue, Severity};
 use super::tree::{self, Node, Value};
 use super::{
-    Binding, ClusterConfig, Config, ControllerConfig, ControllerKind, OrchestratorConfig,
-    PlanConfig, ProxmoxAuth, RedfishAuth, SiteConfig, TlsTrust, ValidatedConfig,
+    Binding, ClusterConfig, Config, ControllerConfig, ControllerKind, NovaInterface,
+    OrchestratorConfig, PlanConfig, ProxmoxAuth, RedfishAuth, SiteConfig, TlsTrust,
+    ValidatedConfig,
 };
 use crate::catalog::{CapabilitySpec, ControllerType, Params};
 use crate::domain::{FenceLevel, Role};
 use crate::ids::{ControllerId, NameError, OrchestratorId, PlanId, SecretRef, SiteId, check_name};
 
 mod instance_ha;
+mod nova;
+use nova::nova_auth;
 
 /// A configuration that passed validation, and the warnings it passed with.
 #[derive(Debug, Clone)]
@@ -802,7 +805,17 @@ impl Decoder {
             ControllerType::Docker => &["endpoint", "tls"],
             ControllerType::Postgres => &["endpoint", "tls", "username"],
             ControllerType::FenceAgent => &["agent", "options", "level"],
-            ControllerType::Nova => &["endpoint", "tls", "username", "project"],
+            ControllerType::Nova => &[
+                "endpoint",
+                "tls",
+                "username",
+                "user_domain",
+                "project",
+                "project_domain",
+                "application_credential_id",
+                "interface",
+                "region",
+            ],
         };
         let allowed: Vec<&'static str> = COMMON.iter().chain(specific).copied().collect();
         let f = self.fields(node, path, &allowed)?;
@@ -1108,15 +1121,29 @@ impl Decoder {
             }
             ControllerType::Nova => {
                 let endpoint = self.url(f, &["https"]);
-                let username = username(self);
-                let project = self
-                    .require(f, "project", "the Keystone project")
-                    .and_then(|n| self.text(n, &f.path("project"), "a project name"));
+                let auth = nova_auth(self, f);
+                let interface = self.opt(f, "interface", NovaInterface::Public, |d, n, p| {
+                    d.word(
+                        n,
+                        p,
+                        "catalog interface",
+                        &[
+                            ("public", NovaInterface::Public),
+                            ("internal", NovaInterface::Internal),
+                            ("admin", NovaInterface::Admin),
+                        ],
+                    )
+                });
+                let region = match f.get("region") {
+                    None => Some(None),
+                    Some(n) => self.text(n, &f.path("region"), "a region name").map(Some),
+                };
                 Some((
                     ControllerKind::Nova {
                         endpoint: endpoint?,
-                        username: username?,
-                        project: project?,
+                        auth: auth?,
+                        interface: interface?,
+                        region: region?,
                     },
                     true,
                 ))

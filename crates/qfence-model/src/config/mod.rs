@@ -162,6 +162,48 @@ pub enum ProxmoxAuth {
     Ticket { username: String },
 }
 
+/// How a Nova controller logs in to Keystone v3.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum NovaAuth {
+    /// A user's password (the secret), scoped to a project.
+    Password {
+        /// The Keystone user (`username`).
+        username: String,
+        /// The user's domain, by name (`user_domain`, default `Default`).
+        user_domain: String,
+        /// The project the token is scoped to, by name (`project`).
+        project: String,
+        /// The project's domain, by name (`project_domain`, default `Default`).
+        project_domain: String,
+    },
+    /// An application credential (`application_credential_id`); the secret is its secret.
+    /// What operators are told to give services: it is bound to one project and its roles,
+    /// and can be revoked without touching the user's password.
+    ApplicationCredential { id: String },
+}
+
+/// Which endpoint of the service catalog a Nova controller uses.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum NovaInterface {
+    #[default]
+    Public,
+    Internal,
+    Admin,
+}
+
+impl NovaInterface {
+    /// The interface's name in the Keystone catalog.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            NovaInterface::Public => "public",
+            NovaInterface::Internal => "internal",
+            NovaInterface::Admin => "admin",
+        }
+    }
+}
+
 /// The settings of each controller type. A closed, tagged enum (`type:` is the tag).
 #[derive(Debug, Clone, PartialEq, Serialize)]
 #[serde(tag = "type", rename_all = "kebab-case")]
@@ -211,13 +253,19 @@ pub enum ControllerKind {
         /// What its fence stops (default compute).
         level: FenceLevel,
     },
-    /// OpenStack Nova, through Keystone v3. Used by Instance HA, not by plan bindings.
+    /// OpenStack Nova, through Keystone v3: the compute API of one cloud region, for
+    /// Instance HA and for the host and server capabilities of the catalog.
     Nova {
+        /// Keystone v3, `https://keystone.example:5000/v3`; Nova's endpoint is read from the
+        /// token's service catalog.
         endpoint: url::Url,
-        /// The Keystone user; its password is the controller's secret.
-        username: String,
-        /// The Keystone project.
-        project: String,
+        /// How qfence logs in to Keystone.
+        auth: NovaAuth,
+        /// Which of the catalog's endpoints to use (`interface`, default `public`).
+        interface: NovaInterface,
+        /// The catalog region (`region`); without it the compute service must have endpoints
+        /// in one region only.
+        region: Option<String>,
     },
 }
 
