@@ -32,4 +32,15 @@ pub enum CoreError {
     MaintenanceRefused(String),
     #[error("site {site:?} already owns plan {plan:?}: choose another site")]
     AlreadyOwner { plan: String, site: String },
+    #[error(
+        "stale write refused: decided at generation {expected_generation} revision \
+         {expected_revision}, but the cloud's Instance HA state is at generation {generation} \
+         revision {revision}"
+    )]
+    StaleCloud {
+        expected_generation: Generation,
+        expected_revision: u64,
+        generation: Generation,
+        revision: u64,
+    },
 }

@@ -29,6 +29,7 @@
 pub mod decide;
 pub mod dry_run;
 pub mod error;
+pub mod instance_ha;
 mod reason;
 pub mod rules;
 pub mod state;

@@ -120,6 +120,10 @@ name_type!(
     /// A reference to a secret, resolved by each orchestrator from its own store.
     SecretRef
 );
+name_type!(
+    /// An OpenStack cloud watched by Instance HA (`instance_ha.NAME`).
+    CloudId
+);
 
 /// A plan's generation: it grows by one with every change of owner, and every command carries
 /// the generation it was decided at. A command from an older generation is refused.

@@ -17,4 +17,4 @@ pub mod ids;
 
 pub use catalog::{CapabilitySpec, ControllerType, ResourceKind};
 pub use domain::{FenceLevel, Grade, Role, Verdict};
-pub use ids::{ControllerId, Generation, OrchestratorId, PlanId, SiteId, Term};
+pub use ids::{CloudId, ControllerId, Generation, OrchestratorId, PlanId, SiteId, Term};

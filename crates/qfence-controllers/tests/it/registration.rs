@@ -100,6 +100,7 @@ fn config(s: &Sushy) -> ValidatedConfig {
         orchestrators,
         controllers,
         plans,
+        instance_ha: BTreeMap::new(),
     })
 }
 

@@ -177,6 +177,7 @@ fn base_config() -> Config {
         orchestrators,
         controllers,
         plans: BTreeMap::new(),
+        instance_ha: BTreeMap::new(),
     }
 }
 

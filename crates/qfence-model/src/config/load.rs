@@ -19,6 +19,7 @@ use crate::catalog::{CapabilitySpec, ControllerType, Params};
 use crate::domain::{FenceLevel, Role};
 use crate::ids::{ControllerId, NameError, OrchestratorId, PlanId, SecretRef, SiteId, check_name};
 
+mod instance_ha;
 mod nova;
 use nova::nova_auth;
 
@@ -547,7 +548,14 @@ impl Decoder {
     // ---- the document -------------------------------------------------------------------
 
     fn config(&mut self, root: &Node) -> Option<Config> {
-        const KEYS: &[&str] = &["cluster", "sites", "orchestrators", "controllers", "plans"];
+        const KEYS: &[&str] = &[
+            "cluster",
+            "sites",
+            "orchestrators",
+            "controllers",
+            "plans",
+            "instance_ha",
+        ];
         self.scan_credentials(root, "");
         if root.value == Value::Null {
             self.error(
@@ -581,6 +589,10 @@ impl Decoder {
             Some(n) => self.plans(n, "plans", &controllers),
             None => Some(BTreeMap::new()),
         };
+        let instance_ha = match f.get("instance_ha") {
+            Some(n) => self.instance_ha(n, "instance_ha", &controllers),
+            None => Some(BTreeMap::new()),
+        };
         let controllers = controllers_ok.then_some(controllers);
         Some(Config {
             cluster: cluster?,
@@ -588,6 +600,7 @@ impl Decoder {
             orchestrators: orchestrators?,
             controllers: controllers?,
             plans: plans?,
+            instance_ha: instance_ha?,
         })
     }
 

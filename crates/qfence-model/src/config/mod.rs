@@ -22,13 +22,15 @@ use serde::Serialize;
 
 use crate::catalog::{CapabilitySpec, ControllerType};
 use crate::domain::{FenceLevel, Role};
-use crate::ids::{ControllerId, OrchestratorId, PlanId, SecretRef, SiteId};
+use crate::ids::{CloudId, ControllerId, OrchestratorId, PlanId, SecretRef, SiteId};
 
+pub mod instance_ha;
 mod issue;
 mod load;
 pub mod plan_api;
 mod tree;
 
+pub use instance_ha::{CloudConfig, HostFence, HostName, NoFence};
 pub use issue::{Issue, Severity};
 pub use load::{LoadError, Loaded, load_file, load_str};
 
@@ -45,6 +47,9 @@ pub struct Config {
     pub controllers: BTreeMap<ControllerId, ControllerConfig>,
     /// Availability plans by name.
     pub plans: BTreeMap<PlanId, PlanConfig>,
+    /// Clouds watched by Instance HA, by name (`instance_ha:`).
+    #[serde(skip_serializing_if = "BTreeMap::is_empty")]
+    pub instance_ha: BTreeMap<CloudId, CloudConfig>,
 }
 
 /// `cluster:`

@@ -1,0 +1,11 @@
+//! Instance HA's decision core: scenario tests for each of the twelve steps and each gate,
+//! against an imagined cloud (`world.rs`), and the seeded simulation (`sim.rs`) with its named
+//! safety invariants (`check.rs`, one test each in `invariants.rs`) and a planted bug for each
+//! (`planted.rs`). One test binary; see `docs/specs/instance-ha.md`.
+
+mod check;
+mod invariants;
+mod planted;
+mod scenarios;
+mod sim;
+mod world;
