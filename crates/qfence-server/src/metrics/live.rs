@@ -190,7 +190,8 @@ impl Collector for Live {
                 std::iter::once((me, o.lease.as_secs_f64())),
             )?;
         }
-        let plans = lock(&self.plans);
+        // Encoded from a copy: a scrape of 10,000 plans must not hold up the engine's updates.
+        let plans = lock(&self.plans).clone();
         gauges(
             &mut e,
             "qfence_plan_generation",
