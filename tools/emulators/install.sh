@@ -44,6 +44,39 @@ for v in sushy fakepve nova; do
     fi
 done
 
+# --- Operators' surfaces (issue 18) -------------------------------------------------------
+# promtool (from Debian's prometheus package, unpacked: nothing is installed as a service)
+# for the metrics and alerting-rule tests; debootstrap and a cached Debian 12 root for the
+# package test (tools/emulators/debian-root.sh); the FortiOS client venv (fortiosapi) that
+# drives the FortiOS simulator.
+PROMTOOL=$QFENCE_EMU_HOME/prometheus-deb/usr/bin/promtool
+if [ -x "$PROMTOOL" ]; then
+    step "promtool: present ($PROMTOOL)"
+else
+    t=$(now_ms)
+    as_root
+    dl=$(mktemp -d)
+    (cd "$dl" && { apt-get -o DPkg::Lock::Timeout=300 download -qq prometheus 2>/dev/null ||
+        { apt-get -o DPkg::Lock::Timeout=300 update -qq >/dev/null &&
+          apt-get -o DPkg::Lock::Timeout=300 download -qq prometheus; }; })
+    rm -rf "$QFENCE_EMU_HOME/prometheus-deb"
+    dpkg-deb -x "$dl"/prometheus_*.deb "$QFENCE_EMU_HOME/prometheus-deb"
+    rm -rf "$dl"
+    step "promtool: unpacked in $(( ($(now_ms) - t) / 1000 )) s"
+fi
+t=$(now_ms)
+debroot=$(bash "$EMU_DIR/debian-root.sh")
+step "Debian root: $debroot ($(( ($(now_ms) - t) / 1000 )) s)"
+if venv_ready fortios; then
+    step "venv fortios: present ($(venv_dir fortios))"
+else
+    t=$(now_ms); venv_install fortios; step "venv fortios: installed in $(( ($(now_ms) - t) / 1000 )) s"
+fi
+"$PROMTOOL" --version >/dev/null 2>&1 || { step "FAILED: $PROMTOOL --version"; exit 1; }
+"$(venv_dir fortios)/bin/python" -c 'import fortiosapi' 2>/dev/null ||
+    { step "FAILED: import fortiosapi"; exit 1; }
+# --- end of issue 18's block --------------------------------------------------------------
+
 # quick sanity: each tool the emulators run can be found and imports work
 check() { "$@" >/dev/null 2>&1 || { step "FAILED: $*"; exit 1; }; }
 check test -x /usr/bin/ipmi_sim

@@ -363,6 +363,12 @@ impl ClusterNode {
         self.inner.raft.metrics().borrow_watched().clone()
     }
 
+    /// How long ago a quorum last acknowledged this node as leader (`None` unless leader).
+    pub fn since_quorum_ack(&self) -> Option<Duration> {
+        use openraft::Instant as _;
+        self.metrics().last_quorum_acked.map(|at| at.elapsed())
+    }
+
     /// The newest term this node knows.
     pub fn term(&self) -> Term {
         Term(self.metrics().current_term)

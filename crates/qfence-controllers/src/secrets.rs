@@ -5,7 +5,9 @@
 //! leaves the machines that need it. Stores are tried in order; the first that has the name
 //! answers:
 //!
-//! - systemd credentials: `$CREDENTIALS_DIRECTORY/NAME` (`LoadCredential=`);
+//! - systemd credentials: `$CREDENTIALS_DIRECTORY/NAME` (`LoadCredential=NAME:PATH`), or
+//!   `$CREDENTIALS_DIRECTORY/qfence_NAME` (a directory loaded as `LoadCredential=qfence:DIR`,
+//!   as the Debian package's unit does);
 //! - environment variables: `QFENCE_SECRET_NAME` (upper case, `-` and `.` become `_`);
 //! - a file store: `DIR/NAME`, refused when the file grants any permission to group or others.
 //!
@@ -94,6 +96,9 @@ pub struct SecretStore {
     sources: Vec<SecretSource>,
 }
 
+/// What systemd prefixes to each file of a directory loaded as `LoadCredential=qfence:DIR`.
+pub const CREDENTIAL_PREFIX: &str = "qfence_";
+
 /// The default prefix of secret environment variables.
 pub const ENV_PREFIX: &str = "QFENCE_SECRET_";
 
@@ -126,7 +131,18 @@ impl SecretStore {
         let mut looked = Vec::new();
         for source in &self.sources {
             match source {
-                SecretSource::Credentials(dir) | SecretSource::Files(dir) => {
+                SecretSource::Credentials(dir) => {
+                    // `LoadCredential=ID:NAME` gives NAME; a whole directory loaded as
+                    // `LoadCredential=qfence:DIR` (the packaged unit) gives qfence_NAME.
+                    for file in [name.to_string(), format!("{CREDENTIAL_PREFIX}{name}")] {
+                        let path = dir.join(file);
+                        if let Some(secret) = read_file(name.as_str(), &path)? {
+                            return Ok(secret);
+                        }
+                        looked.push(path.display().to_string());
+                    }
+                }
+                SecretSource::Files(dir) => {
                     let path = dir.join(name.as_str());
                     if let Some(secret) = read_file(name.as_str(), &path)? {
                         return Ok(secret);
@@ -270,6 +286,25 @@ mod tests {
             env(&[("QFENCE_SECRET_BMC", "from-env")]),
         ]);
         assert_eq!(store.resolve(&name("bmc")).unwrap().expose(), "from-creds");
+    }
+
+    /// The packaged unit loads /etc/qfence/credentials whole (`LoadCredential=qfence:DIR`):
+    /// systemd names each file qfence_FILE, mode 0400.
+    #[test]
+    fn a_credential_from_a_loaded_directory_is_found_under_its_prefixed_name() {
+        let creds = tempfile::tempdir().unwrap();
+        write(creds.path(), "qfence_bmc-dc1", "from-dir\n", 0o400);
+        let store = SecretStore::new(vec![
+            SecretSource::Credentials(creds.path().into()),
+            env(&[("QFENCE_SECRET_BMC_DC1", "from-env")]),
+        ]);
+        assert_eq!(
+            store.resolve(&name("bmc-dc1")).unwrap().expose(),
+            "from-dir"
+        );
+        // The credential of the exact name wins over the prefixed one.
+        write(creds.path(), "bmc-dc1", "exact", 0o400);
+        assert_eq!(store.resolve(&name("bmc-dc1")).unwrap().expose(), "exact");
     }
 
     #[test]

@@ -9,16 +9,33 @@
 //! | `qfence_failovers_total` | plan, result | failovers, by how they ended |
 //! | `qfence_forwarded_calls_total` | direction | calls forwarded to or received from the leader |
 //! | `qfence_forward_refusals_total` | reason | forwarded calls refused (stale term, bad signature...) |
+//! | `qfence_lane_queued` | controller, lane | calls waiting for a turn in a controller's lane (checks, changes) |
+//! | `qfence_lane_running` | controller, lane | calls sent and not yet answered |
+//! | `qfence_lane_latency_seconds` | controller, lane | from entering the lane to the answer (wait + call) |
+//! | `qfence_lane_calls_total` | controller, lane, result | calls answered: `ok` (a reading or a done action) or `error` |
+//!
+//! And the live gauges of [`live`], read at each scrape: `qfence_leader`, `qfence_term`,
+//! `qfence_lease_remaining_seconds`, `qfence_lease_seconds` (per orchestrator); `qfence_plan_generation`,
+//! `qfence_plan_phase`, `qfence_plan_site_verdict`,
+//! `qfence_plan_site_fenced_timestamp_seconds`, `qfence_plan_alarm` (per plan, on the
+//! leader). `deploy/prometheus/qfence.rules.yml` holds the alerts built on them.
+
+pub mod live;
 
 use std::sync::{Arc, Mutex};
 
 use prometheus_client::encoding::EncodeLabelSet;
 use prometheus_client::metrics::counter::Counter;
 use prometheus_client::metrics::family::Family;
+use prometheus_client::metrics::gauge::Gauge;
 use prometheus_client::metrics::histogram::{Histogram, exponential_buckets};
 use prometheus_client::registry::Registry;
 
 pub use prometheus_client::encoding::prometheus_text::CONTENT_TYPE;
+
+pub use live::{
+    AlarmKind, OrchestratorGauges, OrchestratorSource, PlanGauges, SiteGauge, SiteRole,
+};
 
 use qfence_model::Verdict;
 
@@ -54,6 +71,28 @@ struct ReasonLabel {
     reason: String,
 }
 
+#[derive(Debug, Clone, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct LaneLabels {
+    controller: String,
+    lane: String,
+}
+
+#[derive(Debug, Clone, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct LaneResultLabels {
+    controller: String,
+    lane: String,
+    result: String,
+}
+
+/// Which of a controller's lanes a call waits in.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Lane {
+    /// Checks (read-backs, health, readiness).
+    Checks,
+    /// Calls that may change a target: perform, undo, renew.
+    Changes,
+}
+
 /// Which way a forwarded call went.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Direction {
@@ -64,6 +103,7 @@ pub enum Direction {
 }
 
 type HistogramFamily = Family<ControllerLabel, Histogram, fn() -> Histogram>;
+type LaneHistograms = Family<LaneLabels, Histogram, fn() -> Histogram>;
 
 fn check_histogram() -> Histogram {
     // 5 ms to about 20 s: a BMC read-back can take seconds.
@@ -80,6 +120,11 @@ pub struct Metrics {
     failovers: Family<FailoverLabels, Counter>,
     forwarded: Family<DirectionLabel, Counter>,
     refusals: Family<ReasonLabel, Counter>,
+    lane_queued: Family<LaneLabels, Gauge>,
+    lane_running: Family<LaneLabels, Gauge>,
+    lane_latency: LaneHistograms,
+    lane_calls: Family<LaneResultLabels, Counter>,
+    live: Arc<live::Live>,
 }
 
 impl std::fmt::Debug for Metrics {
@@ -134,6 +179,32 @@ impl Metrics {
             "Forwarded calls refused, per reason",
             refusals.clone(),
         );
+        let lane_queued = Family::<LaneLabels, Gauge>::default();
+        registry.register(
+            "qfence_lane_queued",
+            "Calls waiting for a turn in a controller's lane",
+            lane_queued.clone(),
+        );
+        let lane_running = Family::<LaneLabels, Gauge>::default();
+        registry.register(
+            "qfence_lane_running",
+            "Calls of a controller's lane sent and not yet answered",
+            lane_running.clone(),
+        );
+        let lane_latency: LaneHistograms = Family::new_with_constructor(check_histogram);
+        registry.register(
+            "qfence_lane_latency_seconds",
+            "From a call entering its controller's lane to its answer (wait and call)",
+            lane_latency.clone(),
+        );
+        let lane_calls = Family::<LaneResultLabels, Counter>::default();
+        registry.register(
+            "qfence_lane_calls",
+            "Calls of a controller's lane answered, ok or error",
+            lane_calls.clone(),
+        );
+        let live = Arc::new(live::Live::default());
+        registry.register_collector(Box::new(live.clone()));
         Self {
             registry: Arc::new(Mutex::new(registry)),
             decisions,
@@ -142,6 +213,49 @@ impl Metrics {
             failovers,
             forwarded,
             refusals,
+            lane_queued,
+            lane_running,
+            lane_latency,
+            lane_calls,
+            live,
+        }
+    }
+
+    /// The leader's last decision on `plan`, as gauges (a site's last proof of being fenced
+    /// is kept while it reads otherwise).
+    pub fn plan(&self, plan: &str, gauges: PlanGauges) {
+        self.live.set_plan(plan, gauges);
+    }
+
+    /// Drops the gauges of every plan `keep` refuses (deleted plans; all of them when this
+    /// orchestrator stops leading).
+    pub fn retain_plans(&self, keep: &dyn Fn(&str) -> bool) {
+        self.live.retain_plans(keep);
+    }
+
+    /// Reads this orchestrator's leadership, term and lease from `source` at every scrape.
+    pub fn observe_orchestrator(&self, source: OrchestratorSource) {
+        self.live.set_orchestrator(source);
+    }
+
+    /// Follows one call through `controller`'s `lane`: queued now, running from
+    /// [`LaneWatch::running`], answered at [`LaneWatch::answered`] (dropped before: it only
+    /// leaves the gauges).
+    pub fn lane(&self, controller: &str, lane: Lane) -> LaneWatch {
+        let labels = LaneLabels {
+            controller: controller.to_owned(),
+            lane: match lane {
+                Lane::Checks => "checks",
+                Lane::Changes => "changes",
+            }
+            .to_owned(),
+        };
+        self.lane_queued.get_or_create(&labels).inc();
+        LaneWatch {
+            metrics: self.clone(),
+            labels,
+            started: std::time::Instant::now(),
+            running: false,
         }
     }
 
@@ -215,6 +329,54 @@ impl Metrics {
     }
 }
 
+/// One call in a controller's lane (see [`Metrics::lane`]).
+#[derive(Debug)]
+pub struct LaneWatch {
+    metrics: Metrics,
+    labels: LaneLabels,
+    started: std::time::Instant,
+    running: bool,
+}
+
+impl LaneWatch {
+    /// Its turn came: it is sent now.
+    pub fn running(&mut self) {
+        if !self.running {
+            self.running = true;
+            self.metrics.lane_queued.get_or_create(&self.labels).dec();
+            self.metrics.lane_running.get_or_create(&self.labels).inc();
+        }
+    }
+
+    /// It was answered: `ok` for a reading or a done action, not for an error.
+    pub fn answered(self, ok: bool) {
+        self.metrics
+            .lane_latency
+            .get_or_create(&self.labels)
+            .observe(self.started.elapsed().as_secs_f64());
+        let LaneLabels { controller, lane } = self.labels.clone();
+        self.metrics
+            .lane_calls
+            .get_or_create(&LaneResultLabels {
+                controller,
+                lane,
+                result: if ok { "ok" } else { "error" }.to_owned(),
+            })
+            .inc();
+    }
+}
+
+impl Drop for LaneWatch {
+    fn drop(&mut self) {
+        let gauge = if self.running {
+            &self.metrics.lane_running
+        } else {
+            &self.metrics.lane_queued
+        };
+        gauge.get_or_create(&self.labels).dec();
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -246,5 +408,137 @@ mod tests {
                 "missing {line:?} in\n{text}"
             );
         }
+    }
+
+    fn two_sites(owner: &str, standby_verdict: Verdict, fenced_at_ms: Option<u64>) -> PlanGauges {
+        let other = if owner == "dc1" { "dc2" } else { "dc1" };
+        PlanGauges {
+            owner: owner.into(),
+            generation: 3,
+            phase: "steady".into(),
+            sites: vec![
+                SiteGauge {
+                    site: owner.into(),
+                    role: SiteRole::Owner,
+                    verdict: Verdict::Failed,
+                    fenced_at_ms: None,
+                },
+                SiteGauge {
+                    site: other.into(),
+                    role: SiteRole::Standby,
+                    verdict: standby_verdict,
+                    fenced_at_ms,
+                },
+            ],
+            alarms: vec![],
+        }
+    }
+
+    #[test]
+    fn a_plans_gauges_replace_their_series_and_keep_the_last_proof_of_fencing() {
+        let m = Metrics::new();
+        m.plan(
+            "erp-db",
+            two_sites("dc1", Verdict::Fenced, Some(1_700_000_000_500)),
+        );
+        let mut unknown = two_sites("dc1", Verdict::Unknown, None);
+        unknown.alarms.push((AlarmKind::NotFenced, "dc2".into()));
+        m.plan("erp-db", unknown);
+        let text = m.render();
+        for line in [
+            r#"qfence_plan_generation{plan="erp-db",owner="dc1"} 3"#,
+            r#"qfence_plan_phase{plan="erp-db",phase="steady"} 1"#,
+            r#"qfence_plan_site_verdict{plan="erp-db",site="dc1",role="owner",verdict="FAILED"} 1"#,
+            r#"qfence_plan_site_verdict{plan="erp-db",site="dc2",role="standby",verdict="UNKNOWN"} 1"#,
+            // UNKNOWN now, but dc2 was last proven fenced then.
+            r#"qfence_plan_site_fenced_timestamp_seconds{plan="erp-db",site="dc2"} 1700000000.5"#,
+            r#"qfence_plan_alarm{plan="erp-db",site="dc2",kind="not_fenced"} 1"#,
+        ] {
+            assert!(
+                text.lines().any(|l| l == line),
+                "missing {line:?} in\n{text}"
+            );
+        }
+        assert!(
+            !text.contains(r#"verdict="FENCED"} 1"#),
+            "one verdict a site:\n{text}"
+        );
+        // Failed over: dc2 owns it, and a proof of fencing dc2 no longer applies.
+        m.plan(
+            "erp-db",
+            two_sites("dc2", Verdict::Fenced, Some(1_700_000_100_000)),
+        );
+        let text = m.render();
+        assert!(text.contains(r#"qfence_plan_generation{plan="erp-db",owner="dc2"} 3"#));
+        assert!(!text.contains(r#"site_fenced_timestamp_seconds{plan="erp-db",site="dc2"}"#));
+        assert!(
+            text.contains(r#"site_fenced_timestamp_seconds{plan="erp-db",site="dc1"} 1700000100"#)
+        );
+        m.retain_plans(&|_| false);
+        assert!(
+            !m.render().contains(r#"plan="erp-db""#),
+            "a follower exports no plan"
+        );
+    }
+
+    #[test]
+    fn a_lane_counts_its_queue_running_calls_and_answers() {
+        let m = Metrics::new();
+        let mut first = m.lane("bmc-dc1", Lane::Checks);
+        let second = m.lane("bmc-dc1", Lane::Checks);
+        let text = m.render();
+        assert!(
+            text.contains(r#"qfence_lane_queued{controller="bmc-dc1",lane="checks"} 2"#),
+            "{text}"
+        );
+        first.running();
+        let text = m.render();
+        assert!(
+            text.contains(r#"qfence_lane_queued{controller="bmc-dc1",lane="checks"} 1"#),
+            "{text}"
+        );
+        assert!(
+            text.contains(r#"qfence_lane_running{controller="bmc-dc1",lane="checks"} 1"#),
+            "{text}"
+        );
+        first.answered(false);
+        drop(second);
+        let text = m.render();
+        for line in [
+            r#"qfence_lane_queued{controller="bmc-dc1",lane="checks"} 0"#,
+            r#"qfence_lane_running{controller="bmc-dc1",lane="checks"} 0"#,
+            r#"qfence_lane_calls_total{controller="bmc-dc1",lane="checks",result="error"} 1"#,
+            r#"qfence_lane_latency_seconds_count{controller="bmc-dc1",lane="checks"} 1"#,
+        ] {
+            assert!(
+                text.lines().any(|l| l == line),
+                "missing {line:?} in\n{text}"
+            );
+        }
+    }
+
+    /// At 10,000 plans of two sites a scrape holds about five series a plan: measured, so a
+    /// change that multiplies them shows.
+    #[test]
+    fn ten_thousand_plans_make_about_five_series_each() {
+        let m = Metrics::new();
+        for i in 0..10_000 {
+            m.plan(
+                &format!("plan-{i:05}"),
+                two_sites("dc1", Verdict::Fenced, Some(1_700_000_000_000)),
+            );
+        }
+        let started = std::time::Instant::now();
+        let text = m.render();
+        let took = started.elapsed();
+        let series = text
+            .lines()
+            .filter(|l| l.starts_with("qfence_plan_"))
+            .count();
+        eprintln!(
+            "10,000 plans: {series} series, {:.1} MB, rendered in {took:?}",
+            text.len() as f64 / 1e6
+        );
+        assert_eq!(series, 50_000);
     }
 }

@@ -5,9 +5,10 @@ mod cmd;
 
 use std::process::ExitCode;
 
-use clap::{Parser, Subcommand};
+use clap::{CommandFactory, Parser, Subcommand};
 
 use cmd::Format;
+use cmd::logging::LogFormat;
 
 #[derive(Debug, Parser)]
 #[command(
@@ -19,6 +20,12 @@ struct Cli {
     /// Output format: human text, JSON for scripts, or a mermaid diagram (plan show only).
     #[arg(long, global = true, value_enum, default_value_t = Format::Human)]
     format: Format,
+
+    /// How the long-running commands (serve, lab, cluster) write their log to stderr: text
+    /// or one JSON object a line. `RUST_LOG` filters it (default: qfence at info, the rest
+    /// at warn, the consensus library at error).
+    #[arg(long, global = true, value_enum, env = "QFENCE_LOG_FORMAT", default_value_t = LogFormat::Text)]
+    log_format: LogFormat,
 
     #[command(subcommand)]
     command: Command,
@@ -53,6 +60,11 @@ enum Command {
     /// Measure qfence: figures, not pass/fail.
     #[command(subcommand)]
     Bench(BenchCommand),
+    /// Print the shell completion script for bash, zsh, fish, elvish or powershell.
+    Completions(cmd::generate::CompletionsArgs),
+    /// Write the man pages and every shell's completion script into a directory (packaging).
+    #[command(hide = true)]
+    GenerateAssets(cmd::generate::AssetsArgs),
 }
 
 #[derive(Debug, Subcommand)]
@@ -75,6 +87,12 @@ fn block_on(
 
 fn main() -> ExitCode {
     let cli = Cli::parse();
+    if matches!(
+        cli.command,
+        Command::Serve(_) | Command::Lab(_) | Command::Cluster(_) | Command::Bench(_)
+    ) {
+        cmd::logging::init(cli.log_format);
+    }
     let result = match cli.command {
         Command::Config(c) => cmd::config::run(c, cli.format),
         Command::Plan(c) => cmd::client::plan::run(c, cli.format),
@@ -88,6 +106,8 @@ fn main() -> ExitCode {
         Command::Cluster(a) => block_on(cmd::cluster::run(a)),
         Command::Lab(a) => cmd::lab::run(a, cli.format),
         Command::Bench(BenchCommand::Cluster(a)) => block_on(cmd::cluster::bench(a)),
+        Command::Completions(a) => cmd::generate::completions(a, Cli::command()),
+        Command::GenerateAssets(a) => cmd::generate::assets(a, Cli::command()),
         Command::Serve(a) => tokio::runtime::Builder::new_multi_thread()
             .enable_all()
             .build()

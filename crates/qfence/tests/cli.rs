@@ -36,7 +36,12 @@ fn json(out: &Output) -> serde_json::Value {
 
 #[test]
 fn the_examples_check_clean() {
-    for example in ["examples/lab.yaml", "examples/pg-docker.yaml"] {
+    for example in [
+        "examples/lab.yaml",
+        "examples/pg-docker.yaml",
+        // The Debian package's /etc/qfence/qfence.example.yaml.
+        "deploy/debian/qfence.example.yaml",
+    ] {
         let out = qfence(&["config", "check", &repo(example)]);
         let stderr = String::from_utf8_lossy(&out.stderr);
         assert_eq!(out.status.code(), Some(0), "{example}: {stderr}");

@@ -76,7 +76,7 @@ fn emu_home() -> PathBuf {
 /// The venv the scripts use for `requirements/NAME.txt`: `$QFENCE_EMU_HOME/NAME-<hash>`, the
 /// hash being of the file and the interpreter's path, as `_lib.sh`'s `venv_dir` makes it.
 /// Checked here so that a test never makes the start script install from the network.
-fn venv_dir(name: &str) -> PathBuf {
+pub fn venv_dir(name: &str) -> PathBuf {
     let mut data =
         std::fs::read(tools_dir().join(format!("requirements/{name}.txt"))).unwrap_or_default();
     let python = std::env::var("QFENCE_EMU_PYTHON").unwrap_or_else(|_| "/usr/bin/python3".into());

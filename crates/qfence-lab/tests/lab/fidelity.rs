@@ -1,31 +1,28 @@
-//! Fidelity: the simulators against the independent emulators, call by call.
+//! Fidelity: the simulators against independent implementations, call by call.
 //!
 //! For the calls qfence's drivers make, the simulator must answer with the same status code
 //! and carry every field the emulator carries at the JSON pointers the drivers read. Other
 //! differences (extra fields, richer models) are printed as a report, not failed on.
 //!
-//! Needs sushy-tools and fakepve running (`/work/shared/emulators`-style scripts, or the
-//! project's own emulator scripts); run with
-//! `cargo test -p qfence-lab --test lab -- --ignored fidelity --nocapture`. Addresses:
-//! `QFENCE_SUSHY_URL` (default `https://127.0.0.1:8000`), `QFENCE_FAKEPVE_URL`
-//! (`https://127.0.0.1:8006`), `QFENCE_FAKEPVE_CONTROL` (`http://127.0.0.1:8016`); the
-//! emulators' default credentials.
+//! Part of the suite: each test starts what it compares with through the project's emulator
+//! scripts (`tools/emulators`, the controller tests' [`Starter`]): sushy-tools for Redfish,
+//! fakepve for Proxmox VE; Debian's fence-agents drive both simulators; and the FortiOS
+//! simulator, which has no independent emulator, is driven by fortiosapi (Fortinet's Python
+//! client, written against real FortiGates) making the calls qfence's driver makes.
 
 use std::collections::BTreeSet;
 use std::time::Duration;
 
-use anyhow::{Result, ensure};
+use anyhow::{Context, Result, ensure};
 use qfence_lab::TlsIdentity;
+use qfence_lab::fortios::{self, FortiState};
 use qfence_lab::proxmox::{self, ApiToken, HaService, Node, PveState, Vm, VmStatus};
 use qfence_lab::redfish::{self, Account, BmcState, Role, System};
 use reqwest::{Client, RequestBuilder};
 use serde_json::{Value, json};
 
 use crate::common::{Reply, call, init, loopback, phase};
-
-fn env_or(name: &str, default: &str) -> String {
-    std::env::var(name).unwrap_or_else(|_| default.to_owned())
-}
+use crate::emulators::{Starter, have_program, missing, tools_dir, venv_dir};
 
 fn lenient() -> Client {
     init();
@@ -141,9 +138,17 @@ async fn both(emulator: RequestBuilder, sim: RequestBuilder) -> Result<(Reply, R
 }
 
 #[tokio::test]
-#[ignore = "needs sushy-tools running; see the module docs"]
 async fn fidelity_redfish_against_sushy_tools() -> Result<()> {
-    let sushy = env_or("QFENCE_SUSHY_URL", "https://127.0.0.1:8000");
+    let Some(emu) = Starter::new("start-redfish-sushy.sh")
+        .prefix("qlab-sushy-")
+        .venv("sushy")
+        .tcp_port("REDFISH_PORT")
+        .env("REDFISH_POWER_DELAY", "0")
+        .start()
+    else {
+        return Ok(());
+    };
+    let sushy = format!("https://127.0.0.1:{}", emu.port("REDFISH_PORT"));
     let c = lenient();
     let (user, pw) = ("admin", "password");
 
@@ -378,13 +383,18 @@ fn fakepve_like() -> PveState {
 }
 
 #[tokio::test]
-#[ignore = "needs fakepve running; see the module docs"]
 async fn fidelity_proxmox_against_fakepve() -> Result<()> {
-    let fake = format!(
-        "{}/api2/json",
-        env_or("QFENCE_FAKEPVE_URL", "https://127.0.0.1:8006")
-    );
-    let control = env_or("QFENCE_FAKEPVE_CONTROL", "http://127.0.0.1:8016");
+    let Some(emu) = Starter::new("start-pve-fakepve.sh")
+        .prefix("qlab-pve-")
+        .venv("fakepve")
+        .tcp_port("PVE_PORT")
+        .tcp_port("PVE_CTL_PORT")
+        .start()
+    else {
+        return Ok(());
+    };
+    let fake = format!("https://127.0.0.1:{}/api2/json", emu.port("PVE_PORT"));
+    let control = format!("http://127.0.0.1:{}", emu.port("PVE_CTL_PORT"));
     let token = "PVEAPIToken=root@pam!qfence=11111111-2222-3333-4444-555555555555";
     let c = lenient();
     let h = proxmox::start(loopback(), TlsIdentity::loopback()?, fakepve_like()).await?;
@@ -799,8 +809,13 @@ async fn agent(program: &str, args: &[String]) -> Result<(i32, String)> {
 /// Debian's fence-agents (independent clients of both protocols) drive the simulators:
 /// status, off (they poll until off), status again, on.
 #[tokio::test]
-#[ignore = "needs Debian's fence-agents (fence_redfish, fence_pve)"]
 async fn fidelity_fence_agents_drive_the_simulators() -> Result<()> {
+    for agent in ["fence_redfish", "fence_pve"] {
+        if !have_program(agent) {
+            missing(&format!("{agent} (Debian's fence-agents)"));
+            return Ok(());
+        }
+    }
     phase("fence_redfish against the BMC simulator");
     let state = BmcState::new(
         vec![System::new(
@@ -871,5 +886,244 @@ async fn fidelity_fence_agents_drive_the_simulators() -> Result<()> {
         );
     }
     pve.shutdown().await;
+    Ok(())
+}
+
+/// The envelope every FortiOS answer carries (Fortinet's REST API reference), as fortiosapi
+/// hands it to its callers.
+const ENVELOPE: &[&str] = &[
+    "http_method",
+    "status",
+    "http_status",
+    "vdom",
+    "path",
+    "name",
+    "serial",
+    "version",
+    "build",
+];
+
+/// fortiosapi, Fortinet's own client, drives the FortiOS simulator through the calls qfence's
+/// FortiGate driver makes (status, HA checksums, policies and VIPs read, changed and read back,
+/// a refused value, an unknown object and VDOM, a wrong key); each answer must be what that
+/// client, written against real FortiGates, expects.
+#[tokio::test]
+async fn fidelity_fortios_simulator_driven_by_fortiosapi() -> Result<()> {
+    let python = venv_dir("fortios").join("bin/python");
+    if !venv_dir("fortios").join(".qfence-installed").is_file() {
+        missing(&format!(
+            "fortiosapi (venv {})",
+            venv_dir("fortios").display()
+        ));
+        return Ok(());
+    }
+    let tls = qfence_lab::LabTls::self_signed(&["127.0.0.1", "localhost"])?;
+    let dir = tempfile::tempdir()?;
+    let ca = dir.path().join("fortigate.pem");
+    std::fs::write(&ca, &tls.cert_pem)?;
+    let mut sim = fortios::start(loopback(), Some(tls), FortiState::example()).await?;
+    let host = format!("127.0.0.1:{}", sim.addr().port());
+    let ca = ca.to_str().context("UTF-8")?.to_owned();
+
+    phase("fortiosapi makes qfence's calls against the simulator");
+    let out = tokio::process::Command::new(&python)
+        .arg(tools_dir().join("fortios_client.py"))
+        // requests lets these override a session's own `verify` (the simulator's certificate).
+        .env_remove("REQUESTS_CA_BUNDLE")
+        .env_remove("CURL_CA_BUNDLE")
+        .args([
+            host.as_str(),
+            ca.as_str(),
+            "admin-key",
+            "root",
+            "1",
+            "erp-vip",
+            "10.2.1.5",
+        ])
+        .output()
+        .await?;
+    ensure!(
+        out.status.success(),
+        "fortios_client.py failed: {}{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let calls: Vec<Value> = serde_json::from_slice(&out.stdout)?;
+    let answer = |name: &str| -> Value {
+        calls
+            .iter()
+            .find(|c| c["call"] == name)
+            .map(|c| {
+                if c.get("answer").is_some() {
+                    c["answer"].clone()
+                } else {
+                    json!({"http_status": c["raw_status"], "raw": c["raw_body"]})
+                }
+            })
+            .unwrap_or(Value::Null)
+    };
+    let mut problems = Vec::new();
+    if answer("tokenlogin")["version"] != "v7.4.5" {
+        problems.push(format!("tokenlogin kept version {}", answer("tokenlogin")));
+    }
+    let mut expect = |name: &str, http: u64, check: &dyn Fn(&Value) -> bool, what: &str| {
+        let a = answer(name);
+        eprintln!(
+            "   {name}: {}",
+            a.to_string().chars().take(160).collect::<String>()
+        );
+        if a["http_status"] != http {
+            problems.push(format!(
+                "{name}: http_status {} (want {http}): {a}",
+                a["http_status"]
+            ));
+        } else if !check(&a) {
+            problems.push(format!("{name}: {what}: {a}"));
+        }
+        if a.get("raw").is_none() {
+            for key in ENVELOPE.iter().filter(|k| a.get(**k).is_none()) {
+                problems.push(format!("{name}: the envelope lacks {key}"));
+            }
+        }
+    };
+    let first = |a: &Value| a["results"].get(0).cloned().unwrap_or(Value::Null);
+    expect(
+        "monitor system/status",
+        200,
+        &|a| a["status"] == "success" && a["results"]["hostname"].is_string(),
+        "results.hostname",
+    );
+    expect(
+        "monitor system/ha-checksums",
+        200,
+        &|a| a["results"].is_array(),
+        "results is a list",
+    );
+    expect(
+        "cmdb firewall/policy",
+        200,
+        &|a| {
+            a["results"].as_array().is_some_and(|r| {
+                r.len() == 2
+                    && r.iter()
+                        .all(|p| p["policyid"].is_number() && p["status"].is_string())
+            })
+        },
+        "two policies with policyid and status",
+    );
+    expect(
+        "cmdb firewall/policy/{id}",
+        200,
+        &|a| first(a)["policyid"] == 1 && first(a)["status"] == "enable",
+        "policy 1, enabled",
+    );
+    expect(
+        "put firewall/policy/{id} disable",
+        200,
+        &|a| a["status"] == "success" && (a["mkey"].is_number() || a["mkey"] == "1"),
+        "success with the mkey",
+    );
+    expect(
+        "cmdb firewall/policy/{id} after disable",
+        200,
+        &|a| first(a)["status"] == "disable",
+        "read back disabled",
+    );
+    expect(
+        "put firewall/policy/{id} enable",
+        200,
+        &|a| a["status"] == "success",
+        "success",
+    );
+    expect(
+        "cmdb firewall/vip",
+        200,
+        &|a| {
+            a["results"]
+                .as_array()
+                .is_some_and(|r| r.iter().any(|v| v["name"] == "erp-vip"))
+        },
+        "erp-vip listed",
+    );
+    expect(
+        "put firewall/vip/{name} mappedip",
+        200,
+        &|a| a["status"] == "success" && a["revision_changed"] == true,
+        "success, revision changed",
+    );
+    expect(
+        "cmdb firewall/vip/{name} after put",
+        200,
+        &|a| first(a)["mappedip"][0]["range"] == "10.2.1.5",
+        "read back mapped to 10.2.1.5",
+    );
+    expect(
+        "put firewall/vip/{name} bad address",
+        424,
+        &|a| a["status"] == "error" && a["error"].as_i64().is_some_and(|e| e < 0),
+        "an error with a negative code",
+    );
+    expect(
+        "cmdb firewall/policy/{unknown}",
+        404,
+        &|a| a["status"] == "error",
+        "an error",
+    );
+    expect(
+        "cmdb system/settings",
+        200,
+        &|a| {
+            first(a).get("firewall-session-dirty").is_some()
+                || a["results"].get("firewall-session-dirty").is_some()
+        },
+        "firewall-session-dirty",
+    );
+    expect(
+        "cmdb system/api-user",
+        200,
+        &|a| a["results"].is_array(),
+        "results is a list",
+    );
+    expect(
+        "cmdb system/accprofile",
+        200,
+        &|a| a["results"].is_array(),
+        "results is a list",
+    );
+    expect(
+        "cmdb firewall/policy in an unknown vdom",
+        404,
+        &|a| a["status"] == "error",
+        "an error",
+    );
+    expect("monitor system/status with a wrong key", 401, &|_| true, "");
+    // fortiosapi refuses to log in when the device's answer to a wrong key is no envelope.
+    if answer("tokenlogin with a wrong key")["logged_in"] != false {
+        problems.push(format!(
+            "tokenlogin with a wrong key: {}",
+            answer("tokenlogin with a wrong key")
+        ));
+    }
+    phase("the simulator's own state agrees with what the client read back");
+    let st = sim.state();
+    let root = &st.vdoms["root"];
+    if !root.policies[&1].enabled {
+        problems.push("policy 1 is not enabled again".into());
+    }
+    if root.vips["erp-vip"].mappedip != ["10.2.1.5"] {
+        problems.push(format!(
+            "erp-vip maps to {:?}",
+            root.vips["erp-vip"].mappedip
+        ));
+    }
+    sim.shutdown().await;
+    for p in &problems {
+        eprintln!("   DIFF: {p}");
+    }
+    ensure!(
+        problems.is_empty(),
+        "{} differences from what fortiosapi expects",
+        problems.len()
+    );
     Ok(())
 }

@@ -19,6 +19,7 @@ use tokio_util::sync::CancellationToken;
 use super::drivers::{DriverExecutor, LocalDrivers};
 use super::effective::ConfigCell;
 use super::engine::{Engine, EngineOptions};
+use super::systemd::{Beat, Heartbeat, Notifier};
 use super::{RuntimeBackend, RuntimeError};
 use crate::events::{EventLog, JsonlStore, repair_torn_tail};
 use crate::{ApiConfig, Metrics, TokenStore};
@@ -45,6 +46,9 @@ pub struct DaemonOptions {
     /// Write a join token for every other orchestrator of the configuration into
     /// `DATA/join-tokens/NAME.token` (those missing), from the cluster CA in `DATA/ca`.
     pub write_join_tokens: bool,
+    /// The service manager's notification socket (`Type=notify`, `WatchdogSec=`): the
+    /// decision loop feeds its watchdog. `None` outside systemd.
+    pub notifier: Option<Notifier>,
 }
 
 /// How to join an existing cluster.
@@ -85,6 +89,8 @@ pub struct Daemon {
     pub api_fingerprint: String,
     /// Controllers whose driver could not be built here, and why.
     pub unavailable: Vec<(qfence_model::ControllerId, String)>,
+    /// Turns true once the engine's first tick has run.
+    first_tick: tokio::sync::watch::Receiver<bool>,
     engine_stop: CancellationToken,
     api_stop: CancellationToken,
     engine_task: tokio::task::JoinHandle<()>,
@@ -246,6 +252,50 @@ fn host_of(address: &str) -> String {
         .to_owned()
 }
 
+/// The engine's heartbeat: the first tick is announced to [`Daemon::first_tick`], every turn
+/// feeds the service manager's watchdog (the loop turning at half its timeout).
+fn heartbeat(
+    notifier: Option<Notifier>,
+    first_tick: tokio::sync::watch::Sender<bool>,
+) -> Heartbeat {
+    Heartbeat {
+        every: notifier.as_ref().and_then(Notifier::keepalive_every),
+        beat: Arc::new(move |beat| match beat {
+            Beat::FirstTick => {
+                first_tick.send_replace(true);
+            }
+            Beat::Alive => {
+                if let Some(n) = notifier.as_ref().filter(|n| n.watchdog().is_some()) {
+                    n.keepalive();
+                }
+            }
+        }),
+    }
+}
+
+/// Reads this node's leadership, term and lease for the metrics. The leader lease is
+/// openraft's (`election_max_ms`): a leader that heard nothing from a quorum for that long
+/// loses it, and whatever it started is cancelled.
+fn orchestrator_gauges(node: &ClusterNode, timing: &Timing) -> crate::metrics::OrchestratorSource {
+    let node = node.clone();
+    let lease = Duration::from_millis(timing.election_max_ms);
+    Arc::new(move || {
+        let m = node.metrics();
+        let leader = node.leader().as_ref() == Some(node.name());
+        let since_ack = node.since_quorum_ack();
+        crate::metrics::OrchestratorGauges {
+            name: node.name().to_string(),
+            leader,
+            term: m.current_term,
+            lease_remaining: match since_ack {
+                Some(since) if leader => lease.saturating_sub(since),
+                _ => Duration::ZERO,
+            },
+            lease,
+        }
+    })
+}
+
 impl Daemon {
     /// Starts everything. Spawns tasks; call inside a Tokio runtime.
     pub async fn start(o: DaemonOptions) -> Result<Self, RuntimeError> {
@@ -334,7 +384,7 @@ impl Daemon {
                 advertise: Some(me.address.clone()),
                 data_dir: o.data_dir.clone(),
                 tls: tls.clone(),
-                timing: o.timing,
+                timing: o.timing.clone(),
                 admin_api: false,
             },
             Arc::new(DriverExecutor(drivers.clone())),
@@ -386,13 +436,12 @@ impl Daemon {
         }
         let log = EventLog::open(JsonlStore::open(&events_path)?)?;
         let metrics = Metrics::new();
-        let engine = Engine::new(
-            cell,
-            node.clone(),
-            log,
-            metrics.clone(),
-            EngineOptions::for_config(&o.config),
-        );
+        drivers.attach_metrics(metrics.clone());
+        metrics.observe_orchestrator(orchestrator_gauges(&node, &o.timing));
+        let (first_tick_tx, first_tick) = tokio::sync::watch::channel(false);
+        let mut options = EngineOptions::for_config(&o.config);
+        options.heartbeat = Some(heartbeat(o.notifier, first_tick_tx));
+        let engine = Engine::new(cell, node.clone(), log, metrics.clone(), options);
         match engine.register().await {
             // A follower has nothing to register: the leader does it on every tick.
             Err(RuntimeError::Cluster(qfence_cluster::ClusterError::NotLeader { .. })) | Ok(()) => {
@@ -433,12 +482,19 @@ impl Daemon {
             api_addr,
             api_fingerprint,
             unavailable,
+            first_tick,
             engine_stop,
             api_stop,
             engine_task,
             api_task,
             drivers,
         })
+    }
+
+    /// Waits until the engine's first tick has run (`qfence serve` is ready then).
+    pub async fn first_tick(&self) {
+        let mut rx = self.first_tick.clone();
+        let _ = rx.wait_for(|t| *t).await;
     }
 
     /// The first signal: start no new operation, wait up to `timeout` for those in flight.

@@ -389,6 +389,8 @@ pub struct LocalDrivers {
     /// Each controller's lane, made when it is first called.
     lanes: Mutex<BTreeMap<ControllerId, Arc<Lane>>>,
     secrets: SecretStore,
+    /// Where the lanes' queue depth and latency go, once attached.
+    metrics: std::sync::OnceLock<crate::Metrics>,
 }
 
 type BuiltDriver = (ControllerConfig, Result<Arc<AnyDriver>, String>);
@@ -424,7 +426,24 @@ impl LocalDrivers {
             lanes: Mutex::new(BTreeMap::new()),
             config: config.clone(),
             secrets: secrets.clone(),
+            metrics: std::sync::OnceLock::new(),
         }
+    }
+
+    /// Reports each lane's queue depth and latency to `metrics` from now on.
+    pub fn attach_metrics(&self, metrics: crate::Metrics) {
+        let _ = self.metrics.set(metrics);
+    }
+
+    /// Follows one call in `controller`'s `lane`, when metrics are attached.
+    fn watch(
+        &self,
+        controller: &ControllerId,
+        lane: crate::metrics::Lane,
+    ) -> Option<crate::metrics::LaneWatch> {
+        self.metrics
+            .get()
+            .map(|m| m.lane(controller.as_str(), lane))
     }
 
     /// Closes every driver (their Redfish sessions), at shutdown, after the operations
@@ -541,9 +560,15 @@ impl LocalDrivers {
             };
             // Only a call that sends marks the lane as changing.
             let changing = Changing::start(&lane);
+            let mut watch = self.watch(controller, crate::metrics::Lane::Changes);
             let turn = wait_turn(&lane.changes, deadline, call, &cancel).await;
             let answer = match turn {
-                Ok(_turn) => self.call_driver(&d, call, deadline, cancel).await,
+                Ok(_turn) => {
+                    if let Some(w) = watch.as_mut() {
+                        w.running();
+                    }
+                    self.call_driver(&d, call, deadline, cancel).await
+                }
                 // Nothing was sent: the target is as it was, so this is a refusal.
                 Err(message) => WireResult::Error(WireError {
                     kind: "timeout".into(),
@@ -551,6 +576,9 @@ impl LocalDrivers {
                     state_unknown: false,
                 }),
             };
+            if let Some(w) = watch {
+                w.answered(!matches!(answer, WireResult::Error(_)));
+            }
             // The change has ended before anyone learns its answer: a read-back issued on
             // that answer must not share a reading that began before the end.
             drop(changing);
@@ -570,6 +598,7 @@ impl LocalDrivers {
             Err(leading) => leading,
         };
         let queued_until = tokio::time::Instant::now() + CHECK_QUEUE_LIMIT;
+        let mut watch = self.watch(controller, crate::metrics::Lane::Checks);
         // A check the driver answers from a shared listing costs the controller nothing of
         // its own (one listing per node is in flight, however many wait): rationing it would
         // only make thousands of plans' checks queue behind each other's waits.
@@ -582,11 +611,17 @@ impl LocalDrivers {
         };
         let answer = match turn {
             Ok(_turn) => {
+                if let Some(w) = watch.as_mut() {
+                    w.running();
+                }
                 let deadline = tokio::time::Instant::now() + Duration::from_millis(call.timeout_ms);
                 Ok(self.call_driver(&d, call, deadline, cancel).await)
             }
             Err(e) => Err(e),
         };
+        if let Some(w) = watch {
+            w.answered(matches!(answer, Ok(WireResult::Reading(_))));
+        }
         leading.finish(&answer);
         answer
     }

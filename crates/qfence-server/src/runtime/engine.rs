@@ -22,6 +22,7 @@ use tokio_util::sync::CancellationToken;
 
 use super::effective::{ConfigCell, EffectiveConfig};
 use super::executor::Executor;
+use super::systemd::{Beat, Heartbeat};
 use super::{Clock, RuntimeError};
 use crate::events::{EventKind, EventLog, JsonlStore, NewEvent};
 use crate::metrics::Metrics;
@@ -51,6 +52,8 @@ pub struct EngineOptions {
     pub tick: Duration,
     /// How long a leadership confirmed by the cluster counts as a lease for the core.
     pub lease: Duration,
+    /// Told on every turn of the loop (systemd's readiness and watchdog); none by default.
+    pub heartbeat: Option<Heartbeat>,
 }
 
 impl EngineOptions {
@@ -64,6 +67,7 @@ impl EngineOptions {
         Self {
             tick,
             lease: Duration::from_secs(1),
+            heartbeat: None,
         }
     }
 }
@@ -593,6 +597,8 @@ impl Engine {
     /// when results come back in between, the plans they belong to.
     pub async fn run(self, stop: CancellationToken) {
         let mut next_full = tokio::time::Instant::now();
+        let heartbeat = self.inner.options.heartbeat.clone();
+        let mut ticked = false;
         loop {
             let now = tokio::time::Instant::now();
             let full = self.inner.wake_all.swap(false, Ordering::SeqCst) || now >= next_full;
@@ -622,9 +628,17 @@ impl Engine {
                 if let Err(e) = lock(&self.inner.events).sync() {
                     tracing::error!("The event log could not be synced: {e}");
                 }
+                if let Some(h) = heartbeat.as_ref().filter(|_| !ticked) {
+                    (h.beat)(Beat::FirstTick);
+                }
+                ticked = true;
+            }
+            if let Some(h) = &heartbeat {
+                (h.beat)(Beat::Alive);
             }
             tokio::select! {
                 () = stop.cancelled() => break,
+                () = Heartbeat::due(heartbeat.as_ref()) => {}
                 () = tokio::time::sleep_until(next_full) => {}
                 // A short pause coalesces a burst of results into one tick.
                 () = self.inner.wake.notified() => {
@@ -744,6 +758,12 @@ impl Engine {
             to_publish.extend(acted.await.into_iter().flatten());
         }
         self.publish(to_publish).await;
+        // Only the leader exports plans; a full tick drops the plans deleted since.
+        if lease.token.is_none() {
+            inner.metrics.retain_plans(&|_| false);
+        } else if only.is_none() {
+            inner.metrics.retain_plans(&|p| config.plan(p).is_some());
+        }
     }
 
     /// Decides one plan on its replicated `state` under `lease`, and records what is news.
@@ -780,7 +800,7 @@ impl Engine {
         let changed = view.last_recorded.as_deref() != Some(gist.as_str());
         if acted || changed {
             tracing::info!(plan = %plan, term = %leadership.term, generation = %state.generation,
-                "{}", decision.reason);
+                "{}", super::capitalised(&decision.reason));
             inner.record(
                 NewEvent::new(EventKind::Decision, inner.me.as_str(), decision.reason.clone())
                     .plan(plan.as_str())
@@ -828,6 +848,9 @@ impl Engine {
                 }
             };
             if next.generation != state.generation {
+                tracing::info!(plan = %plan, site = %next.owner, term = %d.term,
+                    generation = %next.generation, "Committed {plan}: owner {} at generation {} (was {} at {})",
+                    next.owner, next.generation, state.owner, state.generation);
                 inner.metrics.failover(plan.as_str(), "committed");
                 inner.record(
                     NewEvent::new(
@@ -881,6 +904,10 @@ impl Engine {
         let now = inner.clock.now();
         let view = self.runtime(plan);
         let sites = site_verdicts(config, cfg, state, &view, now);
+        // The same verdicts, beside the same sentence, go to the metrics.
+        inner
+            .metrics
+            .plan(plan.as_str(), super::gauges::plan(state, &sites));
         let gist = format!(
             "{term} {} {}",
             sites

@@ -9,6 +9,7 @@ use qfence_core::{Action, BindingKey, Command, Observation, Observed, OpResult, 
 use qfence_model::{Role, Verdict};
 use tokio_util::sync::CancellationToken;
 
+use super::capitalised;
 use super::drivers::{Verb, WireCall, WireResult};
 use super::engine::Inner;
 use crate::events::{EventKind, NewEvent};
@@ -83,6 +84,8 @@ impl Executor {
         }
         // Routine checks go to the log only when their reading changes (see `finish`).
         if !is_check {
+            tracing::info!(plan = %command.plan, site = key.site.as_ref().map_or("-", |s| s.as_str()), term = %command.term,
+                generation = %command.generation, op = %command.op, "Started {command}");
             inner.record(event);
         }
         let token = leadership.child_token();
@@ -368,7 +371,24 @@ impl Executor {
             (false, _, Outcome::Failed) => "failed",
         };
         let message = format!("{} {word}: {}", command.action.name(), f.detail);
-        tracing::info!(plan = %command.plan, binding = %key, op = %command.op, "{message}");
+        // A routine reading is news only when it changes; an action that did not get done
+        // (a controller error, a refusal, UNKNOWN) is a warning.
+        macro_rules! result {
+            ($level:expr) => {
+                tracing::event!($level, plan = %command.plan, site = key.site.as_ref().map_or("-", |s| s.as_str()), binding = %key,
+                    controller = controller.as_deref().unwrap_or("-"), term = %command.term,
+                    generation = %command.generation, op = %command.op,
+                    took_ms = took.as_millis(), "{}", capitalised(&message))
+            };
+        }
+        match (news, is_check, f.outcome, f.observed) {
+            (false, _, _, _) => result!(tracing::Level::DEBUG),
+            (true, false, Outcome::Done, _)
+            | (true, true, _, Observed::Holds | Observed::NotHeld) => {
+                result!(tracing::Level::INFO)
+            }
+            (true, _, _, _) => result!(tracing::Level::WARN),
+        }
         let mut event = NewEvent::new(EventKind::Result, inner.me.as_str(), message)
             .plan(command.plan.as_str())
             .term(command.term.0)

@@ -30,6 +30,8 @@ pub mod drivers;
 pub mod effective;
 pub mod engine;
 pub mod executor;
+pub mod gauges;
+pub mod systemd;
 
 use std::time::{Duration, SystemTime};
 
@@ -69,6 +71,36 @@ pub enum RuntimeError {
     NotLeader,
     #[error("{0}")]
     Setup(String),
+}
+
+/// A sentence with its first letter in upper case, how a log line starts, unless its first
+/// word is a name (`erp-db to dc2, ...`, `power.off ...`): a name keeps its spelling.
+pub(crate) fn capitalised(s: &str) -> String {
+    let first = s.split([' ', ',', ':', ';']).next().unwrap_or_default();
+    if first.contains(|c: char| c == '-' || c == '.' || c == '_' || c.is_ascii_digit()) {
+        return s.to_owned();
+    }
+    let mut c = s.chars();
+    c.next()
+        .map(|f| f.to_uppercase().chain(c).collect())
+        .unwrap_or_default()
+}
+
+#[cfg(test)]
+mod tests {
+    #[test]
+    fn a_log_line_starts_capitalised_but_a_name_keeps_its_spelling() {
+        assert_eq!(
+            super::capitalised("failing erp-db over"),
+            "Failing erp-db over"
+        );
+        assert_eq!(
+            super::capitalised("erp-db to dc2, fences step"),
+            "erp-db to dc2, fences step"
+        );
+        assert_eq!(super::capitalised("fence done: off"), "Fence done: off");
+        assert_eq!(super::capitalised(""), "");
+    }
 }
 
 /// The runtime's clock: wall-clock time at start plus `tokio::time` elapsed since, so tests

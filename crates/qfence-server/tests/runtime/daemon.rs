@@ -14,9 +14,9 @@ use serde_json::{Value, json};
 
 use crate::lab::{self, Sims, eventually, phase};
 
-const TOKEN: &str = "oncall-token-7";
+pub(crate) const TOKEN: &str = "oncall-token-7";
 
-async fn start(sims: &Sims, data: &std::path::Path) -> Result<Daemon> {
+pub(crate) async fn start(sims: &Sims, data: &std::path::Path) -> Result<Daemon> {
     start_with(sims, data, Access::Operator).await
 }
 
@@ -38,12 +38,13 @@ async fn start_with(sims: &Sims, data: &std::path::Path, access: Access) -> Resu
         timing: Timing::fast(),
         join: None,
         write_join_tokens: false,
+        notifier: None,
     })
     .await?)
 }
 
 /// A client trusting only the cluster CA the daemon created in its data directory.
-fn client(data: &std::path::Path, d: &Daemon) -> Result<reqwest::Client> {
+pub(crate) fn client(data: &std::path::Path, d: &Daemon) -> Result<reqwest::Client> {
     let pem = std::fs::read(data.join("ca/ca.pem"))?;
     let mut roots = rustls::RootCertStore::empty();
     for cert in rustls::pki_types::pem::PemObject::pem_slice_iter(&pem) {

@@ -5,6 +5,7 @@
 mod api_plans;
 mod daemon;
 mod lab;
+mod metrics;
 mod routing;
 mod scale;
 

@@ -6,7 +6,9 @@ pub mod config;
 pub mod controller;
 pub mod dry_run;
 pub mod events;
+pub mod generate;
 pub mod lab;
+pub mod logging;
 pub mod plan;
 pub mod serve;
 

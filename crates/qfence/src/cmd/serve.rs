@@ -22,11 +22,17 @@ use qfence_cluster::node::Timing;
 use qfence_cluster::tls::JoinToken;
 use qfence_controllers::SecretStore;
 use qfence_model::OrchestratorId;
+use qfence_model::ids::SecretRef;
 use qfence_server::TokenStore;
 use qfence_server::runtime::daemon::Membership;
+use qfence_server::runtime::systemd::Notifier;
 use qfence_server::runtime::{Daemon, DaemonOptions, JoinOptions};
 
 use super::Format;
+
+/// The secret (a systemd credential, under the packaged unit) holding a joining
+/// orchestrator's join token when no flag gives it.
+pub const JOIN_TOKEN_SECRET: &str = "join-token";
 
 /// `qfence serve`
 #[derive(Debug, Args)]
@@ -66,7 +72,8 @@ pub struct ServeArgs {
     #[arg(long, conflicts_with = "join")]
     pub init: bool,
     /// First start only: join the cluster through this member's cluster address
-    /// (`host:port`), with --join-token or --join-token-file. Nothing to do once a member.
+    /// (`host:port`), with --join-token, --join-token-file or the secret `join-token` (a
+    /// systemd credential under the packaged unit). Nothing to do once a member.
     #[arg(long, value_name = "ADDR")]
     pub join: Option<String>,
     /// This orchestrator's join token (from the first node's `join-tokens/`). It holds a
@@ -95,7 +102,7 @@ pub async fn run(a: ServeArgs) -> anyhow::Result<ExitCode> {
     let tokens = match &a.tokens {
         Some(p) => TokenStore::from_file(p)?,
         None => {
-            eprintln!("warning: no --tokens file: every API call will be refused");
+            tracing::warn!("No --tokens file: every API call will be refused");
             TokenStore::default()
         }
     };
@@ -114,13 +121,28 @@ pub async fn run(a: ServeArgs) -> anyhow::Result<ExitCode> {
                     .with_context(|| format!("the join token in {}", f.display()))?,
             })
         }
-        (Some(_), None, None) => {
-            eprintln!(
-                "error: --join needs this orchestrator's join token: --join-token-file FILE, \
-                 --join-token TOKEN or QFENCE_JOIN_TOKEN (the first node wrote it into its \
-                 join-tokens/ directory)"
-            );
-            return Ok(ExitCode::from(super::EXIT_USAGE));
+        (Some(seed), None, None) => {
+            // Under systemd: the credential `join-token` (LoadCredential=), or the secret
+            // stores' entry of that name.
+            let secrets = SecretStore::from_process(a.secrets_dir.clone());
+            let Ok(token) = SecretRef::new(JOIN_TOKEN_SECRET)
+                .map_err(|e| e.to_string())
+                .and_then(|r| secrets.resolve(&r).map_err(|e| e.to_string()))
+            else {
+                eprintln!(
+                    "error: --join needs this orchestrator's join token: --join-token-file FILE, \
+                     --join-token TOKEN, QFENCE_JOIN_TOKEN or the secret {JOIN_TOKEN_SECRET:?} \
+                     (a systemd credential; the first node wrote the token into its \
+                     join-tokens/ directory)"
+                );
+                return Ok(ExitCode::from(super::EXIT_USAGE));
+            };
+            Some(JoinOptions {
+                seed: seed.clone(),
+                token: JoinToken::decode(token.expose().trim()).with_context(|| {
+                    format!("the join token in the secret {JOIN_TOKEN_SECRET:?}")
+                })?,
+            })
         }
     };
     let name = OrchestratorId::new(&a.name).context("--name")?;
@@ -133,6 +155,7 @@ pub async fn run(a: ServeArgs) -> anyhow::Result<ExitCode> {
             .get(&m.site)
             .is_some_and(|s| s.witness)
     });
+    let notifier = Notifier::from_env();
     let daemon = Daemon::start(DaemonOptions {
         config: loaded.config,
         config_text,
@@ -149,6 +172,7 @@ pub async fn run(a: ServeArgs) -> anyhow::Result<ExitCode> {
         },
         join,
         write_join_tokens: a.init,
+        notifier: notifier.clone(),
     })
     .await?;
     if let Some(me) = &me
@@ -163,7 +187,10 @@ pub async fn run(a: ServeArgs) -> anyhow::Result<ExitCode> {
             advertise: me.address.clone(),
         };
         if let Err(e) = identity.save(&a.data) {
-            eprintln!("warning: {e:#}");
+            tracing::warn!(
+                error = format!("{e:#}"),
+                "Could not save this node's identity"
+            );
         }
     }
     match (daemon.membership, &a.join) {
@@ -188,12 +215,26 @@ pub async fn run(a: ServeArgs) -> anyhow::Result<ExitCode> {
         );
     }
     for (c, why) in &daemon.unavailable {
-        eprintln!("warning: controller {c} has no driver here (its calls read UNKNOWN): {why}");
+        tracing::warn!(controller = %c, "No driver here; its calls read UNKNOWN: {why}");
     }
     println!("qfence {} serving https://{}", a.name, daemon.api_addr);
     println!("API certificate sha256:{}", daemon.api_fingerprint);
-
-    signal().await;
+    // Ready for systemd once joined, serving and past the first tick of the engine (a
+    // signal before that still drains).
+    let signalled = tokio::select! {
+        () = daemon.first_tick() => false,
+        () = signal() => true,
+    };
+    if !signalled {
+        tracing::info!(orchestrator = %a.name, api = %daemon.api_addr, "Ready: the first tick has run");
+        if let Some(n) = &notifier {
+            n.ready(&format!("serving https://{}", daemon.api_addr));
+        }
+        signal().await;
+    }
+    if let Some(n) = &notifier {
+        n.stopping("draining");
+    }
     println!("Draining: no new operation starts; a second signal exits at once.");
     let left = tokio::select! {
         n = daemon.drain(Duration::from_secs(a.drain_seconds)) => n,
