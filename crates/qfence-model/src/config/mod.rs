@@ -25,6 +25,7 @@ use crate::domain::{FenceLevel, Role};
 use crate::ids::{ControllerId, OrchestratorId, PlanId, SecretRef, SiteId};
 
 mod issue;
+pub mod keys;
 mod load;
 pub mod plan_api;
 mod tree;

@@ -7,7 +7,7 @@ use super::read::Fields;
 use super::{Decoder, child, index, list_names};
 use crate::catalog::{CapabilitySpec, ControllerType, Params};
 use crate::config::tree::Node;
-use crate::config::{Binding, ControllerConfig};
+use crate::config::{Binding, ControllerConfig, keys};
 use crate::domain::{FenceLevel, Role};
 use crate::ids::{ControllerId, SiteId};
 
@@ -64,18 +64,7 @@ impl Decoder {
         plan_sites: &[SiteId],
         controllers: &BTreeMap<ControllerId, ControllerConfig>,
     ) -> Option<Binding> {
-        let f = self.fields(
-            node,
-            path,
-            &[
-                "controller",
-                "capability",
-                "resource",
-                "role",
-                "required",
-                "params",
-            ],
-        )?;
+        let f = self.fields(node, path, keys::BINDING)?;
         let controller = self
             .require(&f, "controller", "the controller to act through")
             .and_then(|n| self.controller_ref(n, &f.path("controller")));

@@ -5,12 +5,12 @@ use std::time::Duration;
 
 use super::{Decoder, child};
 use crate::config::tree::{Node, Value};
-use crate::config::{ClusterConfig, OrchestratorConfig, SiteConfig};
+use crate::config::{ClusterConfig, OrchestratorConfig, SiteConfig, keys};
 use crate::ids::{OrchestratorId, SiteId, check_name};
 
 impl Decoder {
     pub(super) fn cluster(&mut self, node: &Node, path: &str) -> Option<ClusterConfig> {
-        let f = self.fields(node, path, &["name", "lease_seconds"])?;
+        let f = self.fields(node, path, keys::CLUSTER)?;
         let name = self
             .require(&f, "name", "the cluster's name")
             .and_then(|n| {
@@ -49,7 +49,7 @@ impl Decoder {
         let mut out = BTreeMap::new();
         for (name, n) in &entries {
             let p = child(path, name);
-            let site = self.fields(n, &p, &["witness"]).and_then(|f| {
+            let site = self.fields(n, &p, keys::SITE).and_then(|f| {
                 let witness = self.opt(&f, "witness", false, Self::boolean)?;
                 Some(SiteConfig { witness })
             });
@@ -80,7 +80,7 @@ impl Decoder {
         let mut addresses: HashMap<String, String> = HashMap::new();
         for (name, n) in &entries {
             let p = child(path, name);
-            let Some(f) = self.fields(n, &p, &["site", "address"]) else {
+            let Some(f) = self.fields(n, &p, keys::ORCHESTRATOR) else {
                 ok = false;
                 continue;
             };

@@ -9,7 +9,7 @@ use super::read::Fields;
 use super::{Decoder, child, index, list_names};
 use crate::catalog::ControllerType;
 use crate::config::tree::{Node, Value};
-use crate::config::{ControllerConfig, OrchestratorConfig, TlsTrust};
+use crate::config::{ControllerConfig, OrchestratorConfig, TlsTrust, keys};
 use crate::ids::{ControllerId, OrchestratorId, SecretRef, SiteId};
 
 impl Decoder {
@@ -72,21 +72,14 @@ impl Decoder {
     }
 
     fn controller(&mut self, node: &Node, path: &str, name: &str) -> Option<ControllerConfig> {
-        const COMMON: &[&str] = &["type", "site", "reach", "secret", "timeout_seconds"];
         // The type decides which other keys are allowed, so it is read first.
-        let ty = self.controller_type(node, path, COMMON)?;
+        let ty = self.controller_type(node, path)?;
         self.controller_types.insert(name.to_owned(), ty);
-        let specific: &[&'static str] = match ty {
-            ControllerType::Redfish => &["endpoint", "tls", "username", "auth"],
-            ControllerType::Ipmi => &["endpoint", "username", "cipher_suite"],
-            ControllerType::Proxmox => &["endpoint", "tls", "token_id", "username"],
-            ControllerType::Fortigate => &["endpoint", "tls", "vdom"],
-            ControllerType::Docker => &["endpoint", "tls"],
-            ControllerType::Postgres => &["endpoint", "tls", "username"],
-            ControllerType::FenceAgent => &["agent", "options", "level"],
-            ControllerType::Nova => &["endpoint", "tls", "username", "project"],
-        };
-        let allowed: Vec<&'static str> = COMMON.iter().chain(specific).copied().collect();
+        let allowed: Vec<&'static str> = keys::CONTROLLER
+            .iter()
+            .chain(keys::controller_type(ty))
+            .copied()
+            .collect();
         let f = self.fields(node, path, &allowed)?;
 
         let site = self
@@ -129,12 +122,7 @@ impl Decoder {
     }
 
     /// The controller's `type:`, read before its other keys.
-    fn controller_type(
-        &mut self,
-        node: &Node,
-        path: &str,
-        common: &[&'static str],
-    ) -> Option<ControllerType> {
+    fn controller_type(&mut self, node: &Node, path: &str) -> Option<ControllerType> {
         let ty = match &node.value {
             Value::Map(entries) => entries
                 .iter()
@@ -158,7 +146,7 @@ impl Decoder {
                         ),
                     );
                 } else {
-                    self.fields(node, path, common);
+                    self.fields(node, path, keys::CONTROLLER);
                 }
                 None
             }
@@ -258,7 +246,7 @@ impl Decoder {
     }
 
     fn tls(&mut self, node: &Node, path: &str) -> Option<TlsTrust> {
-        let f = self.fields(node, path, &["pin", "ca_file", "insecure"])?;
+        let f = self.fields(node, path, keys::TLS)?;
         let mut chosen = Vec::new();
         let mut out = Some(TlsTrust::SystemRoots);
         if let Some(n) = f.get("pin") {

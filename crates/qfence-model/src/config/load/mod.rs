@@ -18,7 +18,7 @@ use std::time::Duration;
 
 use super::issue::{self, Issue, Severity};
 use super::tree::{self, Node, Value};
-use super::{Config, ValidatedConfig};
+use super::{Config, ValidatedConfig, keys};
 use crate::catalog::ControllerType;
 use crate::ids::SiteId;
 
@@ -138,19 +138,18 @@ struct Decoder {
 impl Decoder {
     /// The whole document: its sections, each read by its own module.
     fn config(&mut self, root: &Node) -> Option<Config> {
-        const KEYS: &[&str] = &["cluster", "sites", "orchestrators", "controllers", "plans"];
         self.scan_credentials(root, "");
         if root.value == Value::Null {
             self.error(
                 "",
                 format!(
                     "the configuration is empty; expected keys {}",
-                    KEYS.join(", ")
+                    keys::TOP.join(", ")
                 ),
             );
             return None;
         }
-        let f = self.fields(root, "", KEYS)?;
+        let f = self.fields(root, "", keys::TOP)?;
         let cluster = self
             .require(&f, "cluster", "the cluster's settings")
             .and_then(|n| self.cluster(n, "cluster"));

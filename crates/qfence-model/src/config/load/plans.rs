@@ -7,7 +7,7 @@ use std::time::Duration;
 use super::read::Fields;
 use super::{Decoder, child, index, list_names, secs};
 use crate::config::tree::{Node, Value};
-use crate::config::{Binding, ControllerConfig, PlanConfig};
+use crate::config::{Binding, ControllerConfig, PlanConfig, keys};
 use crate::domain::Role;
 use crate::ids::{ControllerId, PlanId, SiteId};
 
@@ -39,25 +39,7 @@ impl Decoder {
         path: &str,
         controllers: &BTreeMap<ControllerId, ControllerConfig>,
     ) -> Option<PlanConfig> {
-        let f = self.fields(
-            node,
-            path,
-            &[
-                "owner",
-                "priority",
-                "interval_seconds",
-                "freshness_seconds",
-                "recovery_after_seconds",
-                "max_recoveries",
-                "failover_after_seconds",
-                "fence_timeout_seconds",
-                "max_retries",
-                "unfence_on_promote",
-                "auto_failover",
-                "instances",
-                "service",
-            ],
-        )?;
+        let f = self.fields(node, path, keys::PLAN)?;
         // The plan's sites come first: owner, priority and vip.own params are checked
         // against them.
         let sites = self.plan_sites(&f);

@@ -4,9 +4,9 @@
 use std::collections::{BTreeMap, HashMap};
 use std::time::Duration;
 
-use super::credentials::is_credential_key;
 use super::{Decoder, child, index, list_names};
 use crate::config::issue::{Issue, Severity};
+use crate::config::keys;
 use crate::config::tree::{Node, Value};
 use crate::ids::{NameError, SiteId, check_name};
 
@@ -114,7 +114,7 @@ impl Decoder {
                 continue;
             }
             seen.insert(key.clone(), k.line);
-            if is_credential_key(&key) {
+            if keys::is_credential(&key) {
                 // Reported by the credential scan, with its own message.
                 continue;
             }
@@ -404,7 +404,7 @@ impl Decoder {
                 continue;
             }
             seen.insert(key.clone(), k.line);
-            if is_credential_key(&key) {
+            if keys::is_credential(&key) {
                 ok = false;
                 continue;
             }
