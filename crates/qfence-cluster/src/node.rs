@@ -41,9 +41,9 @@ use crate::signing::{self, Envelope, NodeKey, NonceCache, SignedCall, VerifyCont
 use crate::state::{
     ClusterState, Command, EventDraft, OrchestratorRecord, OrchestratorStatus, Request, Response,
 };
-use crate::store::{self, StateReader};
+use crate::store::{self, Raft, StateReader};
 use crate::tls::{NodeTls, TlsListener};
-use crate::types::{Member, NodeId, Raft, TypeConfig};
+use crate::types::{Member, NodeId, TypeConfig};
 
 /// The file, inside the data directory, holding the node's Ed25519 key (PKCS#8).
 pub const NODE_KEY_FILE: &str = "node-key.pk8";
