@@ -31,7 +31,7 @@
 use std::collections::{BTreeMap, BTreeSet};
 use std::net::SocketAddr;
 use std::sync::{Arc, Mutex, MutexGuard};
-use std::time::{Duration, SystemTime, UNIX_EPOCH};
+use std::time::Duration;
 
 use axum::Router;
 use axum::body::Bytes;
@@ -456,9 +456,7 @@ struct Clock {
 impl Clock {
     fn new() -> Self {
         Self {
-            epoch_at_start: SystemTime::now()
-                .duration_since(UNIX_EPOCH)
-                .unwrap_or_default(),
+            epoch_at_start: Duration::from_millis(qfence_model::time::now_unix_ms()),
             start: Instant::now(),
         }
     }

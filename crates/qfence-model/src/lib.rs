@@ -7,6 +7,7 @@
 //! - [`ids`]: validated names (`SiteId`, `PlanId`, ...) and the counters `Generation` and `Term`.
 //! - [`domain`]: roles, fence levels, verdicts and grades.
 //! - [`catalog`]: the static capability catalog, per controller type.
+//! - [`time`]: Unix milliseconds and UTC dates, the one place qfence converts wall-clock time.
 //! - [`config`]: the configuration types, as the rest of qfence sees them once validated, and
 //!   their loading: parse, validate, every issue at once with its path.
 
@@ -14,6 +15,7 @@ pub mod catalog;
 pub mod config;
 pub mod domain;
 pub mod ids;
+pub mod time;
 
 pub use catalog::{CapabilitySpec, ControllerType, ResourceKind};
 pub use domain::{FenceLevel, Grade, Role, Verdict};

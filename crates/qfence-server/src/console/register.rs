@@ -1078,22 +1078,11 @@ async fn test(
     }
 }
 
-/// Epoch seconds as `YYYY-MM-DD HH:MM:SS UTC` (civil-from-days), without a date crate.
+/// Epoch seconds as `YYYY-MM-DD HH:MM:SS UTC`.
 fn utc(epoch: u64) -> String {
-    let (days, secs) = (epoch / 86_400, epoch % 86_400);
-    let z = days + 719_468;
-    let (era, doe) = (z / 146_097, z % 146_097);
-    let yoe = (doe - doe / 1460 + doe / 36_524 - doe / 146_096) / 365;
-    let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
-    let mp = (5 * doy + 2) / 153;
-    let day = doy - (153 * mp + 2) / 5 + 1;
-    let month = if mp < 10 { mp + 3 } else { mp - 9 };
-    let year = yoe + era * 400 + u64::from(month <= 2);
     format!(
-        "{year:04}-{month:02}-{day:02} {:02}:{:02}:{:02} UTC",
-        secs / 3600,
-        secs / 60 % 60,
-        secs % 60
+        "{} UTC",
+        qfence_model::time::utc(epoch.saturating_mul(1000))
     )
 }
 
