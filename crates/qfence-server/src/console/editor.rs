@@ -115,8 +115,24 @@ impl FieldIssues {
         }
     }
 
+    /// The messages of field `key` (a template shows them under the field).
     pub fn get(&self, key: &str) -> Vec<String> {
         self.fields.get(key).cloned().unwrap_or_default()
+    }
+
+    /// Whether field `key` has a problem (a template marks it `aria-invalid`).
+    pub fn bad(&self, key: &str) -> bool {
+        self.fields.contains_key(key)
+    }
+
+    /// [`Self::get`] for field `field` of binding row `row`.
+    pub fn row_errs(&self, row: &str, field: &str) -> Vec<String> {
+        self.get(&format!("{row}:{field}"))
+    }
+
+    /// [`Self::bad`] for field `field` of binding row `row`.
+    pub fn row_bad(&self, row: &str, field: &str) -> bool {
+        self.bad(&format!("{row}:{field}"))
     }
 
     pub fn is_empty(&self) -> bool {
@@ -989,24 +1005,6 @@ pub(super) struct EditorPage {
     pub data: String,
     /// The plan as it will be sent, for the raw view.
     pub raw: String,
-}
-
-impl EditorPage {
-    fn errs(&self, key: &str) -> Vec<String> {
-        self.issues.get(key)
-    }
-
-    fn bad(&self, key: &str) -> bool {
-        self.issues.fields.contains_key(key)
-    }
-
-    fn row_errs(&self, row: &str, field: &str) -> Vec<String> {
-        self.issues.get(&format!("{row}:{field}"))
-    }
-
-    fn row_bad(&self, row: &str, field: &str) -> bool {
-        self.bad(&format!("{row}:{field}"))
-    }
 }
 
 fn editor_page(

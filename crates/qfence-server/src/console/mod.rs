@@ -17,6 +17,7 @@
 //! orchestrators ([`pages`]). The live parts are server-sent events ([`live`]) carrying HTML
 //! fragments rendered by the same templates as the page.
 
+mod actions;
 mod diagram;
 mod editor;
 mod live;

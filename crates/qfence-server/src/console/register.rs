@@ -494,16 +494,6 @@ pub(super) struct RegisterPage {
     pub data: String,
 }
 
-impl RegisterPage {
-    fn errs(&self, key: &str) -> Vec<String> {
-        self.issues.get(key)
-    }
-
-    fn bad(&self, key: &str) -> bool {
-        self.issues.fields.contains_key(key)
-    }
-}
-
 fn options_of(values: &[(String, String)], current: &str, blank: &str) -> Vec<Opt> {
     let mut out = vec![Opt {
         value: String::new(),
