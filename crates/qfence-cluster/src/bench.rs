@@ -246,7 +246,7 @@ fn verification_rate() -> Result<f64, ClusterError> {
     let leader = name("orch-dc2")?;
     let controller =
         ControllerId::new("noop-dc1").map_err(|e| ClusterError::Raft(e.to_string()))?;
-    let now = crate::node::now_unix_ms();
+    let now = qfence_model::time::now_unix_ms();
     let mut nonces = NonceCache::default();
     let calls: Vec<_> = (0..2_000)
         .map(|i| {

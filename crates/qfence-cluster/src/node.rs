@@ -17,7 +17,7 @@ use std::collections::{BTreeMap, BTreeSet};
 use std::net::SocketAddr;
 use std::path::PathBuf;
 use std::sync::{Arc, Mutex};
-use std::time::{Duration, SystemTime, UNIX_EPOCH};
+use std::time::Duration;
 
 use axum::extract::{ConnectInfo, DefaultBodyLimit, State};
 use axum::routing::{get, post};
@@ -29,6 +29,7 @@ use openraft::raft::{
 };
 use openraft::{ChangeMembers, LinearizerOption, RaftMetrics, ServerState, SnapshotPolicy};
 use qfence_model::ids::{ControllerId, Generation, OrchestratorId, PlanId, SiteId, Term};
+use qfence_model::time::now_unix_ms;
 use serde::{Deserialize, Serialize};
 use tokio::net::TcpListener;
 use tokio_util::sync::CancellationToken;
@@ -41,9 +42,9 @@ use crate::signing::{self, Envelope, NodeKey, NonceCache, SignedCall, VerifyCont
 use crate::state::{
     ClusterState, Command, EventDraft, OrchestratorRecord, OrchestratorStatus, Request, Response,
 };
-use crate::store::{self, StateReader};
+use crate::store::{self, Raft, StateReader};
 use crate::tls::{NodeTls, TlsListener};
-use crate::types::{Member, NodeId, Raft, TypeConfig};
+use crate::types::{Member, NodeId, TypeConfig};
 
 /// The file, inside the data directory, holding the node's Ed25519 key (PKCS#8).
 pub const NODE_KEY_FILE: &str = "node-key.pk8";
@@ -199,13 +200,6 @@ impl std::fmt::Debug for ClusterNode {
 
 fn raft_err(e: impl std::fmt::Display) -> ClusterError {
     ClusterError::Raft(e.to_string())
-}
-
-/// Wall-clock milliseconds since the Unix epoch (forwarded-call expiry is wall-clock time).
-pub fn now_unix_ms() -> u64 {
-    SystemTime::now()
-        .duration_since(UNIX_EPOCH)
-        .map_or(0, |d| d.as_millis() as u64)
 }
 
 fn load_or_create_key(dir: &std::path::Path) -> Result<NodeKey, ClusterError> {

@@ -41,6 +41,10 @@ use crate::error::ClusterError;
 use crate::state::{ClusterState, Dirty, Response};
 use crate::types::{Entry, LogId, SnapshotMeta, StoredMembership, TypeConfig, Vote};
 
+/// A Raft handle with qfence's state machine. Declared here, beside the state machine, so
+/// the type configuration in [`crate::types`] does not depend back on the store.
+pub type Raft = openraft::Raft<TypeConfig, StateMachineStore>;
+
 const LOG: TableDefinition<'_, u64, &[u8]> = TableDefinition::new("log");
 const META: TableDefinition<'_, &str, &[u8]> = TableDefinition::new("meta");
 const SM: TableDefinition<'_, &str, &[u8]> = TableDefinition::new("sm");

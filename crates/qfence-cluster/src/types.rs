@@ -43,8 +43,6 @@ openraft::declare_raft_types!(
         LeaderId = openraft::impls::leader_id_std::LeaderId<u64, NodeId>,
 );
 
-/// A Raft handle with qfence's state machine.
-pub type Raft = openraft::Raft<TypeConfig, crate::store::StateMachineStore>;
 /// A log id.
 pub type LogId = openraft::type_config::alias::LogIdOf<TypeConfig>;
 /// A vote.

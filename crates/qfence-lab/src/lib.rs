@@ -13,6 +13,8 @@
 //! - [`faults`]: the protocol-independent faults (unreachable, wrong certificate, latency,
 //!   5xx storms) every simulator shares.
 //! - [`tls`]: self-signed identities and the server loop.
+//! - [`lab`]: `qfence lab`, the whole demo lab (two datacenters and a witness, their
+//!   simulators and orchestrators) on loopback in one process.
 //!
 //! A BMC's host power is wired to a Proxmox node with [`redfish::BmcHandle::power_line`]
 //! and [`proxmox::PveHandle::attach_power`]: powering the host off takes the node offline.

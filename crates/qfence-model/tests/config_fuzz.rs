@@ -3,86 +3,38 @@
 //! Case counts are fixed so the run is bounded (a few seconds).
 
 use proptest::prelude::*;
-use qfence_model::config::load_str;
+use qfence_model::config::{keys, load_str};
+use qfence_model::{ControllerType, Role};
 
 const LAB: &str = include_str!("../../../examples/lab.yaml");
 
-/// Words a configuration uses, so random documents reach deep into the decoder.
-const WORDS: &[&str] = &[
-    "cluster",
-    "name",
-    "lease_seconds",
-    "sites",
-    "witness",
-    "orchestrators",
-    "site",
-    "address",
-    "controllers",
-    "type",
-    "redfish",
-    "ipmi",
-    "proxmox",
-    "fortigate",
-    "docker",
-    "postgres",
-    "fence-agent",
-    "nova",
-    "endpoint",
-    "reach",
-    "secret",
-    "tls",
-    "pin",
-    "ca_file",
-    "insecure",
-    "username",
-    "auth",
-    "token_id",
-    "vdom",
-    "agent",
-    "options",
-    "level",
-    "cipher_suite",
-    "project",
-    "timeout_seconds",
-    "plans",
-    "owner",
-    "priority",
-    "interval_seconds",
-    "freshness_seconds",
-    "recovery_after_seconds",
-    "max_recoveries",
-    "failover_after_seconds",
-    "fence_timeout_seconds",
-    "max_retries",
-    "unfence_on_promote",
-    "auto_failover",
-    "instances",
-    "service",
-    "controller",
-    "capability",
-    "resource",
-    "role",
-    "required",
-    "params",
-    "dc1",
-    "dc2",
-    "power.off",
-    "vm.stop",
-    "vip.own",
-    "fence",
-    "health",
-    "password",
-    "https://x:1",
-    "127.0.0.1:7401",
-    "pve-dc1-01/101",
-    "101-1",
-    "sha256:00",
-    "max_lag_bytes",
-];
+/// Words a configuration uses, so random documents reach deep into the decoder: every key
+/// the model defines, the type and role names, and a few values and credential keys.
+fn words() -> Vec<&'static str> {
+    let mut w = keys::all();
+    w.extend(ControllerType::ALL.map(ControllerType::as_str));
+    w.extend(Role::ALL.map(Role::as_str));
+    w.extend([
+        "dc1",
+        "dc2",
+        "power.off",
+        "vm.stop",
+        "vip.own",
+        "health",
+        "password",
+        "https://x:1",
+        "127.0.0.1:7401",
+        "pve-dc1-01/101",
+        "101-1",
+        "sha256:00",
+        "max_lag_bytes",
+    ]);
+    w
+}
 
 fn scalar() -> impl Strategy<Value = String> {
     prop_oneof![
-        prop::sample::select(WORDS).prop_map(str::to_owned),
+        prop::sample::select(words()).prop_map(str::to_owned),
         any::<i64>().prop_map(|i| i.to_string()),
         any::<f64>().prop_map(|f| format!("{f}")),
         Just("true".to_owned()),
@@ -98,14 +50,14 @@ fn document() -> impl Strategy<Value = String> {
     let tree = leaf.prop_recursive(5, 64, 6, |inner| {
         prop_oneof![
             prop::collection::vec(inner.clone(), 0..6).prop_map(|v| format!("[{}]", v.join(", "))),
-            prop::collection::vec((prop::sample::select(WORDS), inner), 0..7).prop_map(|v| {
+            prop::collection::vec((prop::sample::select(words()), inner), 0..7).prop_map(|v| {
                 let entries: Vec<String> =
                     v.into_iter().map(|(k, v)| format!("{k}: {v}")).collect();
                 format!("{{{}}}", entries.join(", "))
             }),
         ]
     });
-    prop::collection::vec((prop::sample::select(WORDS), tree), 0..6).prop_map(|v| {
+    prop::collection::vec((prop::sample::select(words()), tree), 0..6).prop_map(|v| {
         v.into_iter()
             .map(|(k, v)| format!("{k}: {v}\n"))
             .collect::<String>()
@@ -127,7 +79,7 @@ fn edits() -> impl Strategy<Value = Vec<Edit>> {
             (0..n).prop_map(Edit::Drop),
             (0..n).prop_map(Edit::Repeat),
             (0..n, 0..n).prop_map(|(a, b)| Edit::Swap(a, b)),
-            (0..n, prop::sample::select(WORDS)).prop_map(|(i, w)| Edit::Replace(i, w.to_owned())),
+            (0..n, prop::sample::select(words())).prop_map(|(i, w)| Edit::Replace(i, w.to_owned())),
         ],
         1..8,
     )

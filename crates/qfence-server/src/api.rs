@@ -30,6 +30,8 @@ use utoipa_axum::routes;
 use qfence_model::config::plan_api;
 use qfence_model::{ControllerId, PlanId, SiteId};
 
+mod responses;
+
 use crate::auth::{Access, Caller, TokenStore};
 use crate::backend::{Backend, CheckedController, CheckedPlan};
 use crate::dto::*;
@@ -440,7 +442,8 @@ async fn leader(State(s): State<AppState>) -> (StatusCode, Json<LeaderInfo>) {
 #[utoipa::path(get, path = "/metrics", tag = "health", security(("bearer" = [])),
     responses(
         (status = 200, description = "Prometheus text format", body = String, content_type = "text/plain"),
-        (status = 401, body = ErrorBody), (status = 403, body = ErrorBody)))]
+        responses::Unauthorized,
+        responses::Forbidden))]
 async fn metrics(_: Viewer, State(s): State<AppState>) -> Response {
     (
         [(header::CONTENT_TYPE, crate::metrics::CONTENT_TYPE)],
@@ -451,7 +454,9 @@ async fn metrics(_: Viewer, State(s): State<AppState>) -> Response {
 
 /// The caller's token name and role. Viewer.
 #[utoipa::path(get, path = "/api/v1/whoami", tag = "status", security(("bearer" = [])),
-    responses((status = 200, body = WhoAmI), (status = 401, body = ErrorBody)))]
+    responses(
+        (status = 200, body = WhoAmI),
+        responses::Unauthorized))]
 async fn whoami(Viewer(c): Viewer) -> Json<WhoAmI> {
     Json(WhoAmI {
         name: c.name,
@@ -461,16 +466,18 @@ async fn whoami(Viewer(c): Viewer) -> Json<WhoAmI> {
 
 /// Every plan and site: verdicts, owner, generation, last reason. Viewer.
 #[utoipa::path(get, path = "/api/v1/status", tag = "status", security(("bearer" = [])),
-    responses((status = 200, body = StatusResponse), (status = 401, body = ErrorBody),
-        (status = 503, body = ErrorBody)))]
+    responses(
+        (status = 200, body = StatusResponse),
+        responses::Viewer))]
 async fn status(_: Viewer, State(s): State<AppState>) -> Result<Json<StatusResponse>, ApiError> {
     Ok(Json(s.backend.status().await?))
 }
 
 /// Every plan. Viewer.
 #[utoipa::path(get, path = "/api/v1/plans", tag = "plans", security(("bearer" = [])),
-    responses((status = 200, body = Vec<PlanView>), (status = 401, body = ErrorBody),
-        (status = 503, body = ErrorBody)))]
+    responses(
+        (status = 200, body = Vec<PlanView>),
+        responses::Viewer))]
 async fn list_plans(_: Viewer, State(s): State<AppState>) -> Result<Json<Vec<PlanView>>, ApiError> {
     Ok(Json(s.backend.plans().await?))
 }
@@ -478,12 +485,12 @@ async fn list_plans(_: Viewer, State(s): State<AppState>) -> Result<Json<Vec<Pla
 /// Creates a plan at generation 1, validated as the configuration file would be. Admin.
 #[utoipa::path(post, path = "/api/v1/plans", tag = "plans", security(("bearer" = [])),
     request_body = CreatePlan,
-    responses((status = 201, body = PlanView), (status = 400, body = ErrorBody),
-        (status = 401, body = ErrorBody), (status = 403, body = ErrorBody),
+    responses(
+        (status = 201, body = PlanView),
+        responses::Writer,
+        responses::JsonBody,
         (status = 409, description = "The name is taken", body = ErrorBody),
-        (status = 413, body = ErrorBody), (status = 415, body = ErrorBody),
-        (status = 422, description = "Not valid: every issue with its path", body = ErrorBody),
-        (status = 503, body = ErrorBody)))]
+        (status = 422, description = "Not valid: every issue with its path", body = ErrorBody)))]
 async fn create_plan(
     Admin(c): Admin,
     State(s): State<AppState>,
@@ -499,8 +506,10 @@ async fn create_plan(
 /// One plan, with its staged change if any. Viewer.
 #[utoipa::path(get, path = "/api/v1/plans/{plan}", tag = "plans", security(("bearer" = [])),
     params(("plan" = String, Path, description = "The plan's name", example = "erp-db")),
-    responses((status = 200, body = PlanView), (status = 401, body = ErrorBody),
-        (status = 404, body = ErrorBody), (status = 503, body = ErrorBody)))]
+    responses(
+        (status = 200, body = PlanView),
+        responses::Viewer,
+        responses::NotFound))]
 async fn get_plan(
     _: Viewer,
     State(s): State<AppState>,
@@ -512,11 +521,12 @@ async fn get_plan(
 /// Deletes a plan if it is still at `expected_generation`. Admin.
 #[utoipa::path(delete, path = "/api/v1/plans/{plan}", tag = "plans", security(("bearer" = [])),
     params(("plan" = String, Path, description = "The plan's name", example = "erp-db"), DeletePlanQuery),
-    responses((status = 204, description = "Deleted"), (status = 400, body = ErrorBody),
-        (status = 401, body = ErrorBody), (status = 403, body = ErrorBody),
-        (status = 404, body = ErrorBody),
-        (status = 409, description = "Stale generation: the body has the current one", body = ErrorBody),
-        (status = 503, body = ErrorBody)))]
+    responses(
+        (status = 204, description = "Deleted"),
+        responses::Writer,
+        responses::NotFound,
+        responses::BadQuery,
+        (status = 409, description = "Stale generation: the body has the current one", body = ErrorBody)))]
 async fn delete_plan(
     Admin(c): Admin,
     State(s): State<AppState>,
@@ -533,11 +543,11 @@ async fn delete_plan(
 #[utoipa::path(put, path = "/api/v1/plans/{plan}/staged", tag = "plans", security(("bearer" = [])),
     params(("plan" = String, Path, description = "The plan's name", example = "erp-db")),
     request_body = StagePlan,
-    responses((status = 200, body = PlanView), (status = 400, body = ErrorBody),
-        (status = 401, body = ErrorBody), (status = 403, body = ErrorBody),
-        (status = 404, body = ErrorBody), (status = 413, body = ErrorBody),
-        (status = 415, body = ErrorBody), (status = 422, body = ErrorBody),
-        (status = 503, body = ErrorBody)))]
+    responses(
+        (status = 200, body = PlanView),
+        responses::Writer,
+        responses::NotFound,
+        responses::JsonBody))]
 async fn stage_plan(
     Admin(c): Admin,
     State(s): State<AppState>,
@@ -554,10 +564,11 @@ async fn stage_plan(
 /// Drops the staged change. Admin.
 #[utoipa::path(delete, path = "/api/v1/plans/{plan}/staged", tag = "plans", security(("bearer" = [])),
     params(("plan" = String, Path, description = "The plan's name", example = "erp-db")),
-    responses((status = 200, body = PlanView), (status = 401, body = ErrorBody),
-        (status = 403, body = ErrorBody), (status = 404, body = ErrorBody),
-        (status = 409, description = "Nothing is staged", body = ErrorBody),
-        (status = 503, body = ErrorBody)))]
+    responses(
+        (status = 200, body = PlanView),
+        responses::Writer,
+        responses::NotFound,
+        (status = 409, description = "Nothing is staged", body = ErrorBody)))]
 async fn discard_staged(
     Admin(c): Admin,
     State(s): State<AppState>,
@@ -571,12 +582,12 @@ async fn discard_staged(
 #[utoipa::path(post, path = "/api/v1/plans/{plan}/apply", tag = "plans", security(("bearer" = [])),
     params(("plan" = String, Path, description = "The plan's name", example = "erp-db")),
     request_body = ApplyStaged,
-    responses((status = 200, body = PlanView), (status = 400, body = ErrorBody),
-        (status = 401, body = ErrorBody), (status = 403, body = ErrorBody),
-        (status = 404, body = ErrorBody),
-        (status = 409, description = "Stale generation (with the current one), or nothing staged", body = ErrorBody),
-        (status = 413, body = ErrorBody), (status = 415, body = ErrorBody),
-        (status = 422, body = ErrorBody), (status = 503, body = ErrorBody)))]
+    responses(
+        (status = 200, body = PlanView),
+        responses::Writer,
+        responses::NotFound,
+        responses::JsonBody,
+        (status = 409, description = "Stale generation (with the current one), or nothing staged", body = ErrorBody)))]
 async fn apply_staged(
     Admin(c): Admin,
     State(s): State<AppState>,
@@ -595,11 +606,12 @@ async fn apply_staged(
 #[utoipa::path(post, path = "/api/v1/plans/{plan}/dry-run", tag = "plans", security(("bearer" = [])),
     params(("plan" = String, Path, description = "The plan's name", example = "erp-db")),
     request_body = DryRun,
-    responses((status = 200, body = DryRunResult), (status = 400, body = ErrorBody),
-        (status = 401, body = ErrorBody), (status = 404, body = ErrorBody),
-        (status = 409, body = ErrorBody), (status = 413, body = ErrorBody),
-        (status = 415, body = ErrorBody), (status = 422, body = ErrorBody),
-        (status = 503, body = ErrorBody)))]
+    responses(
+        (status = 200, body = DryRunResult),
+        responses::Viewer,
+        responses::NotFound,
+        responses::JsonBody,
+        responses::Conflict))]
 async fn dry_run(
     _: Viewer,
     State(s): State<AppState>,
@@ -614,12 +626,12 @@ async fn dry_run(
 #[utoipa::path(post, path = "/api/v1/plans/{plan}/switchover", tag = "operations", security(("bearer" = [])),
     params(("plan" = String, Path, description = "The plan's name", example = "erp-db")),
     request_body = SwitchoverRequest,
-    responses((status = 202, body = OperationAccepted), (status = 400, body = ErrorBody),
-        (status = 401, body = ErrorBody), (status = 403, body = ErrorBody),
-        (status = 404, body = ErrorBody),
-        (status = 409, description = "Stale generation, or refused for safety", body = ErrorBody),
-        (status = 413, body = ErrorBody), (status = 415, body = ErrorBody),
-        (status = 422, body = ErrorBody), (status = 503, body = ErrorBody)))]
+    responses(
+        (status = 202, body = OperationAccepted),
+        responses::Writer,
+        responses::NotFound,
+        responses::JsonBody,
+        (status = 409, description = "Stale generation, or refused for safety", body = ErrorBody)))]
 async fn switchover(
     Operator(c): Operator,
     State(s): State<AppState>,
@@ -636,12 +648,12 @@ async fn switchover(
 #[utoipa::path(post, path = "/api/v1/plans/{plan}/failover", tag = "operations", security(("bearer" = [])),
     params(("plan" = String, Path, description = "The plan's name", example = "erp-db")),
     request_body = FailoverRequest,
-    responses((status = 202, body = OperationAccepted), (status = 400, body = ErrorBody),
-        (status = 401, body = ErrorBody), (status = 403, body = ErrorBody),
-        (status = 404, body = ErrorBody),
-        (status = 409, description = "Stale generation, or refused for safety", body = ErrorBody),
-        (status = 413, body = ErrorBody), (status = 415, body = ErrorBody),
-        (status = 422, body = ErrorBody), (status = 503, body = ErrorBody)))]
+    responses(
+        (status = 202, body = OperationAccepted),
+        responses::Writer,
+        responses::NotFound,
+        responses::JsonBody,
+        (status = 409, description = "Stale generation, or refused for safety", body = ErrorBody)))]
 async fn failover(
     Operator(c): Operator,
     State(s): State<AppState>,
@@ -662,12 +674,12 @@ async fn failover(
     params(("plan" = String, Path, description = "The plan's name", example = "erp-db"),
         ("site" = String, Path, description = "The site's name", example = "dc2")),
     request_body = ConfirmFencedRequest,
-    responses((status = 200, body = OperationAccepted), (status = 400, body = ErrorBody),
-        (status = 401, body = ErrorBody), (status = 403, body = ErrorBody),
-        (status = 404, body = ErrorBody),
-        (status = 409, description = "Stale generation, or refused (the site owns the plan)", body = ErrorBody),
-        (status = 413, body = ErrorBody), (status = 415, body = ErrorBody),
-        (status = 422, body = ErrorBody), (status = 503, body = ErrorBody)))]
+    responses(
+        (status = 200, body = OperationAccepted),
+        responses::Writer,
+        responses::NotFound,
+        responses::JsonBody,
+        (status = 409, description = "Stale generation, or refused (the site owns the plan)", body = ErrorBody)))]
 async fn confirm_fenced(
     Operator(c): Operator,
     State(s): State<AppState>,
@@ -689,11 +701,12 @@ async fn confirm_fenced(
 #[utoipa::path(post, path = "/api/v1/plans/{plan}/pause", tag = "operations", security(("bearer" = [])),
     params(("plan" = String, Path, description = "The plan's name", example = "erp-db")),
     request_body = PauseRequest,
-    responses((status = 200, body = OperationAccepted), (status = 400, body = ErrorBody),
-        (status = 401, body = ErrorBody), (status = 403, body = ErrorBody),
-        (status = 404, body = ErrorBody), (status = 409, body = ErrorBody),
-        (status = 413, body = ErrorBody), (status = 415, body = ErrorBody),
-        (status = 422, body = ErrorBody), (status = 503, body = ErrorBody)))]
+    responses(
+        (status = 200, body = OperationAccepted),
+        responses::Writer,
+        responses::NotFound,
+        responses::JsonBody,
+        responses::Conflict))]
 async fn pause(
     Operator(c): Operator,
     State(s): State<AppState>,
@@ -707,11 +720,12 @@ async fn pause(
 #[utoipa::path(post, path = "/api/v1/plans/{plan}/resume", tag = "operations", security(("bearer" = [])),
     params(("plan" = String, Path, description = "The plan's name", example = "erp-db")),
     request_body = PauseRequest,
-    responses((status = 200, body = OperationAccepted), (status = 400, body = ErrorBody),
-        (status = 401, body = ErrorBody), (status = 403, body = ErrorBody),
-        (status = 404, body = ErrorBody), (status = 409, body = ErrorBody),
-        (status = 413, body = ErrorBody), (status = 415, body = ErrorBody),
-        (status = 422, body = ErrorBody), (status = 503, body = ErrorBody)))]
+    responses(
+        (status = 200, body = OperationAccepted),
+        responses::Writer,
+        responses::NotFound,
+        responses::JsonBody,
+        responses::Conflict))]
 async fn resume(
     Operator(c): Operator,
     State(s): State<AppState>,
@@ -728,12 +742,12 @@ async fn resume(
     params(("plan" = String, Path, description = "The plan's name", example = "erp-db"),
         ("site" = String, Path, description = "The site's name", example = "dc2")),
     request_body = MaintenanceRequest,
-    responses((status = 200, body = OperationAccepted), (status = 400, body = ErrorBody),
-        (status = 401, body = ErrorBody), (status = 403, body = ErrorBody),
-        (status = 404, body = ErrorBody),
-        (status = 409, description = "Stale generation, or refused (the site owns the plan)", body = ErrorBody),
-        (status = 413, body = ErrorBody), (status = 415, body = ErrorBody),
-        (status = 422, body = ErrorBody), (status = 503, body = ErrorBody)))]
+    responses(
+        (status = 200, body = OperationAccepted),
+        responses::Writer,
+        responses::NotFound,
+        responses::JsonBody,
+        (status = 409, description = "Stale generation, or refused (the site owns the plan)", body = ErrorBody)))]
 async fn maintenance(
     Operator(c): Operator,
     State(s): State<AppState>,
@@ -748,8 +762,9 @@ async fn maintenance(
 
 /// The secret references controllers name, and who names them; never a secret. Admin.
 #[utoipa::path(get, path = "/api/v1/secrets", tag = "controllers", security(("bearer" = [])),
-    responses((status = 200, body = Vec<SecretRefView>), (status = 401, body = ErrorBody),
-        (status = 403, body = ErrorBody), (status = 503, body = ErrorBody)))]
+    responses(
+        (status = 200, body = Vec<SecretRefView>),
+        responses::Writer))]
 async fn secrets(
     _: Admin,
     State(s): State<AppState>,
@@ -759,8 +774,9 @@ async fn secrets(
 
 /// Every controller, with the grades of its last test. Viewer.
 #[utoipa::path(get, path = "/api/v1/controllers", tag = "controllers", security(("bearer" = [])),
-    responses((status = 200, body = Vec<ControllerView>), (status = 401, body = ErrorBody),
-        (status = 503, body = ErrorBody)))]
+    responses(
+        (status = 200, body = Vec<ControllerView>),
+        responses::Viewer))]
 async fn list_controllers(
     _: Viewer,
     State(s): State<AppState>,
@@ -772,11 +788,11 @@ async fn list_controllers(
 /// reference only. Admin.
 #[utoipa::path(post, path = "/api/v1/controllers", tag = "controllers", security(("bearer" = [])),
     request_body = RegisterController,
-    responses((status = 201, body = ControllerView), (status = 400, body = ErrorBody),
-        (status = 401, body = ErrorBody), (status = 403, body = ErrorBody),
-        (status = 409, description = "The name is taken", body = ErrorBody),
-        (status = 413, body = ErrorBody), (status = 415, body = ErrorBody),
-        (status = 422, body = ErrorBody), (status = 503, body = ErrorBody)))]
+    responses(
+        (status = 201, body = ControllerView),
+        responses::Writer,
+        responses::JsonBody,
+        (status = 409, description = "The name is taken", body = ErrorBody)))]
 async fn register_controller(
     Admin(c): Admin,
     State(s): State<AppState>,
@@ -820,12 +836,11 @@ async fn check_controller(
 #[utoipa::path(post, path = "/api/v1/controllers/probe", tag = "controllers",
     security(("bearer" = [])),
     request_body = RegisterController,
-    responses((status = 200, description = "The steps ran; whether they passed is in the body", body = ControllerTest),
-        (status = 400, body = ErrorBody), (status = 401, body = ErrorBody),
-        (status = 403, body = ErrorBody),
-        (status = 409, description = "The name is registered: test that controller instead", body = ErrorBody),
-        (status = 413, body = ErrorBody), (status = 415, body = ErrorBody),
-        (status = 422, body = ErrorBody), (status = 503, body = ErrorBody)))]
+    responses(
+        (status = 200, description = "The steps ran; whether they passed is in the body", body = ControllerTest),
+        responses::Writer,
+        responses::JsonBody,
+        (status = 409, description = "The name is registered: test that controller instead", body = ErrorBody)))]
 async fn probe_controller(
     Admin(c): Admin,
     State(s): State<AppState>,
@@ -841,8 +856,10 @@ async fn probe_controller(
 #[utoipa::path(get, path = "/api/v1/controllers/{controller}/resources", tag = "controllers",
     security(("bearer" = [])),
     params(("controller" = String, Path, description = "The controller's name", example = "pve-dc1")),
-    responses((status = 200, body = Vec<DiscoveredResource>), (status = 401, body = ErrorBody),
-        (status = 404, body = ErrorBody),
+    responses(
+        (status = 200, body = Vec<DiscoveredResource>),
+        responses::Unauthorized,
+        responses::NotFound,
         (status = 503, description = "The controller could not be reached or listed", body = ErrorBody)))]
 async fn discover(
     _: Viewer,
@@ -857,9 +874,10 @@ async fn discover(
 #[utoipa::path(post, path = "/api/v1/controllers/{controller}/test", tag = "controllers",
     security(("bearer" = [])),
     params(("controller" = String, Path, description = "The controller's name", example = "bmc-dc1")),
-    responses((status = 200, body = ControllerTest), (status = 401, body = ErrorBody),
-        (status = 403, body = ErrorBody), (status = 404, body = ErrorBody),
-        (status = 503, body = ErrorBody)))]
+    responses(
+        (status = 200, body = ControllerTest),
+        responses::Writer,
+        responses::NotFound))]
 async fn test_controller(
     Admin(c): Admin,
     State(s): State<AppState>,
@@ -875,8 +893,10 @@ async fn test_controller(
 /// One page of the event log, oldest first; filter by kind, plan, site. Viewer.
 #[utoipa::path(get, path = "/api/v1/events", tag = "events", security(("bearer" = [])),
     params(EventQuery),
-    responses((status = 200, body = EventPage), (status = 400, body = ErrorBody),
-        (status = 401, body = ErrorBody), (status = 503, body = ErrorBody)))]
+    responses(
+        (status = 200, body = EventPage),
+        responses::Viewer,
+        responses::BadQuery))]
 async fn events(
     _: Viewer,
     State(s): State<AppState>,
@@ -887,8 +907,9 @@ async fn events(
 
 /// The orchestrators of the cluster. Viewer.
 #[utoipa::path(get, path = "/api/v1/orchestrators", tag = "cluster", security(("bearer" = [])),
-    responses((status = 200, body = Vec<OrchestratorView>), (status = 401, body = ErrorBody),
-        (status = 503, body = ErrorBody)))]
+    responses(
+        (status = 200, body = Vec<OrchestratorView>),
+        responses::Viewer))]
 async fn orchestrators(
     _: Viewer,
     State(s): State<AppState>,

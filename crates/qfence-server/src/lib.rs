@@ -1,22 +1,25 @@
-//! qfence-server: the runtime's outward face. For now: the HTTP API, its metrics and the
-//! event log; the daemon loop that drives them comes next.
+//! qfence-server: the orchestrator daemon behind one binary's `qfence serve`, in three rooms
+//! that change for different reasons.
 //!
-//! The model: the API is a thin, strict shell around a [`backend::Backend`], the running
-//! orchestrator. A call is authenticated by bearer token and role ([`auth`]) before its body
-//! is read, its body is parsed strictly (unknown fields are errors) and, for plans and
-//! controllers, validated with the configuration file's own validation; only then does the
-//! backend decide. Writes that change a plan compare-and-set on its generation, and a stale
-//! one is answered 409 with the current generation. Every failure is one [`error::ApiError`]
-//! with a stable code. Everything the orchestrator does or is told to do is appended to the
-//! hash-chained [`events`] log, which `qfence events verify` checks offline.
+//! - **The runtime** ([`runtime`]): the engine that snapshots each plan, calls the pure
+//!   decision core and writes the decision's state change first (a compare-and-set on the
+//!   generation); the executor that runs the commands through the drivers, locally or
+//!   forwarded through the cluster, and turns results into the next snapshot's observations;
+//!   the effective configuration (file plus records registered at run time); the daemon that
+//!   wires it all. [`events`] is its hash-chained event log, which `qfence events verify`
+//!   checks offline, and [`metrics`] its Prometheus handle.
+//! - **The HTTP API** ([`api`]): a thin, strict shell around a [`backend::Backend`], the
+//!   running orchestrator. A call is authenticated by bearer token and role ([`auth`]) before
+//!   its body is read, parsed strictly and, for plans and controllers, validated with the
+//!   configuration file's own validation; only then does the backend decide. A stale
+//!   generation is answered 409 with the current one; every failure is one
+//!   [`error::ApiError`] with a stable code. [`dto`] holds the wire types, [`tls`] serves HTTPS
+//!   with rustls (ring).
+//! - **The console** ([`console`]): server-rendered pages (askama) over the same backend, with
+//!   live regions fed by server-sent events and forms that validate as the file does.
 //!
-//! - [`api`]: the router, its middleware and the OpenAPI document (`/openapi.json`).
-//! - [`dto`]: the wire types.  [`backend`]: the trait the runtime implements.
-//! - [`auth`]: the token file and roles.  [`error`]: error to status and code, in one place.
-//! - [`metrics`]: the Prometheus handle the runtime calls.  [`events`]: the event log.
-//! - [`tls`]: serving over HTTPS with rustls (ring).
-//! - `testing` (feature `testing`): an in-memory backend double, for tests of the API and
-//!   of its clients.
+//! `testing` (feature `testing`) is an in-memory backend double for tests of the API and of
+//! its clients.
 
 pub mod api;
 pub mod auth;

@@ -26,6 +26,7 @@ use crate::ids::{CloudId, ControllerId, OrchestratorId, PlanId, SecretRef, SiteI
 
 pub mod instance_ha;
 mod issue;
+pub mod keys;
 mod load;
 pub mod plan_api;
 mod tree;

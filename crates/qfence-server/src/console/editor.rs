@@ -24,7 +24,7 @@ use axum::extract::{Path, Query, State};
 use axum::http::{StatusCode, header};
 use axum::response::{IntoResponse, Redirect, Response};
 use axum::routing::get;
-use qfence_model::config::{Issue, ValidatedConfig, load_str, plan_api};
+use qfence_model::config::{Issue, ValidatedConfig, keys, load_str, plan_api};
 use qfence_model::{ControllerType, PlanId, Role};
 use serde::Deserialize;
 use serde_json::{Map, Value, json};
@@ -115,8 +115,24 @@ impl FieldIssues {
         }
     }
 
+    /// The messages of field `key` (a template shows them under the field).
     pub fn get(&self, key: &str) -> Vec<String> {
         self.fields.get(key).cloned().unwrap_or_default()
+    }
+
+    /// Whether field `key` has a problem (a template marks it `aria-invalid`).
+    pub fn bad(&self, key: &str) -> bool {
+        self.fields.contains_key(key)
+    }
+
+    /// [`Self::get`] for field `field` of binding row `row`.
+    pub fn row_errs(&self, row: &str, field: &str) -> Vec<String> {
+        self.get(&format!("{row}:{field}"))
+    }
+
+    /// [`Self::bad`] for field `field` of binding row `row`.
+    pub fn row_bad(&self, row: &str, field: &str) -> bool {
+        self.bad(&format!("{row}:{field}"))
     }
 
     pub fn is_empty(&self) -> bool {
@@ -519,31 +535,6 @@ fn default_role(group: &str) -> String {
     }
 }
 
-/// The keys the form has a place for: in a plan, and in a binding.
-const PLAN_KEYS: &[&str] = &[
-    "owner",
-    "priority",
-    "interval_seconds",
-    "freshness_seconds",
-    "recovery_after_seconds",
-    "max_recoveries",
-    "failover_after_seconds",
-    "fence_timeout_seconds",
-    "max_retries",
-    "unfence_on_promote",
-    "auto_failover",
-    "instances",
-    "service",
-];
-const BINDING_KEYS: &[&str] = &[
-    "controller",
-    "capability",
-    "resource",
-    "role",
-    "required",
-    "params",
-];
-
 /// Fills `form` from its JSON text view (the plan as `plans.NAME` writes it). Anything the
 /// form could not show is refused rather than dropped: the text is kept with the reason at
 /// the text view, and the form is left as it was.
@@ -578,7 +569,7 @@ pub(super) fn load_raw(form: &mut PlanForm, sites: &[String], issues: &mut Field
 pub(super) fn unplaceable(spec: &Map<String, Value>) -> Vec<String> {
     let mut unknown: Vec<String> = spec
         .keys()
-        .filter(|k| !PLAN_KEYS.contains(&k.as_str()))
+        .filter(|k| !keys::PLAN.contains(&k.as_str()))
         .map(|k| format!("{k:?}"))
         .collect();
     let groups = spec
@@ -596,7 +587,7 @@ pub(super) fn unplaceable(spec: &Map<String, Value>) -> Vec<String> {
             match b.as_object() {
                 Some(b) => unknown.extend(
                     b.keys()
-                        .filter(|k| !BINDING_KEYS.contains(&k.as_str()))
+                        .filter(|k| !keys::BINDING.contains(&k.as_str()))
                         .map(|k| format!("{at}[{i}].{k}")),
                 ),
                 None => unknown.push(format!("{at}[{i}] (not a mapping)")),
@@ -1014,24 +1005,6 @@ pub(super) struct EditorPage {
     pub data: String,
     /// The plan as it will be sent, for the raw view.
     pub raw: String,
-}
-
-impl EditorPage {
-    fn errs(&self, key: &str) -> Vec<String> {
-        self.issues.get(key)
-    }
-
-    fn bad(&self, key: &str) -> bool {
-        self.issues.fields.contains_key(key)
-    }
-
-    fn row_errs(&self, row: &str, field: &str) -> Vec<String> {
-        self.issues.get(&format!("{row}:{field}"))
-    }
-
-    fn row_bad(&self, row: &str, field: &str) -> bool {
-        self.bad(&format!("{row}:{field}"))
-    }
 }
 
 fn editor_page(
@@ -1509,6 +1482,19 @@ async fn save(
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn every_plan_key_has_a_place_in_the_form() {
+        let rows: Vec<&str> = TIMINGS.iter().chain(SWITCHES).map(|(k, _, _)| *k).collect();
+        for k in &rows {
+            assert!(keys::PLAN.contains(k), "{k} is not a plan key");
+        }
+        for k in keys::PLAN {
+            let placed =
+                rows.contains(k) || ["owner", "priority", "instances", SERVICE].contains(k);
+            assert!(placed, "the form has no place for {k}");
+        }
+    }
 
     #[test]
     fn issue_paths_name_fields() {

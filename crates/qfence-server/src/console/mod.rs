@@ -17,6 +17,7 @@
 //! orchestrators ([`pages`]). The live parts are server-sent events ([`live`]) carrying HTML
 //! fragments rendered by the same templates as the page.
 
+mod actions;
 mod diagram;
 mod editor;
 mod live;
@@ -359,26 +360,7 @@ pub(crate) fn site_title(s: &SiteStatus) -> String {
 }
 
 /// Milliseconds since the Unix epoch as `YYYY-MM-DD HH:MM:SS` (UTC).
-pub(crate) fn fmt_ms(ms: u64) -> String {
-    let secs = ms / 1000;
-    let (days, rem) = ((secs / 86_400) as i64, secs % 86_400);
-    // Howard Hinnant's civil_from_days.
-    let z = days + 719_468;
-    let era = z.div_euclid(146_097);
-    let doe = z - era * 146_097;
-    let yoe = (doe - doe / 1460 + doe / 36_524 - doe / 146_096) / 365;
-    let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
-    let mp = (5 * doy + 2) / 153;
-    let d = doy - (153 * mp + 2) / 5 + 1;
-    let m = if mp < 10 { mp + 3 } else { mp - 9 };
-    let y = yoe + era * 400 + i64::from(m <= 2);
-    format!(
-        "{y:04}-{m:02}-{d:02} {:02}:{:02}:{:02}",
-        rem / 3600,
-        rem % 3600 / 60,
-        rem % 60
-    )
-}
+pub(crate) use qfence_model::time::utc as fmt_ms;
 
 // ---- handlers ----
 

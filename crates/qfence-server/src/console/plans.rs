@@ -13,15 +13,13 @@ use serde::Deserialize;
 
 use qfence_model::{PlanId, SiteId};
 
+use super::actions::{Confirmed, PlanAction};
 use super::diagram::{self, Diagram};
 use super::{FormSession, Session, encode, error_page, fmt_ms, page};
 use crate::api::AppState;
 use crate::auth::Caller;
 use crate::backend::BackendError;
-use crate::dto::{
-    ConfirmFencedRequest, DryRun, DryRunResult, FailoverRequest, LeaderInfo, MaintenanceRequest,
-    PauseRequest, PlanStatus, PlanView, SwitchoverRequest,
-};
+use crate::dto::{DryRun, DryRunResult, LeaderInfo, PlanStatus, PlanView};
 use crate::events::{Event, EventKind, EventQuery, MAX_PAGE};
 
 pub(super) fn routes() -> Router<AppState> {
@@ -354,7 +352,7 @@ async fn plan_page(
 /// The actions form, as posted: first without `confirmed` (the confirmation step), then with.
 #[derive(Debug, Clone, Deserialize)]
 struct ActionForm {
-    /// `switchover`, `failover`, `confirm_fenced`.
+    /// A [`PlanAction`]'s form value.
     op: String,
     /// The target (switchover, failover) or the site vouched for (confirm fenced).
     #[serde(default)]
@@ -376,6 +374,7 @@ struct ConfirmPage {
     title: String,
     plan: String,
     form: ActionForm,
+    action: PlanAction,
     /// What is asked, in words: "Switch erp-db over to dc2".
     question: String,
     /// The confirm button's text.
@@ -407,30 +406,21 @@ async fn action(
     Path(plan): Path<String>,
     axum::Form(form): axum::Form<ActionForm>,
 ) -> Response {
-    let label = match form.op.as_str() {
-        "switchover" => "switch over",
-        "failover" => "fail over",
-        "confirm_fenced" => "confirm a site fenced",
-        "pause" => "pause automatic actions",
-        "resume" => "resume automatic actions",
-        "maintenance" => "take a site in or out of maintenance",
-        other => {
-            return error_page(
-                Some(&session),
-                &BackendError::Invalid {
-                    message: format!(
-                        "{other:?} is not an action: switchover, failover, confirm_fenced, \
-                         pause, resume, maintenance"
-                    ),
-                    issues: vec![],
-                },
-            );
+    let action = match PlanAction::parse(&form.op) {
+        Ok(action) => action,
+        Err(message) => {
+            let e = BackendError::Invalid {
+                message,
+                issues: vec![],
+            };
+            return error_page(Some(&session), &e);
         }
     };
     if !session.operator() {
         let e = BackendError::Refused(format!(
-            "your role ({}) may not {label}: that needs an operator or admin token",
-            session.caller.access
+            "your role ({}) may not {}: that needs an operator or admin token",
+            session.caller.access,
+            action.label()
         ));
         return (StatusCode::FORBIDDEN, error_page(Some(&session), &e)).into_response();
     }
@@ -446,143 +436,34 @@ async fn action(
             );
         }
     };
-    let question = match form.op.as_str() {
-        "switchover" => format!("Switch {plan} over to {}", form.site),
-        "failover" if form.site.is_empty() => {
-            format!("Fail {plan} over (to the site its priority picks)")
-        }
-        "failover" => format!("Fail {plan} over to {}", form.site),
-        "pause" => format!("Pause automatic actions on {plan}"),
-        "resume" => format!("Resume automatic actions on {plan}"),
-        "maintenance" if form.enabled == "off" => {
-            format!("Take {} of {plan} out of maintenance", form.site)
-        }
-        "maintenance" => format!("Take {} of {plan} into maintenance", form.site),
-        _ => format!(
-            "Confirm that {} of {plan} is stopped (no fence can show it)",
-            form.site
-        ),
-    };
-    let (button, warning) = match form.op.as_str() {
-        "switchover" => (format!("Switch over to {}", form.site), None),
-        "pause" => (
-            "Pause".to_owned(),
-            Some(format!(
-                "While {plan} is paused, qfence keeps checking and reporting but starts no \
-                 failover, recovery or fence on its own; operators still can."
-            )),
-        ),
-        "maintenance" if form.enabled == "off" => (
-            "Leave maintenance".to_owned(),
-            Some(format!(
-                "qfence may fail {plan} over to {} again, and alarms about its health.",
-                form.site
-            )),
-        ),
-        "maintenance" => (
-            "Enter maintenance".to_owned(),
-            Some(format!(
-                "While {} is in maintenance, qfence neither fails {plan} over to it nor alarms \
-                 about its health; its fences are still checked.",
-                form.site
-            )),
-        ),
-        "resume" => (
-            "Resume".to_owned(),
-            Some(format!(
-                "qfence acts on {plan} on its own again, from the next cycle: a failover \
-                 that is due starts."
-            )),
-        ),
-        "failover" => (
-            "Fail over".to_owned(),
-            Some(format!(
-                "A failover fences {}'s copy first, whatever its health: use it when the \
-                 owner is lost or must go now; a switchover is the planned move.",
-                plan
-            )),
-        ),
-        _ => (
-            format!("Confirm {} stopped", form.site),
-            Some(format!(
-                "qfence will count {} as FENCED on your word, with your reason in the event \
-                 log. If its copy of {plan} still runs, two sites may serve it.",
-                form.site
-            )),
-        ),
-    };
+    let words = action.wording(&plan, &form.site, &form.enabled);
     let mut confirm = ConfirmPage {
         who: Some(session.caller.clone()),
         title: format!("Confirm: {plan}"),
         plan: plan.clone(),
         form: form.clone(),
-        question,
-        button,
-        warning,
+        action,
+        question: words.question,
+        button: words.button,
+        warning: words.warning,
         dry: None,
         dry_error: None,
         field_error: None,
         error: None,
-        danger: !matches!(form.op.as_str(), "switchover" | "resume"),
+        danger: action.danger(),
     };
 
     // The form's own checks, each next to its field, before anything is asked of the backend.
-    let generation = match form.expected_generation.trim().parse::<u64>() {
-        Ok(g) => Some(g),
-        Err(_) => {
-            confirm.field_error = Some((
-                "expected_generation".into(),
-                format!(
-                    "{:?} is not a generation (a whole number): reload the plan's page",
-                    form.expected_generation
-                ),
-            ));
-            None
-        }
-    };
-    let site =
-        if form.site.is_empty() && matches!(form.op.as_str(), "failover" | "pause" | "resume") {
-            None
-        } else {
-            match SiteId::new(&form.site) {
-                Ok(site) => Some(site),
-                Err(e) => {
-                    confirm.field_error = Some(("site".into(), format!("pick a site ({e})")));
-                    None
-                }
-            }
-        };
-    if form.op == "maintenance" && !matches!(form.enabled.as_str(), "on" | "off") {
-        confirm.field_error = Some((
-            "enabled".into(),
-            format!("{:?} is neither on nor off", form.enabled),
-        ));
-    }
-    if form.op == "confirm_fenced" && form.reason.trim().is_empty() {
-        confirm.field_error = Some((
-            "reason".into(),
-            "say how you know the site is stopped: it goes to the event log".into(),
-        ));
-    }
-    let status_for_field = StatusCode::UNPROCESSABLE_ENTITY;
+    let (generation, site) = check_fields(action, &form, &mut confirm);
     let Some(generation) = generation else {
-        return (status_for_field, page(&confirm)).into_response();
+        return (StatusCode::UNPROCESSABLE_ENTITY, page(&confirm)).into_response();
     };
     if confirm.field_error.is_some() {
-        return (status_for_field, page(&confirm)).into_response();
+        return (StatusCode::UNPROCESSABLE_ENTITY, page(&confirm)).into_response();
     }
 
     // What would happen: shown on the confirmation step (and again if the backend refuses).
-    let dry = match form.op.as_str() {
-        "switchover" => Some(DryRun::Switchover {
-            target: form.site.clone(),
-        }),
-        "failover" => Some(DryRun::Failover {
-            target: site.as_ref().map(|s| s.as_str().to_owned()),
-        }),
-        _ => None,
-    };
-    if let Some(what) = dry {
+    if let Some(what) = action.dry_run(&form.site, site.as_ref()) {
         match s.backend.dry_run(&id, &what).await {
             Ok(r) => confirm.dry = Some(r),
             Err(e) => confirm.dry_error = Some(e.to_string()),
@@ -592,76 +473,15 @@ async fn action(
         return page(&confirm);
     }
 
-    let reason = Some(form.reason.trim().to_owned()).filter(|r| !r.is_empty());
-    let caller = &session.caller;
-    let done = match (form.op.as_str(), site) {
-        ("switchover", Some(site)) => {
-            s.backend
-                .switchover(
-                    caller,
-                    &id,
-                    &SwitchoverRequest {
-                        target: site.as_str().to_owned(),
-                        expected_generation: generation,
-                        reason,
-                    },
-                )
-                .await
-        }
-        ("failover", target) => {
-            s.backend
-                .failover(
-                    caller,
-                    &id,
-                    &FailoverRequest {
-                        target: target.map(|t| t.as_str().to_owned()),
-                        expected_generation: generation,
-                        reason,
-                    },
-                )
-                .await
-        }
-        ("confirm_fenced", Some(site)) => {
-            s.backend
-                .confirm_fenced(
-                    caller,
-                    &id,
-                    &site,
-                    &ConfirmFencedRequest {
-                        expected_generation: generation,
-                        reason: reason.unwrap_or_default(),
-                    },
-                )
-                .await
-        }
-        ("maintenance", Some(site)) => {
-            s.backend
-                .set_maintenance(
-                    caller,
-                    &id,
-                    &site,
-                    &MaintenanceRequest {
-                        enabled: form.enabled == "on",
-                        expected_generation: generation,
-                        reason,
-                    },
-                )
-                .await
-        }
-        ("pause", _) => s.backend.pause(caller, &id, &PauseRequest { reason }).await,
-        ("resume", _) => {
-            s.backend
-                .resume(caller, &id, &PauseRequest { reason })
-                .await
-        }
-        // Every action is named explicitly above, so a new one cannot fall into another's
-        // arm; the site was checked above for every action that needs one.
-        _ => Err(BackendError::Invalid {
-            message: "pick a site".into(),
-            issues: vec![],
-        }),
+    let confirmed = Confirmed {
+        caller: &session.caller,
+        plan: &id,
+        site,
+        expected_generation: generation,
+        reason: Some(form.reason.trim().to_owned()).filter(|r| !r.is_empty()),
+        enabled: form.enabled == "on",
     };
-    match done {
+    match action.perform(s.backend.as_ref(), confirmed).await {
         Ok(accepted) => {
             let notice = format!(
                 "{} accepted at generation {}: {}",
@@ -687,6 +507,52 @@ async fn action(
             (status, page(&confirm)).into_response()
         }
     }
+}
+
+/// The generation and the site the form carries, each problem put next to its field on
+/// `confirm` (the last one found wins, as the page shows one).
+fn check_fields(
+    action: PlanAction,
+    form: &ActionForm,
+    confirm: &mut ConfirmPage,
+) -> (Option<u64>, Option<SiteId>) {
+    let generation = match form.expected_generation.trim().parse::<u64>() {
+        Ok(g) => Some(g),
+        Err(_) => {
+            confirm.field_error = Some((
+                "expected_generation".into(),
+                format!(
+                    "{:?} is not a generation (a whole number): reload the plan's page",
+                    form.expected_generation
+                ),
+            ));
+            None
+        }
+    };
+    let site = if form.site.is_empty() && action.site_optional() {
+        None
+    } else {
+        match SiteId::new(&form.site) {
+            Ok(site) => Some(site),
+            Err(e) => {
+                confirm.field_error = Some(("site".into(), format!("pick a site ({e})")));
+                None
+            }
+        }
+    };
+    if action.takes_enabled() && !matches!(form.enabled.as_str(), "on" | "off") {
+        confirm.field_error = Some((
+            "enabled".into(),
+            format!("{:?} is neither on nor off", form.enabled),
+        ));
+    }
+    if action == PlanAction::ConfirmFenced && form.reason.trim().is_empty() {
+        confirm.field_error = Some((
+            "reason".into(),
+            "say how you know the site is stopped: it goes to the event log".into(),
+        ));
+    }
+    (generation, site)
 }
 
 #[cfg(test)]

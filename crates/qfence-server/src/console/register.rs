@@ -21,7 +21,7 @@ use axum::extract::{Path, Query, State};
 use axum::http::StatusCode;
 use axum::response::{IntoResponse, Redirect, Response};
 use axum::routing::{get, post};
-use qfence_model::config::{Issue, plan_api};
+use qfence_model::config::{Issue, keys, plan_api};
 use qfence_model::{ControllerId, ControllerType};
 use serde::Deserialize;
 use serde_json::{Map, Value, json};
@@ -76,49 +76,36 @@ const FIELDS: &[(&str, u8)] = &[
     ("probed_fingerprint", 0),
 ];
 
-/// The per-type fields: name, label, the types that have it, placeholder.
-const TYPE_FIELDS: &[(&str, &str, &str, &str)] = &[
-    (
-        "endpoint",
-        "Endpoint",
-        "redfish ipmi proxmox fortigate docker postgres nova",
-        "https://bmc.example:443",
-    ),
-    (
-        "username",
-        "Username",
-        "redfish ipmi proxmox postgres nova",
-        "qfence",
-    ),
-    (
-        "auth",
-        "Authentication",
-        "redfish",
-        "session (default) or basic",
-    ),
-    (
-        "cipher_suite",
-        "Cipher suite",
-        "ipmi",
-        "17 (default), 3, 8 or 12",
-    ),
-    ("token_id", "API token id", "proxmox", "qfence@pve!fence"),
-    ("vdom", "VDOM", "fortigate", "root (optional)"),
-    ("agent", "Fence agent", "fence-agent", "fence_ipmilan"),
+/// The per-type fields: name, label, placeholder. Which types have each is the model's
+/// [`keys::controller_type`].
+const TYPE_FIELDS: &[(&str, &str, &str)] = &[
+    ("endpoint", "Endpoint", "https://bmc.example:443"),
+    ("username", "Username", "qfence"),
+    ("auth", "Authentication", "session (default) or basic"),
+    ("cipher_suite", "Cipher suite", "17 (default), 3, 8 or 12"),
+    ("token_id", "API token id", "qfence@pve!fence"),
+    ("vdom", "VDOM", "root (optional)"),
+    ("agent", "Fence agent", "fence_ipmilan"),
     (
         "options",
         "Agent options",
-        "fence-agent",
         "ip=10.0.0.5, username=admin (no password)",
     ),
     (
         "level",
         "Fence level",
-        "fence-agent",
         "compute (default), network or application",
     ),
-    ("project", "Keystone project", "nova", "admin"),
+    ("project", "Keystone project", "admin"),
 ];
+
+/// The types that have the per-type field `key`, as the template reads them: `"redfish ipmi"`.
+fn types_with(key: &str) -> String {
+    keys::types_with(key)
+        .map(ControllerType::as_str)
+        .collect::<Vec<_>>()
+        .join(" ")
+}
 
 /// What each type is, in a line (shown next to the type).
 fn type_hint(t: ControllerType) -> &'static str {
@@ -229,8 +216,9 @@ impl ControllerForm {
         if !timeout.is_empty() {
             put("timeout_seconds", number_or_text(&timeout));
         }
-        for (f, _, types, _) in TYPE_FIELDS {
-            if !types.split(' ').any(|t| t == ty) {
+        let typed = ty.parse::<ControllerType>().ok();
+        for (f, _, _) in TYPE_FIELDS {
+            if !typed.is_some_and(|t| keys::controller_type(t).contains(f)) {
                 continue;
             }
             let v = self.get(f);
@@ -506,16 +494,6 @@ pub(super) struct RegisterPage {
     pub data: String,
 }
 
-impl RegisterPage {
-    fn errs(&self, key: &str) -> Vec<String> {
-        self.issues.get(key)
-    }
-
-    fn bad(&self, key: &str) -> bool {
-        self.issues.fields.contains_key(key)
-    }
-}
-
 fn options_of(values: &[(String, String)], current: &str, blank: &str) -> Vec<Opt> {
     let mut out = vec![Opt {
         value: String::new(),
@@ -626,10 +604,10 @@ fn register_page(
         timeout_seconds: form.get("timeout_seconds"),
         type_fields: TYPE_FIELDS
             .iter()
-            .map(|(k, l, t, p)| TypeField {
+            .map(|(k, l, p)| TypeField {
                 key: (*k).into(),
                 label: (*l).into(),
-                types: (*t).into(),
+                types: types_with(k),
                 placeholder: (*p).into(),
                 value: form.get(k),
                 errors: issues.get(k),
@@ -1090,28 +1068,35 @@ async fn test(
     }
 }
 
-/// Epoch seconds as `YYYY-MM-DD HH:MM:SS UTC` (civil-from-days), without a date crate.
+/// Epoch seconds as `YYYY-MM-DD HH:MM:SS UTC`.
 fn utc(epoch: u64) -> String {
-    let (days, secs) = (epoch / 86_400, epoch % 86_400);
-    let z = days + 719_468;
-    let (era, doe) = (z / 146_097, z % 146_097);
-    let yoe = (doe - doe / 1460 + doe / 36_524 - doe / 146_096) / 365;
-    let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
-    let mp = (5 * doy + 2) / 153;
-    let day = doy - (153 * mp + 2) / 5 + 1;
-    let month = if mp < 10 { mp + 3 } else { mp - 9 };
-    let year = yoe + era * 400 + u64::from(month <= 2);
     format!(
-        "{year:04}-{month:02}-{day:02} {:02}:{:02}:{:02} UTC",
-        secs / 3600,
-        secs / 60 % 60,
-        secs % 60
+        "{} UTC",
+        qfence_model::time::utc(epoch.saturating_mul(1000))
     )
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn every_controller_key_has_a_field() {
+        let typed = ControllerType::ALL
+            .into_iter()
+            .flat_map(keys::controller_type);
+        for k in keys::CONTROLLER.iter().chain(typed) {
+            // `tls` is chosen by tls_mode and its own fields.
+            let field = if *k == "tls" { "tls_mode" } else { k };
+            assert!(FIELDS.iter().any(|(f, _)| *f == field), "no field for {k}");
+            let per_type = TYPE_FIELDS.iter().any(|(f, _, _)| f == k);
+            assert_eq!(
+                per_type,
+                !keys::CONTROLLER.contains(k) && *k != "tls",
+                "{k}"
+            );
+        }
+    }
 
     #[test]
     fn pasted_credentials_are_told_apart_from_names() {

@@ -6,7 +6,8 @@
 use std::collections::BTreeMap;
 use std::time::Duration;
 
-use super::{Decoder, Fields, child, index, list_names, secs};
+use super::read::Fields;
+use super::{Decoder, child, index, list_names, secs};
 use crate::catalog::{CapabilitySpec, ControllerType};
 use crate::config::instance_ha::{
     CloudConfig, HostEntry, HostName, HostRule, expand, glob_matches, is_template,

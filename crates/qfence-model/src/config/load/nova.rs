@@ -1,7 +1,8 @@
 //! The `nova` controller's Keystone login settings: a password (user and project, each in a
 //! domain) or an application credential, never both.
 
-use super::{Decoder, Fields};
+use super::Decoder;
+use super::read::Fields;
 use crate::config::NovaAuth;
 
 /// Keys that belong to password authentication only.
