@@ -68,6 +68,11 @@ const FIELDS: &[(&str, u8)] = &[
     ("options", 1),
     ("level", 1),
     ("project", 1),
+    ("user_domain", 1),
+    ("project_domain", 1),
+    ("application_credential_id", 1),
+    ("interface", 1),
+    ("region", 1),
     ("tls_mode", 1),
     ("tls_ca_file", 1),
     ("tls_pin", 1),
@@ -97,6 +102,23 @@ const TYPE_FIELDS: &[(&str, &str, &str)] = &[
         "compute (default), network or application",
     ),
     ("project", "Keystone project", "admin"),
+    ("user_domain", "Keystone user domain", "Default (default)"),
+    (
+        "project_domain",
+        "Keystone project domain",
+        "Default (default)",
+    ),
+    (
+        "application_credential_id",
+        "Application credential id",
+        "instead of username and project (optional)",
+    ),
+    (
+        "interface",
+        "Endpoint interface",
+        "public (default), internal or admin",
+    ),
+    ("region", "Region", "RegionOne (optional)"),
 ];
 
 /// The types that have the per-type field `key`, as the template reads them: `"redfish ipmi"`.

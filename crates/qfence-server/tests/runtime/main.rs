@@ -172,7 +172,13 @@ async fn a_lost_site_fails_over_step_by_step_and_the_vip_follows() -> Result<()>
     }
     let records = read_jsonl(&o.events_path)?;
     let v = verify(&records, &VerifyOptions::default()).map_err(|b| anyhow::anyhow!("{b:?}"))?;
-    assert_eq!(v.count as usize, events.len());
+    // The engine runs on: the file holds what was read above, and maybe a record or two more.
+    assert!(
+        v.count as usize >= events.len(),
+        "{} records, {} events",
+        v.count,
+        events.len()
+    );
 
     phase("the status agrees with the sentence at every moment; the owner is never FENCED");
     // dc1 is watched until the sentence says it is fenced; then its BMC goes dark, so its
@@ -727,7 +733,8 @@ async fn a_site_in_maintenance_is_shown_never_moved_to_and_logged() -> Result<()
     let reason = eventually(Duration::from_secs(20), "the sentence says it", || async {
         let s = backend.status().await.ok()?;
         let r = s.plans[0].last_reason.clone();
-        r.contains("dc2 in maintenance, fenced (power.off FENCED")
+        // A tick with a check in flight says "checking health" first: wait for a quiet one.
+        (r.contains("dc2 in maintenance, fenced (power.off FENCED") && r.starts_with("no action"))
             .then_some(r)
     })
     .await

@@ -123,19 +123,24 @@ async fn list(a: EventsArgs, format: Format) -> Outcome {
         return Ok(());
     }
     let every = seconds(1.0, "interval")?;
-    loop {
-        tokio::select! {
-            _ = tokio::signal::ctrl_c() => return Ok(()),
-            () = tokio::time::sleep(every.min(Duration::from_secs(1))) => {}
+    // One signal listener for the whole follow: one made afresh per poll misses a Ctrl-C that
+    // arrives while a request is out.
+    let follow = async {
+        loop {
+            tokio::time::sleep(every.min(Duration::from_secs(1))).await;
+            let page: EventPage = match api.get(&query(&a, after)).await {
+                Ok(p) => p,
+                Err(e) if e.transient().is_some() => continue,
+                Err(e) => return Err(e),
+            };
+            if let Some(last) = page.events.last() {
+                after = last.seq;
+            }
+            print_events(&page.events, format, false);
         }
-        let page: EventPage = match api.get(&query(&a, after)).await {
-            Ok(p) => p,
-            Err(e) if e.transient().is_some() => continue,
-            Err(e) => return Err(e),
-        };
-        if let Some(last) = page.events.last() {
-            after = last.seq;
-        }
-        print_events(&page.events, format, false);
+    };
+    tokio::select! {
+        _ = tokio::signal::ctrl_c() => Ok(()),
+        r = follow => r,
     }
 }

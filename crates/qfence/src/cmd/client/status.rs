@@ -118,17 +118,23 @@ fn fingerprint(p: &PlanStatus) -> String {
     )
 }
 
+/// Watches until Ctrl-C. One signal listener for the whole watch: a listener made afresh per
+/// tick misses a Ctrl-C that arrives while a request is out (seen: a watch that never ended).
 async fn watch(api: &Api, every: Duration, format: Format) -> Outcome {
+    tokio::select! {
+        _ = tokio::signal::ctrl_c() => Ok(()),
+        r = watch_changes(api, every, format) => r,
+    }
+}
+
+async fn watch_changes(api: &Api, every: Duration, format: Format) -> Outcome {
     let mut seen: BTreeMap<String, String> = BTreeMap::new();
     let mut first = true;
     let mut down = false;
     let mut tick = tokio::time::interval(every);
     tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     loop {
-        tokio::select! {
-            _ = tokio::signal::ctrl_c() => return Ok(()),
-            _ = tick.tick() => {}
-        }
+        tick.tick().await;
         let status: StatusResponse = match api.get("/api/v1/status").await {
             Ok(s) => s,
             // Keep watching through an outage (a failover may be moving the API): say so
