@@ -15,6 +15,16 @@ use super::types::{Action, Event, Pending};
 use super::{Cx, Note};
 
 impl Cx<'_, '_> {
+    /// Whether `o` takes agents, by the state this decision writes (a cancel just made it
+    /// `Up`).
+    fn serves(&self, o: &OrchestratorId) -> bool {
+        self.s
+            .orchestrators
+            .get(o)
+            .is_some_and(|v| v.alive && !v.witness)
+            && self.state.status_of(o) == OrchestratorStatus::Up
+    }
+
     pub(super) fn cancel(
         &mut self,
         target: &OrchestratorId,
@@ -96,7 +106,7 @@ impl Cx<'_, '_> {
         let mut serving: Vec<&OrchestratorId> = allowed
             .iter()
             .flat_map(|(_, a)| a.allowed.iter())
-            .filter(|o| *o == onto || s.takes_work(o))
+            .filter(|o| *o == onto || self.serves(o))
             .collect();
         serving.sort();
         serving.dedup();
@@ -142,7 +152,7 @@ impl Cx<'_, '_> {
             })
             .cloned()
             .collect();
-        if left.is_empty() || !s.takes_work(&onto) {
+        if left.is_empty() || !self.serves(&onto) {
             self.change().operation = None;
             let agents = r.agents.len() - left.len();
             self.event(Event::Rebalanced {
@@ -174,7 +184,7 @@ impl Cx<'_, '_> {
         let avoid: Vec<OrchestratorId> = s
             .orchestrators
             .keys()
-            .filter(|o| !s.takes_work(o))
+            .filter(|o| !self.serves(o))
             .cloned()
             .collect();
         let mut sent = 0;
@@ -185,7 +195,7 @@ impl Cx<'_, '_> {
                 .chain(
                     a.allowed
                         .iter()
-                        .filter(|o| **o != onto && s.takes_work(o))
+                        .filter(|o| **o != onto && self.serves(o))
                         .cloned(),
                 )
                 .collect();
