@@ -38,6 +38,11 @@ impl Cx<'_, '_> {
                 status,
             });
         }
+        if !s.orchestrators[target].alive {
+            return Err(Refusal::NotAnswering {
+                orchestrator: target.clone(),
+            });
+        }
         if let Some(Operation::Prepare(p)) = &self.state.operation
             && self.mutation() != Mutation::SecondPreparation
         {

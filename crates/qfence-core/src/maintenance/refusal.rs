@@ -33,6 +33,10 @@ pub enum Refusal {
         orchestrator: OrchestratorId,
         status: OrchestratorStatus,
     },
+    /// The target does not answer: it could never report itself read-only.
+    NotAnswering {
+        orchestrator: OrchestratorId,
+    },
     /// Cancel needs the target preparing or in maintenance.
     NotInMaintenance {
         orchestrator: OrchestratorId,
@@ -73,6 +77,7 @@ impl Refusal {
             Refusal::LeaseExpired { .. } => "lease_expired",
             Refusal::UnknownOrchestrator { .. } => "unknown_orchestrator",
             Refusal::NotUp { .. } => "orchestrator_not_up",
+            Refusal::NotAnswering { .. } => "orchestrator_not_answering",
             Refusal::NotInMaintenance { .. } => "orchestrator_not_in_maintenance",
             Refusal::NoOtherUp { .. } => "no_other_orchestrator_up",
             Refusal::AnotherPreparing { .. } => "another_orchestrator_preparing",
@@ -113,6 +118,11 @@ impl fmt::Display for Refusal {
                 f,
                 "refused: {orchestrator} is {status}, and only an Up orchestrator can prepare \
                  for maintenance"
+            ),
+            Refusal::NotAnswering { orchestrator } => write!(
+                f,
+                "refused: {orchestrator} does not answer, so it could never report itself \
+                 read-only; it needs no maintenance mode to be restarted"
             ),
             Refusal::NotInMaintenance { orchestrator } => write!(
                 f,

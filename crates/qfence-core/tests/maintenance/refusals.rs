@@ -144,6 +144,13 @@ fn refused_for_an_unknown_name_a_follower_or_a_cancel_of_an_up_orchestrator() {
         "orchestrator_not_in_maintenance",
         "refused: o2 is Up, neither preparing for maintenance nor in it",
     );
+    fx.orchestrators.get_mut(&o("o2")).unwrap().alive = false;
+    says(
+        &prepare(&fx, "o2").unwrap_err(),
+        "orchestrator_not_answering",
+        "refused: o2 does not answer, so it could never report itself read-only; it needs no \
+         maintenance mode to be restarted",
+    );
     fx.leader = false;
     assert_eq!(
         prepare(&fx, "o1"),
