@@ -36,6 +36,7 @@ pub fn controller_type(ty: ControllerType) -> &'static [&'static str] {
         ControllerType::Docker => &["endpoint", "tls"],
         ControllerType::Postgres => &["endpoint", "tls", "username"],
         ControllerType::FenceAgent => &["agent", "options", "level"],
+        ControllerType::Agent => &[],
         ControllerType::Nova => &[
             "endpoint",
             "tls",

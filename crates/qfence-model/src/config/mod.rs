@@ -268,6 +268,11 @@ pub enum ControllerKind {
         /// in one region only.
         region: Option<String>,
     },
+    /// The host agents (`qfence agent`) of the controller's site and reach: each connects to
+    /// an orchestrator allowed to call this controller, enrolled with a join token, and runs
+    /// the `unit.*` capabilities on its own host. No endpoint and no secret: the agents come
+    /// to the orchestrators, over mutual TLS.
+    Agent,
 }
 
 impl ControllerKind {
@@ -282,6 +287,7 @@ impl ControllerKind {
             ControllerKind::Postgres { .. } => ControllerType::Postgres,
             ControllerKind::FenceAgent { .. } => ControllerType::FenceAgent,
             ControllerKind::Nova { .. } => ControllerType::Nova,
+            ControllerKind::Agent => ControllerType::Agent,
         }
     }
 }
