@@ -17,7 +17,7 @@
 //! A preparation goes read-only first, and nothing further happens until the target reports
 //! it is read-only, so no job can start after the jobs are counted. Then, each step waiting
 //! for the one before: its jobs drain; it hands the leadership over if it leads; its agents
-//! get migrate messages, a bounded number a second, spread by the [`Algorithm`]; its
+//! get migrate messages, a bounded number a second, spread by the [`AgentAlgorithm`]; its
 //! controller sessions move; the preconditions are checked again; it enters `Maintenance`.
 //! Not done by the deadline (`maintenance_timeout`): rolled back, the pending items named.
 //!
@@ -40,7 +40,7 @@ use serde::{Deserialize, Serialize};
 pub use reason::{Note, Sentence};
 pub use refusal::Refusal;
 pub use snapshot::{Agent, Controller, Job, JobKind, Orchestrator, Settings, Snapshot};
-pub use spread::{Algorithm, spread};
+pub use spread::{AgentAlgorithm, spread};
 pub use state::{
     MaintenanceState, MaintenanceStateChange, Operation, OrchestratorStatus, Preparation,
     Rebalance, Sent, Step, StoredMaintenanceState,
@@ -85,7 +85,7 @@ pub enum Request {
     /// overrides the configured one for this operation only.
     Prepare {
         orchestrator: OrchestratorId,
-        algorithm: Option<Algorithm>,
+        algorithm: Option<AgentAlgorithm>,
     },
     /// `qfence orchestrator cancel-maintenance NAME [--rebalance]`.
     Cancel {

@@ -10,7 +10,7 @@ use qfence_model::OrchestratorId;
 use qfence_model::config::HostName;
 
 use super::refusal::{Refusal, may_leave};
-use super::spread::{Algorithm, spread};
+use super::spread::{AgentAlgorithm, spread};
 use super::state::{Operation, OrchestratorStatus, Preparation, Sent, Step};
 use super::types::{Action, Event, Pending};
 use super::{Cx, Mutation, Note};
@@ -23,7 +23,7 @@ impl Cx<'_, '_> {
     pub(super) fn prepare(
         &mut self,
         target: &OrchestratorId,
-        algorithm: Option<Algorithm>,
+        algorithm: Option<AgentAlgorithm>,
     ) -> Result<(), Refusal> {
         let s = self.s;
         if !s.orchestrators.contains_key(target) {

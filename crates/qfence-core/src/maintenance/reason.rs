@@ -10,7 +10,7 @@ use serde::Serialize;
 
 use super::refusal::Refusal;
 use super::snapshot::Job;
-use super::spread::Algorithm;
+use super::spread::AgentAlgorithm;
 use super::state::Step;
 use super::types::Pending;
 use crate::types::Millis;
@@ -32,7 +32,7 @@ pub enum Note {
     },
     Started {
         target: OrchestratorId,
-        algorithm: Algorithm,
+        algorithm: AgentAlgorithm,
     },
     Resumed {
         target: OrchestratorId,

@@ -6,11 +6,11 @@ use std::collections::{BTreeMap, BTreeSet};
 use std::fmt;
 use std::time::Duration;
 
-use qfence_model::config::HostName;
+use qfence_model::config::{HostName, MaintenanceConfig};
 use qfence_model::{ControllerId, OrchestratorId, SiteId};
 use serde::{Deserialize, Serialize};
 
-use super::spread::Algorithm;
+use super::spread::AgentAlgorithm;
 use super::state::MaintenanceState;
 use crate::types::{Leadership, Millis};
 
@@ -85,28 +85,37 @@ pub struct Controller {
     pub holder: Option<OrchestratorId>,
 }
 
-/// The operation's settings (`cluster.maintenance` in the configuration, later).
+/// The operation's settings: the configuration's (`cluster.maintenance_timeout_seconds`,
+/// `cluster.agent_algorithm`, `cluster.agent_migrations_per_second`) and the retry time.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Settings {
     /// A preparation not finished by then is cancelled and rolled back (CloudStack's
     /// `management.server.maintenance.timeout`, 60 min).
     pub timeout: Duration,
     /// The algorithm when a request names none (CloudStack's `indirect.agent.lb.algorithm`).
-    pub algorithm: Algorithm,
+    pub algorithm: AgentAlgorithm,
     /// Migrate messages sent at most per second: receivers never see a reconnection storm.
     pub migrate_per_second: u32,
     /// A message without effect after this long is sent again.
     pub retry: Duration,
 }
 
-impl Default for Settings {
-    fn default() -> Self {
+impl Settings {
+    /// The configured settings, with a retry of 30 s.
+    pub fn from_config(c: &MaintenanceConfig) -> Self {
         Self {
-            timeout: Duration::from_secs(60 * 60),
-            algorithm: Algorithm::Static,
-            migrate_per_second: 20,
+            timeout: c.timeout,
+            algorithm: c.agent_algorithm,
+            migrate_per_second: c.agent_migrations_per_second,
             retry: Duration::from_secs(30),
         }
+    }
+}
+
+impl Default for Settings {
+    /// The configuration's defaults: 60 min, static, 20 a second.
+    fn default() -> Self {
+        Self::from_config(&MaintenanceConfig::default())
     }
 }
 

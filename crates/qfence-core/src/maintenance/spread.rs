@@ -13,57 +13,16 @@
 //!   agent's name, so a replay with the same seed gives the same lists.
 
 use std::collections::BTreeMap;
-use std::fmt;
-use std::str::FromStr;
 
+pub use qfence_model::AgentAlgorithm;
 use qfence_model::OrchestratorId;
 use qfence_model::config::HostName;
-use serde::{Deserialize, Serialize};
-
-/// The agents' spreading algorithm.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Hash, Serialize, Deserialize)]
-#[serde(rename_all = "lowercase")]
-pub enum Algorithm {
-    #[default]
-    Static,
-    RoundRobin,
-    Shuffle,
-}
-
-impl Algorithm {
-    pub const ALL: [Algorithm; 3] = [Algorithm::Static, Algorithm::RoundRobin, Algorithm::Shuffle];
-
-    pub fn as_str(self) -> &'static str {
-        match self {
-            Algorithm::Static => "static",
-            Algorithm::RoundRobin => "roundrobin",
-            Algorithm::Shuffle => "shuffle",
-        }
-    }
-}
-
-impl fmt::Display for Algorithm {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str(self.as_str())
-    }
-}
-
-impl FromStr for Algorithm {
-    type Err = String;
-
-    fn from_str(s: &str) -> Result<Self, String> {
-        Algorithm::ALL
-            .into_iter()
-            .find(|a| a.as_str() == s)
-            .ok_or_else(|| format!("{s:?} is not an algorithm: static, roundrobin or shuffle"))
-    }
-}
 
 /// Spreads agents, in name order, over their candidates. `received` counts what each
 /// orchestrator already received in this operation (roundrobin continues from it, batch after
 /// batch); it is updated. An agent without a candidate gets an empty list.
 pub fn spread(
-    algorithm: Algorithm,
+    algorithm: AgentAlgorithm,
     agents: &BTreeMap<HostName, Vec<OrchestratorId>>,
     received: &mut BTreeMap<OrchestratorId, usize>,
     seed: u64,
@@ -71,9 +30,9 @@ pub fn spread(
     let mut out = BTreeMap::new();
     for (agent, candidates) in agents {
         let list = match algorithm {
-            Algorithm::Static => candidates.clone(),
-            Algorithm::RoundRobin => round_robin(candidates, received),
-            Algorithm::Shuffle => shuffled(candidates, seed ^ fnv(agent.as_str())),
+            AgentAlgorithm::Static => candidates.clone(),
+            AgentAlgorithm::RoundRobin => round_robin(candidates, received),
+            AgentAlgorithm::Shuffle => shuffled(candidates, seed ^ fnv(agent.as_str())),
         };
         if let Some(first) = list.first() {
             *received.entry(first.clone()).or_default() += 1;
@@ -173,7 +132,7 @@ mod tests {
                 let keys: Vec<_> = all.keys().cloned().collect();
                 for chunk in keys.chunks(7) {
                     let batch = chunk.iter().map(|h| (h.clone(), all[h].clone())).collect();
-                    got.extend(spread(Algorithm::RoundRobin, &batch, &mut received, 0));
+                    got.extend(spread(AgentAlgorithm::RoundRobin, &batch, &mut received, 0));
                 }
                 let c = firsts(&got);
                 let share = n / k;
@@ -189,7 +148,7 @@ mod tests {
     #[test]
     fn static_sends_everyone_to_the_first_candidate_and_keeps_the_order() {
         let m = spread(
-            Algorithm::Static,
+            AgentAlgorithm::Static,
             &agents(10, &["o2", "o1"]),
             &mut BTreeMap::new(),
             9,
@@ -200,9 +159,9 @@ mod tests {
     #[test]
     fn shuffle_is_a_permutation_reproducible_from_its_seed_and_spreads() {
         let a = agents(300, &["o1", "o2", "o3"]);
-        let one = spread(Algorithm::Shuffle, &a, &mut BTreeMap::new(), 42);
-        let again = spread(Algorithm::Shuffle, &a, &mut BTreeMap::new(), 42);
-        let other = spread(Algorithm::Shuffle, &a, &mut BTreeMap::new(), 43);
+        let one = spread(AgentAlgorithm::Shuffle, &a, &mut BTreeMap::new(), 42);
+        let again = spread(AgentAlgorithm::Shuffle, &a, &mut BTreeMap::new(), 42);
+        let other = spread(AgentAlgorithm::Shuffle, &a, &mut BTreeMap::new(), 43);
         assert_eq!(one, again);
         assert_ne!(one, other);
         for l in one.values() {
@@ -219,7 +178,7 @@ mod tests {
 
     #[test]
     fn an_agent_without_candidates_gets_an_empty_list() {
-        for a in Algorithm::ALL {
+        for a in AgentAlgorithm::ALL {
             let m = spread(a, &agents(2, &[]), &mut BTreeMap::new(), 1);
             assert!(m.values().all(Vec::is_empty));
         }
@@ -227,9 +186,9 @@ mod tests {
 
     #[test]
     fn algorithms_read_back_what_they_print() {
-        for a in Algorithm::ALL {
-            assert_eq!(a.as_str().parse::<Algorithm>(), Ok(a));
+        for a in AgentAlgorithm::ALL {
+            assert_eq!(a.as_str().parse::<AgentAlgorithm>(), Ok(a));
         }
-        assert!("round-robin".parse::<Algorithm>().is_err());
+        assert!("round-robin".parse::<AgentAlgorithm>().is_err());
     }
 }

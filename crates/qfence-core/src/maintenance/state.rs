@@ -13,7 +13,7 @@ use qfence_model::config::HostName;
 use qfence_model::{ControllerId, OrchestratorId, Term};
 use serde::{Deserialize, Serialize};
 
-use super::spread::Algorithm;
+use super::spread::AgentAlgorithm;
 use crate::error::CoreError;
 use crate::types::Millis;
 
@@ -173,7 +173,7 @@ pub struct Sent {
 pub struct Preparation {
     pub target: OrchestratorId,
     /// The agents' spreading algorithm for this operation.
-    pub algorithm: Algorithm,
+    pub algorithm: AgentAlgorithm,
     pub started: Millis,
     /// Not in `Maintenance` by then: cancelled and rolled back (`maintenance_timeout`).
     pub deadline: Millis,
@@ -194,7 +194,7 @@ pub struct Preparation {
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Rebalance {
     pub onto: OrchestratorId,
-    pub algorithm: Algorithm,
+    pub algorithm: AgentAlgorithm,
     pub started: Millis,
     pub deadline: Millis,
     /// The agents chosen to come back, and where each was.

@@ -8,7 +8,7 @@ use qfence_model::{ControllerId, OrchestratorId, Term};
 use serde::Serialize;
 
 use super::snapshot::Job;
-use super::spread::Algorithm;
+use super::spread::AgentAlgorithm;
 use super::state::Step;
 use crate::types::OpId;
 
@@ -82,7 +82,7 @@ impl fmt::Display for Pending {
 pub enum Event {
     PreparationStarted {
         orchestrator: OrchestratorId,
-        algorithm: Algorithm,
+        algorithm: AgentAlgorithm,
     },
     /// A leader of a newer term took over a preparation half done.
     Resumed {
@@ -136,7 +136,7 @@ pub enum Action {
         from: OrchestratorId,
         to: Vec<OrchestratorId>,
         avoid: Vec<OrchestratorId>,
-        algorithm: Algorithm,
+        algorithm: AgentAlgorithm,
     },
     /// Move the controller's session and periodic checks from one orchestrator to another.
     MoveSession {

@@ -8,7 +8,7 @@ use std::time::Duration;
 
 use qfence_core::Millis;
 use qfence_core::maintenance::{
-    Action, Algorithm, Decision, JobKind, OrchestratorStatus, Request, decide, request,
+    Action, AgentAlgorithm, Decision, JobKind, OrchestratorStatus, Request, decide, request,
 };
 
 use crate::fixture::{Fx, at, job, o, orch};
@@ -65,7 +65,7 @@ fn cluster(extra: &[&str]) -> Fx {
 /// Prepares o1 (the leader) with `algorithm`, decides every 100 ms until it is in maintenance,
 /// and returns how many agents each orchestrator received and the most migrate messages sent
 /// in any one second.
-fn run(mut fx: Fx, algorithm: Algorithm) -> (BTreeMap<String, usize>, usize, Millis) {
+fn run(mut fx: Fx, algorithm: AgentAlgorithm) -> (BTreeMap<String, usize>, usize, Millis) {
     fx.me = o("o1");
     fx.jobs
         .insert(o("o1"), vec![job(JobKind::Failover, "erp-db")]);
@@ -139,7 +139,11 @@ fn run(mut fx: Fx, algorithm: Algorithm) -> (BTreeMap<String, usize>, usize, Mil
 
 #[test]
 fn three_hundred_agents_move_off_one_orchestrator_at_a_bounded_rate() {
-    for algorithm in [Algorithm::Static, Algorithm::RoundRobin, Algorithm::Shuffle] {
+    for algorithm in [
+        AgentAlgorithm::Static,
+        AgentAlgorithm::RoundRobin,
+        AgentAlgorithm::Shuffle,
+    ] {
         let (received, peak, done) = run(cluster(&[]), algorithm);
         eprintln!(
             "{algorithm}: {received:?}, peak {peak} messages/s, in maintenance {:.1} s after \
@@ -165,7 +169,7 @@ fn three_hundred_agents_move_off_one_orchestrator_at_a_bounded_rate() {
 
 #[test]
 fn with_roundrobin_no_orchestrator_receives_more_than_its_share_by_more_than_one() {
-    let (received, _, _) = run(cluster(&["o4", "o5"]), Algorithm::RoundRobin);
+    let (received, _, _) = run(cluster(&["o4", "o5"]), AgentAlgorithm::RoundRobin);
     // 100 agents over o2, o4 and o5: 33 or 34 each.
     assert_eq!(received.values().sum::<usize>(), 100);
     assert!(
@@ -173,6 +177,6 @@ fn with_roundrobin_no_orchestrator_receives_more_than_its_share_by_more_than_one
         "{received:?}"
     );
     // Static sends every one to the first left in each agent's list.
-    let (received, _, _) = run(cluster(&["o4", "o5"]), Algorithm::Static);
+    let (received, _, _) = run(cluster(&["o4", "o5"]), AgentAlgorithm::Static);
     assert_eq!(received, BTreeMap::from([("o2".into(), 100)]));
 }

@@ -3,21 +3,21 @@
 use std::collections::BTreeMap;
 
 use qfence_core::maintenance::{
-    Action, Algorithm, Event, JobKind, Operation, OrchestratorStatus, Pending, Request, Step,
+    Action, AgentAlgorithm, Event, JobKind, Operation, OrchestratorStatus, Pending, Request, Step,
     StoredMaintenanceState, decide, request,
 };
 use qfence_model::Term;
 
 use crate::fixture::{Fx, T0, actions, at, c, h, job, o};
 
-fn prepare(name: &str, algorithm: Option<Algorithm>) -> Request {
+fn prepare(name: &str, algorithm: Option<AgentAlgorithm>) -> Request {
     Request::Prepare {
         orchestrator: o(name),
         algorithm,
     }
 }
 
-fn migrate(agent: &str, to: &[&str], avoid: &[&str], algorithm: Algorithm) -> Action {
+fn migrate(agent: &str, to: &[&str], avoid: &[&str], algorithm: AgentAlgorithm) -> Action {
     Action::MigrateAgent {
         agent: h(agent),
         from: o("o1"),
@@ -58,7 +58,7 @@ fn prepare_goes_read_only_first_and_waits_for_the_read_only_report() {
             Action::Event {
                 event: Event::PreparationStarted {
                     orchestrator: o("o1"),
-                    algorithm: Algorithm::Static
+                    algorithm: AgentAlgorithm::Static
                 }
             },
         ]
@@ -120,8 +120,8 @@ fn jobs_are_drained_before_anything_moves() {
     assert_eq!(
         actions(&d),
         vec![
-            migrate("h1", &["o2"], &["o1"], Algorithm::Static),
-            migrate("h2", &["o2"], &["o1"], Algorithm::Static),
+            migrate("h1", &["o2"], &["o1"], AgentAlgorithm::Static),
+            migrate("h2", &["o2"], &["o1"], AgentAlgorithm::Static),
         ]
     );
     fx.write(&d);
@@ -169,8 +169,8 @@ fn a_leading_target_hands_the_leadership_over_and_the_new_leader_resumes() {
                     term: Term(6)
                 }
             },
-            migrate("h1", &["o2"], &["o1"], Algorithm::Static),
-            migrate("h2", &["o2"], &["o1"], Algorithm::Static),
+            migrate("h1", &["o2"], &["o1"], AgentAlgorithm::Static),
+            migrate("h2", &["o2"], &["o1"], AgentAlgorithm::Static),
         ]
     );
 }
@@ -184,7 +184,7 @@ fn agents_move_at_a_bounded_rate_and_those_without_effect_are_sent_again() {
     }
     fx.read_only.insert(o("o1"));
     let d = request(&fx.snap(), &prepare("o1", None)).unwrap();
-    let m = |a| migrate(a, &["o2"], &["o1"], Algorithm::Static);
+    let m = |a| migrate(a, &["o2"], &["o1"], AgentAlgorithm::Static);
     assert_eq!(actions(&d)[2..], [m("h0"), m("h1")]);
     fx.write(&d);
     // Within the same second: nothing more.
@@ -226,7 +226,7 @@ fn roundrobin_spreads_the_agents_evenly_over_the_orchestrators_allowed_for_them(
         fx.agent(&format!("h{i}"), &["o1", "o2", "o4"], Some("o1"));
     }
     fx.read_only.insert(o("o1"));
-    let d = request(&fx.snap(), &prepare("o1", Some(Algorithm::RoundRobin))).unwrap();
+    let d = request(&fx.snap(), &prepare("o1", Some(AgentAlgorithm::RoundRobin))).unwrap();
     let mut got: BTreeMap<String, usize> = BTreeMap::new();
     for a in actions(&d) {
         if let Action::MigrateAgent {
@@ -237,7 +237,7 @@ fn roundrobin_spreads_the_agents_evenly_over_the_orchestrators_allowed_for_them(
         } = a
         {
             assert_eq!(avoid, vec![o("o1")]);
-            assert_eq!(algorithm, Algorithm::RoundRobin);
+            assert_eq!(algorithm, AgentAlgorithm::RoundRobin);
             assert_eq!(to.len(), 2);
             *got.entry(to[0].to_string()).or_default() += 1;
         }
@@ -404,7 +404,7 @@ fn cancel_with_rebalance_brings_agents_back_until_it_holds_its_share() {
         from: o("o2"),
         to: vec![o("o1"), o("o2")],
         avoid: vec![],
-        algorithm: Algorithm::Static,
+        algorithm: AgentAlgorithm::Static,
     };
     assert_eq!(
         actions(&d),
@@ -497,7 +497,7 @@ fn a_preparation_not_done_by_its_timeout_is_rolled_back_with_what_was_pending() 
 fn a_restart_mid_preparation_resumes_from_the_stored_state() {
     let mut fx = busy_o1();
     fx.read_only.insert(o("o1"));
-    let d = request(&fx.snap(), &prepare("o1", Some(Algorithm::Shuffle))).unwrap();
+    let d = request(&fx.snap(), &prepare("o1", Some(AgentAlgorithm::Shuffle))).unwrap();
     fx.write(&d);
     fx.now = at(1);
     let d = decide(&fx.snap());
@@ -508,7 +508,7 @@ fn a_restart_mid_preparation_resumes_from_the_stored_state() {
     assert!(stored.starts_with(r#"{"v":"1","#), "{stored}");
     let back: StoredMaintenanceState = serde_json::from_str(&stored).unwrap();
     fx.state = back.into_current();
-    assert_eq!(preparation(&fx).algorithm, Algorithm::Shuffle);
+    assert_eq!(preparation(&fx).algorithm, AgentAlgorithm::Shuffle);
     fx.read_only.clear();
     fx.me = o("o2");
     fx.term = 9;

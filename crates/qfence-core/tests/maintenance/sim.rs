@@ -13,7 +13,7 @@ use std::collections::{BTreeMap, BTreeSet};
 use std::time::{Duration, Instant};
 
 use qfence_core::maintenance::{
-    Action, Agent, Algorithm, Controller, Decision, Event, Job, JobKind, MaintenanceState,
+    Action, Agent, AgentAlgorithm, Controller, Decision, Event, Job, JobKind, MaintenanceState,
     Mutation, Orchestrator, OrchestratorStatus, Request, Rules, Settings, Snapshot, decide_with,
     request_with,
 };
@@ -139,7 +139,7 @@ fn build(seed: u64, tracing: bool) -> World {
         controllers,
         settings: Settings {
             timeout: Duration::from_secs(180),
-            algorithm: Algorithm::Static,
+            algorithm: AgentAlgorithm::Static,
             migrate_per_second: 3,
             retry: Duration::from_secs(5),
         },
@@ -308,9 +308,9 @@ impl World {
         if self.rng.permille(120) {
             let algorithm = match self.rng.below(4) {
                 0 => None,
-                1 => Some(Algorithm::Static),
-                2 => Some(Algorithm::RoundRobin),
-                _ => Some(Algorithm::Shuffle),
+                1 => Some(AgentAlgorithm::Static),
+                2 => Some(AgentAlgorithm::RoundRobin),
+                _ => Some(AgentAlgorithm::Shuffle),
             };
             return Some(Request::Prepare {
                 orchestrator: self.rng.pick(&ids).clone(),

@@ -15,7 +15,13 @@ pub const TOP: &[&str] = &[
 ];
 
 /// `cluster:`
-pub const CLUSTER: &[&str] = &["name", "lease_seconds"];
+pub const CLUSTER: &[&str] = &[
+    "name",
+    "lease_seconds",
+    "maintenance_timeout_seconds",
+    "agent_algorithm",
+    "agent_migrations_per_second",
+];
 
 /// `sites.NAME:`
 pub const SITE: &[&str] = &["witness"];

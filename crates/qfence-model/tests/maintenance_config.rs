@@ -1,8 +1,10 @@
-//! The `agent` controller type: a configuration with host agents' unit checks, restarts and a
-//! masked unit as a secondary fence loads; every mistake is reported at once with its path.
+//! What issue 16 (orchestrator maintenance, host agents) adds to the configuration: the
+//! maintenance keys of `cluster:`, and the `agent` controller type (host agents' unit checks,
+//! restarts and a masked unit as a secondary fence). Each loads, and every mistake is
+//! reported at once with its path.
 
 use qfence_model::config::{ControllerKind, Issue, Severity, load_str};
-use qfence_model::{ControllerType, FenceLevel, Role};
+use qfence_model::{AgentAlgorithm, ControllerType, FenceLevel, Role};
 
 fn show(issues: &[Issue]) -> String {
     issues
@@ -127,4 +129,58 @@ plans:
         );
     }
     assert_eq!(errors.len(), expect.len(), "{}", show(&issues));
+}
+
+#[test]
+fn the_maintenance_keys_default_to_cloudstacks_and_are_read_when_given() {
+    let l = load_str(&with(""), "x.yaml").unwrap_or_else(|e| panic!("{}", show(&e)));
+    let m = l.config.config().cluster.maintenance;
+    assert_eq!(m.timeout.as_secs(), 3600, "60 min, as CloudStack's");
+    assert_eq!(m.agent_algorithm, AgentAlgorithm::Static);
+    assert_eq!(m.agent_migrations_per_second, 20);
+    let text = with("").replace(
+        "cluster: {name: lab}",
+        "cluster: {name: lab, maintenance_timeout_seconds: 900, agent_algorithm: roundrobin, \
+         agent_migrations_per_second: 50}",
+    );
+    let l = load_str(&text, "x.yaml").unwrap_or_else(|e| panic!("{}", show(&e)));
+    let m = l.config.config().cluster.maintenance;
+    assert_eq!(
+        (
+            m.timeout.as_secs(),
+            m.agent_algorithm,
+            m.agent_migrations_per_second
+        ),
+        (900, AgentAlgorithm::RoundRobin, 50)
+    );
+}
+
+#[test]
+fn every_mistake_in_the_maintenance_keys_is_reported_in_one_run() {
+    let text = with("").replace(
+        "cluster: {name: lab}",
+        "cluster: {name: lab, maintenance_timeout_seconds: -5, agent_algorithm: round-robin, \
+         agent_migrations_per_second: 0}",
+    );
+    let issues = load_str(&text, "x.yaml").unwrap_err();
+    for (path, part) in [
+        (
+            "cluster.maintenance_timeout_seconds",
+            "expected a positive number of seconds",
+        ),
+        (
+            "cluster.agent_algorithm",
+            "allowed: static, roundrobin, shuffle",
+        ),
+        ("cluster.agent_migrations_per_second", "must be 1 or more"),
+    ] {
+        assert!(
+            issues
+                .iter()
+                .any(|i| i.path == path && i.message.contains(part)),
+            "no error at {path} saying {part:?}:\n{}",
+            show(&issues)
+        );
+    }
+    assert_eq!(issues.len(), 3, "{}", show(&issues));
 }
