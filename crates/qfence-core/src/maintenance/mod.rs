@@ -21,6 +21,9 @@
 //! controller sessions move; the preconditions are checked again; it enters `Maintenance`.
 //! Not done by the deadline (`maintenance_timeout`): rolled back, the pending items named.
 //!
+//! [`rows`] and [`progress`] give what `qfence orchestrator list` and the console show, from
+//! the same snapshot.
+//!
 //! Nothing here does I/O, reads a clock or draws a random number.
 
 mod prepare;
@@ -31,6 +34,7 @@ pub mod snapshot;
 pub mod spread;
 pub mod state;
 pub mod types;
+pub mod view;
 
 use std::collections::BTreeSet;
 
@@ -46,6 +50,7 @@ pub use state::{
     Rebalance, Sent, Step, StoredMaintenanceState,
 };
 pub use types::{Action, Command, Event, Pending};
+pub use view::{Progress, Row, progress, rows};
 
 use crate::types::OpId;
 

@@ -583,3 +583,56 @@ fn a_follower_and_an_expired_lease_decide_nothing() {
         "maintenance: lease of term 5 ran out at 14:02:09: nothing decided"
     );
 }
+
+#[test]
+fn the_list_shows_status_jobs_agents_and_sessions_and_a_preparation_its_progress() {
+    use qfence_core::maintenance::{progress, rows};
+    let mut fx = busy_o1();
+    fx.settings.migrate_per_second = 1;
+    fx.read_only.insert(o("o1"));
+    fx.jobs
+        .insert(o("o2"), vec![job(JobKind::Fence, "compute-3")]);
+    assert_eq!(progress(&fx.snap()), None);
+    let d = request(&fx.snap(), &prepare("o1", None)).unwrap();
+    fx.write(&d);
+    fx.agents.get_mut(&h("h1")).unwrap().connected = Some(o("o2"));
+    let s = fx.snap();
+    let r = rows(&s);
+    let line = |n: &str| r.iter().find(|x| x.orchestrator == o(n)).unwrap().clone();
+    let o1 = line("o1");
+    assert_eq!(
+        (
+            o1.status,
+            o1.read_only,
+            o1.jobs,
+            o1.agents,
+            o1.sessions,
+            o1.leader
+        ),
+        (
+            OrchestratorStatus::PreparingForMaintenance,
+            true,
+            0,
+            1,
+            1,
+            false
+        )
+    );
+    let o2 = line("o2");
+    assert_eq!(
+        (o2.status, o2.jobs, o2.agents),
+        (OrchestratorStatus::Up, 1, 1)
+    );
+    assert!(line("o3").leader);
+    let p = progress(&s).unwrap();
+    assert_eq!(
+        (
+            p.step,
+            p.agents_moved,
+            p.agents_left,
+            p.sessions_left,
+            p.deadline
+        ),
+        (Step::MigratingAgents, 1, 1, 1, at(3600))
+    );
+}
