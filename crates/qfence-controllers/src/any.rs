@@ -22,7 +22,11 @@ use crate::proxmox::ProxmoxDriver;
 use crate::redfish::RedfishDriver;
 use crate::secrets::Secret;
 
-/// A driver of any type.
+/// Why an `agent` controller has no driver: the host agent does not exist yet (issue 16).
+pub const NO_AGENT: &str = "no agent connected: the host agent (qfence agent) is not built yet, \
+                            so nothing can run unit.health, unit.restart or unit.mask";
+
+/// A driver of any type (every type but `agent`, refused at build with [`NO_AGENT`]).
 #[derive(Debug)]
 pub enum AnyDriver {
     Redfish(RedfishDriver),
@@ -135,6 +139,11 @@ impl AnyDriver {
                     .map(AnyDriver::Nova)
                     .map_err(build_error(id))
             }
+            // Refused, not stubbed: a stub answering "healthy" or "masked" would be a lie.
+            ControllerKind::Agent => Err(Error::Build {
+                controller: id.to_string(),
+                reason: NO_AGENT.to_owned(),
+            }),
         }
     }
 }
@@ -287,7 +296,17 @@ mod tests {
             );
             built.push(ty);
         }
-        assert_eq!(built.len(), ControllerType::ALL.len());
+        // Every type but `agent`, which has no driver yet.
+        assert_eq!(built.len(), ControllerType::ALL.len() - 1);
+    }
+
+    #[test]
+    fn an_agent_controller_is_refused_clearly_until_the_agent_exists() {
+        let id = ControllerId::new("agents-dc1").unwrap();
+        let e = AnyDriver::build(&id, &config(ControllerKind::Agent), None).unwrap_err();
+        let msg = e.to_string();
+        assert!(msg.contains("agents-dc1"), "{msg}");
+        assert!(msg.contains("no agent connected"), "{msg}");
     }
 
     #[test]

@@ -108,6 +108,8 @@ fn endpoint_of(kind: &ControllerKind) -> Option<String> {
         | ControllerKind::Postgres { endpoint, .. }
         | ControllerKind::Nova { endpoint, .. } => endpoint,
         ControllerKind::Ipmi { endpoint, .. } => return Some(endpoint.clone()),
+        // The agents come to the orchestrators: there is no address to compare.
+        ControllerKind::Agent => return None,
         // A fence agent driving a BMC that another controller also drives is worth a warning
         // too, so it is compared by the device's address alone.
         ControllerKind::FenceAgent { options, .. } => {

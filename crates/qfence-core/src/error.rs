@@ -43,4 +43,9 @@ pub enum CoreError {
         generation: Generation,
         revision: u64,
     },
+    #[error(
+        "stale write refused: decided at maintenance revision {expected}, but the orchestrators' \
+         maintenance state is at revision {revision}"
+    )]
+    StaleMaintenance { expected: u64, revision: u64 },
 }

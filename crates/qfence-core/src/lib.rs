@@ -25,11 +25,13 @@
 //!   dead-man) and transitions (failover, planned switchover) step by step.
 //! - [`rules`]: verdicts, in one place.
 //! - [`dry_run`]: the whole ordered action list of a move, without doing it.
+//! - [`maintenance`]: an orchestrator taken out for maintenance, step by step.
 
 pub mod decide;
 pub mod dry_run;
 pub mod error;
 pub mod instance_ha;
+pub mod maintenance;
 mod reason;
 pub mod rules;
 pub mod state;

@@ -29,11 +29,12 @@ pub enum ControllerType {
     Postgres,
     FenceAgent,
     Nova,
+    Agent,
 }
 
 impl ControllerType {
     /// Every controller type.
-    pub const ALL: [ControllerType; 8] = [
+    pub const ALL: [ControllerType; 9] = [
         ControllerType::Redfish,
         ControllerType::Ipmi,
         ControllerType::Proxmox,
@@ -42,6 +43,7 @@ impl ControllerType {
         ControllerType::Postgres,
         ControllerType::FenceAgent,
         ControllerType::Nova,
+        ControllerType::Agent,
     ];
 
     /// The type's name as written in configuration (`type: redfish`).
@@ -55,6 +57,7 @@ impl ControllerType {
             ControllerType::Postgres => "postgres",
             ControllerType::FenceAgent => "fence-agent",
             ControllerType::Nova => "nova",
+            ControllerType::Agent => "agent",
         }
     }
 
@@ -69,6 +72,7 @@ impl ControllerType {
             ControllerType::Postgres => POSTGRES,
             ControllerType::FenceAgent => FENCE_AGENT,
             ControllerType::Nova => NOVA,
+            ControllerType::Agent => AGENT,
         }
     }
 
@@ -128,6 +132,9 @@ pub enum ResourceKind {
     Plug,
     /// An OpenStack Nova server, by its UUID.
     Instance,
+    /// A systemd unit on a host that runs `qfence agent`, as `host/unit`
+    /// (`db-1/postgresql.service`).
+    Unit,
 }
 
 impl ResourceKind {
@@ -144,6 +151,7 @@ impl ResourceKind {
             ResourceKind::Server => "server",
             ResourceKind::Plug => "plug",
             ResourceKind::Instance => "instance",
+            ResourceKind::Unit => "unit",
         }
     }
 
@@ -160,6 +168,7 @@ impl ResourceKind {
             ResourceKind::Server => "server name",
             ResourceKind::Plug => "plug",
             ResourceKind::Instance => "server UUID, e.g. 9f3c2a4e-5b6d-4e7f-8a9b-0c1d2e3f4a5b",
+            ResourceKind::Unit => "host/unit, e.g. db-1/postgresql.service",
         }
     }
 
@@ -184,6 +193,7 @@ impl ResourceKind {
             },
             ResourceKind::PolicyId => resource.parse::<u32>().is_ok(),
             ResourceKind::Instance => is_uuid(resource),
+            ResourceKind::Unit => is_host_unit(resource),
             _ => true,
         }
     }
@@ -207,6 +217,10 @@ pub enum ParamType {
     IpAddress,
     /// Text of one line, not empty, at most `max` characters.
     Text { max: u16 },
+    /// A TCP port, 1 to 65535.
+    Port,
+    /// An `http://` or `https://` URL.
+    HttpUrl,
 }
 
 impl ParamType {
@@ -222,6 +236,8 @@ impl ParamType {
             ParamType::OneOf(words) => format!("one of: {}", words.join(", ")),
             ParamType::IpAddress => "an IP address".to_owned(),
             ParamType::Text { max } => format!("one line of text, at most {max} characters"),
+            ParamType::Port => "a TCP port, 1 to 65535".to_owned(),
+            ParamType::HttpUrl => "an http:// or https:// URL".to_owned(),
         }
     }
 
@@ -242,6 +258,9 @@ impl ParamType {
                     && v.chars().count() <= usize::from(max)
                     && !v.chars().any(char::is_control)
             }
+            ParamType::Port => v.parse::<u16>().is_ok_and(|p| p > 0),
+            ParamType::HttpUrl => url::Url::parse(v)
+                .is_ok_and(|u| matches!(u.scheme(), "http" | "https") && u.host().is_some()),
         }
     }
 }
@@ -522,6 +541,67 @@ fn is_uuid(s: &str) -> bool {
             .all(|(g, n)| g.len() == n && g.chars().all(|c| c.is_ascii_hexdigit()))
 }
 
+/// `host/unit`: a host name (letters, digits, `-`, `_`, `.`) and a systemd unit name with its
+/// suffix (`postgresql.service`, `app@1.service`), no spaces, no second `/`.
+fn is_host_unit(s: &str) -> bool {
+    let Some((host, unit)) = s.split_once('/') else {
+        return false;
+    };
+    let host_ok = host
+        .chars()
+        .next()
+        .is_some_and(|c| c.is_ascii_alphanumeric())
+        && host
+            .chars()
+            .all(|c| c.is_ascii_alphanumeric() || matches!(c, '-' | '_' | '.'));
+    let unit_ok = unit.rsplit_once('.').is_some_and(|(n, suffix)| {
+        !n.is_empty() && !suffix.is_empty() && suffix.chars().all(|c| c.is_ascii_lowercase())
+    }) && unit
+        .chars()
+        .all(|c| c.is_ascii_alphanumeric() || matches!(c, '-' | '_' | '.' | '@' | ':' | '\\'));
+    host_ok && unit_ok
+}
+
+/// What a host agent's health check probes besides its unit being active; each is optional,
+/// and every one given must pass.
+static AGENT_HEALTH: &[ParamSpec] = &[
+    ParamSpec {
+        name: "tcp_port",
+        meaning: "a TCP port on the host that must accept a connection",
+        default: None,
+        ty: ParamType::Port,
+    },
+    ParamSpec {
+        name: "http_url",
+        meaning: "a URL the agent fetches, which must answer 2xx",
+        default: None,
+        ty: ParamType::HttpUrl,
+    },
+    ParamSpec {
+        name: "command",
+        meaning: "a command the agent runs (no shell), which must exit 0",
+        default: None,
+        ty: ParamType::Text { max: 1024 },
+    },
+];
+
+/// `qfence agent` on the protected hosts: checks and actions on a systemd unit, run by the
+/// host's own agent. `unit.mask` (masked and stopped) is an application-level fence: the agent
+/// runs on the host it fences, so a host that stopped answering cannot be masked, and a masked
+/// unit proves nothing about the machine; it never proves a site stopped.
+static AGENT: &[CapabilitySpec] = &[
+    cap("unit.health", &[Health, Readiness], None, None, R::Unit)
+        .with_params(Params::Named(AGENT_HEALTH)),
+    cap("unit.restart", &[Recovery], None, None, R::Unit),
+    cap(
+        "unit.mask",
+        &[Fence],
+        Some(Application),
+        Some("unit.unmask"),
+        R::Unit,
+    ),
+];
+
 /// A fence agent's level defaults to compute; the controller's `level` setting overrides it.
 static FENCE_AGENT: &[CapabilitySpec] = &[cap(
     "power.off",
@@ -581,6 +661,41 @@ mod tests {
         assert!(ResourceKind::Instance.accepts("9f3c2a4e-5b6d-4e7f-8a9b-0c1d2e3f4a5b"));
         assert!(!ResourceKind::Instance.accepts("erp-db-1"));
         assert!(!ResourceKind::Instance.accepts("9f3c2a4e-5b6d-4e7f-8a9b-0c1d2e3f4a5"));
+    }
+
+    #[test]
+    fn agent_mask_is_an_application_fence_and_units_are_written_host_slash_unit() {
+        let c = ControllerType::Agent.capability("unit.mask").unwrap();
+        assert_eq!(c.level, Some(Application), "a masked unit proves no stop");
+        assert_eq!(c.unfence, Some("unit.unmask"));
+        assert_eq!(
+            ControllerType::Agent.capability_names(),
+            "unit.health, unit.restart, unit.mask"
+        );
+        for ok in [
+            "db-1/postgresql.service",
+            "db-1.example.org/app@blue.service",
+            "h/x.socket",
+        ] {
+            assert!(ResourceKind::Unit.accepts(ok), "{ok}");
+        }
+        for bad in [
+            "postgresql.service",
+            "db-1/",
+            "/postgresql.service",
+            "db-1/postgresql",
+            "db-1/a/b.service",
+            "db 1/x.service",
+            "db-1/x y.service",
+        ] {
+            assert!(!ResourceKind::Unit.accepts(bad), "{bad}");
+        }
+        let health = ControllerType::Agent.capability("unit.health").unwrap();
+        let port = health.params.get("tcp_port").unwrap().ty;
+        assert!(port.accepts("5432") && !port.accepts("0") && !port.accepts("65536"));
+        let url = health.params.get("http_url").unwrap().ty;
+        assert!(url.accepts("http://127.0.0.1:8080/ready"));
+        assert!(!url.accepts("ftp://h/x") && !url.accepts("/ready"));
     }
 
     #[test]

@@ -1,4 +1,5 @@
-//! The words qfence decides with: roles, fence levels, verdicts and grades.
+//! The words qfence decides with: roles, fence levels, verdicts, grades, and how host agents
+//! are spread over orchestrators.
 
 use std::fmt;
 use std::str::FromStr;
@@ -175,6 +176,55 @@ impl Grade {
 impl fmt::Display for Grade {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.write_str(self.as_str())
+    }
+}
+
+/// How host agents are spread over the orchestrators they may use when they must move
+/// (CloudStack's `indirect.agent.lb.algorithm`): `qfence_core::maintenance::spread` orders each
+/// agent's list by it.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum AgentAlgorithm {
+    /// Every agent in its configured order: all go to the first orchestrator left.
+    #[default]
+    Static,
+    /// Evenly: the one that received the fewest first.
+    RoundRobin,
+    /// A random order per agent, from an injected seed.
+    Shuffle,
+}
+
+impl AgentAlgorithm {
+    pub const ALL: [AgentAlgorithm; 3] = [
+        AgentAlgorithm::Static,
+        AgentAlgorithm::RoundRobin,
+        AgentAlgorithm::Shuffle,
+    ];
+
+    /// The name as written in configuration and on the command line.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            AgentAlgorithm::Static => "static",
+            AgentAlgorithm::RoundRobin => "roundrobin",
+            AgentAlgorithm::Shuffle => "shuffle",
+        }
+    }
+}
+
+impl fmt::Display for AgentAlgorithm {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+impl FromStr for AgentAlgorithm {
+    type Err = String;
+
+    fn from_str(s: &str) -> Result<Self, String> {
+        AgentAlgorithm::ALL
+            .into_iter()
+            .find(|a| a.as_str() == s)
+            .ok_or_else(|| format!("{s:?} is not an algorithm: static, roundrobin or shuffle"))
     }
 }
 

@@ -21,5 +21,5 @@ pub mod ids;
 pub mod time;
 
 pub use catalog::{CapabilitySpec, ControllerType, ResourceKind};
-pub use domain::{FenceLevel, Grade, Role, Verdict};
+pub use domain::{AgentAlgorithm, FenceLevel, Grade, Role, Verdict};
 pub use ids::{CloudId, ControllerId, Generation, OrchestratorId, PlanId, SiteId, Term};

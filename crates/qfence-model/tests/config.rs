@@ -542,7 +542,8 @@ fn syntax_errors_and_empty_files_are_issues_too() {
         &i,
         "cluster",
         Severity::Error,
-        "expected a mapping with keys name, lease_seconds, found a string (\"lab\")",
+        "expected a mapping with keys name, lease_seconds, maintenance_timeout_seconds, \
+         agent_algorithm, agent_migrations_per_second, found a string (\"lab\")",
     );
     assert_reports(&i, "sites", Severity::Error, "missing");
     let i = load_str("- 1\n- 2\n", "x.yaml").unwrap_err();

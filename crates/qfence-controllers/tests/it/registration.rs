@@ -95,6 +95,7 @@ fn config(s: &Sushy) -> ValidatedConfig {
         cluster: ClusterConfig {
             name: "test".into(),
             lease: Duration::from_secs(2),
+            maintenance: Default::default(),
         },
         sites,
         orchestrators,

@@ -172,6 +172,7 @@ fn base_config() -> Config {
         cluster: ClusterConfig {
             name: "lab".into(),
             lease: Duration::from_secs(2),
+            maintenance: Default::default(),
         },
         sites,
         orchestrators,

@@ -15,7 +15,13 @@ pub const TOP: &[&str] = &[
 ];
 
 /// `cluster:`
-pub const CLUSTER: &[&str] = &["name", "lease_seconds"];
+pub const CLUSTER: &[&str] = &[
+    "name",
+    "lease_seconds",
+    "maintenance_timeout_seconds",
+    "agent_algorithm",
+    "agent_migrations_per_second",
+];
 
 /// `sites.NAME:`
 pub const SITE: &[&str] = &["witness"];
@@ -36,6 +42,7 @@ pub fn controller_type(ty: ControllerType) -> &'static [&'static str] {
         ControllerType::Docker => &["endpoint", "tls"],
         ControllerType::Postgres => &["endpoint", "tls", "username"],
         ControllerType::FenceAgent => &["agent", "options", "level"],
+        ControllerType::Agent => &[],
         ControllerType::Nova => &[
             "endpoint",
             "tls",

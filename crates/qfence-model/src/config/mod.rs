@@ -21,7 +21,7 @@ use std::time::Duration;
 use serde::Serialize;
 
 use crate::catalog::{CapabilitySpec, ControllerType};
-use crate::domain::{FenceLevel, Role};
+use crate::domain::{AgentAlgorithm, FenceLevel, Role};
 use crate::ids::{CloudId, ControllerId, OrchestratorId, PlanId, SecretRef, SiteId};
 
 pub mod instance_ha;
@@ -61,6 +61,32 @@ pub struct ClusterConfig {
     /// How long a leader's lease lasts without a successful heartbeat round
     /// (`lease_seconds`, default 2).
     pub lease: Duration,
+    /// How an orchestrator is taken out for maintenance.
+    pub maintenance: MaintenanceConfig,
+}
+
+/// `cluster.maintenance_timeout_seconds`, `cluster.agent_algorithm`,
+/// `cluster.agent_migrations_per_second`: orchestrator maintenance (`docs/specs/maintenance.md`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+pub struct MaintenanceConfig {
+    /// A preparation not finished by then is cancelled and rolled back
+    /// (`maintenance_timeout_seconds`, default 3600, as CloudStack's).
+    pub timeout: Duration,
+    /// How agents are spread when they move, unless a request names another
+    /// (`agent_algorithm`, default `static`).
+    pub agent_algorithm: AgentAlgorithm,
+    /// Migrate messages sent at most per second (`agent_migrations_per_second`, default 20).
+    pub agent_migrations_per_second: u32,
+}
+
+impl Default for MaintenanceConfig {
+    fn default() -> Self {
+        Self {
+            timeout: Duration::from_secs(3600),
+            agent_algorithm: AgentAlgorithm::Static,
+            agent_migrations_per_second: 20,
+        }
+    }
 }
 
 /// `sites.NAME:`
@@ -268,6 +294,11 @@ pub enum ControllerKind {
         /// in one region only.
         region: Option<String>,
     },
+    /// The host agents (`qfence agent`) of the controller's site and reach: each connects to
+    /// an orchestrator allowed to call this controller, enrolled with a join token, and runs
+    /// the `unit.*` capabilities on its own host. No endpoint and no secret: the agents come
+    /// to the orchestrators, over mutual TLS.
+    Agent,
 }
 
 impl ControllerKind {
@@ -282,6 +313,7 @@ impl ControllerKind {
             ControllerKind::Postgres { .. } => ControllerType::Postgres,
             ControllerKind::FenceAgent { .. } => ControllerType::FenceAgent,
             ControllerKind::Nova { .. } => ControllerType::Nova,
+            ControllerKind::Agent => ControllerType::Agent,
         }
     }
 }

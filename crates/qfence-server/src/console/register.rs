@@ -151,6 +151,10 @@ fn type_hint(t: ControllerType) -> &'static str {
             "An installed Pacemaker fence agent. The secret is passed as password= at call time."
         }
         ControllerType::Nova => "OpenStack Nova through Keystone v3 (Instance HA).",
+        ControllerType::Agent => {
+            "The host agents (qfence agent) of its site. Not built yet: every call is refused \
+             with \"no agent connected\". No secret."
+        }
     }
 }
 

@@ -190,6 +190,7 @@ fn endpoint(c: &ControllerConfig) -> String {
         | ControllerKind::Nova { endpoint, .. } => endpoint.to_string(),
         ControllerKind::Ipmi { endpoint, .. } => endpoint.clone(),
         ControllerKind::FenceAgent { agent, .. } => format!("agent {agent}"),
+        ControllerKind::Agent => "host agents".to_owned(),
     }
 }
 

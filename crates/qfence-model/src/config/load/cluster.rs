@@ -3,9 +3,11 @@
 use std::collections::{BTreeMap, HashMap};
 use std::time::Duration;
 
+use super::read::Fields;
 use super::{Decoder, child};
 use crate::config::tree::{Node, Value};
-use crate::config::{ClusterConfig, OrchestratorConfig, SiteConfig, keys};
+use crate::config::{ClusterConfig, MaintenanceConfig, OrchestratorConfig, SiteConfig, keys};
+use crate::domain::AgentAlgorithm;
 use crate::ids::{OrchestratorId, SiteId, check_name};
 
 impl Decoder {
@@ -25,9 +27,45 @@ impl Decoder {
                 }
             });
         let lease = self.opt(&f, "lease_seconds", Duration::from_secs(2), Self::seconds);
+        let maintenance = self.maintenance(&f);
         Some(ClusterConfig {
             name: name?,
             lease: lease?,
+            maintenance: maintenance?,
+        })
+    }
+
+    /// The maintenance keys of `cluster:`.
+    fn maintenance(&mut self, f: &Fields<'_>) -> Option<MaintenanceConfig> {
+        let d = MaintenanceConfig::default();
+        let timeout = self.opt(f, "maintenance_timeout_seconds", d.timeout, Self::seconds);
+        let algorithms: Vec<(&str, AgentAlgorithm)> = AgentAlgorithm::ALL
+            .iter()
+            .map(|a| (a.as_str(), *a))
+            .collect();
+        let agent_algorithm = self.opt(f, "agent_algorithm", d.agent_algorithm, |dec, n, p| {
+            dec.word(n, p, "agent algorithm", &algorithms)
+        });
+        let rate = self.opt(
+            f,
+            "agent_migrations_per_second",
+            d.agent_migrations_per_second,
+            |dec, n, p| match dec.count(n, p)? {
+                0 => {
+                    dec.error(
+                        p,
+                        "agent_migrations_per_second must be 1 or more: at 0 no agent could \
+                         ever move, and every maintenance would time out",
+                    );
+                    None
+                }
+                r => Some(r),
+            },
+        );
+        Some(MaintenanceConfig {
+            timeout: timeout?,
+            agent_algorithm: agent_algorithm?,
+            agent_migrations_per_second: rate?,
         })
     }
 

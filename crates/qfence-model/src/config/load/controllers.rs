@@ -153,11 +153,22 @@ impl Decoder {
         }
     }
 
-    /// `secret:`, a reference to the credential; every type but Docker and fence agents
-    /// needs one.
+    /// `secret:`, a reference to the credential; every type but Docker, fence agents and host
+    /// agents needs one, and host agents take none.
     fn secret(&mut self, f: &Fields<'_>, ty: ControllerType) -> Option<Option<SecretRef>> {
-        let needs_secret = !matches!(ty, ControllerType::Docker | ControllerType::FenceAgent);
+        let needs_secret = !matches!(
+            ty,
+            ControllerType::Docker | ControllerType::FenceAgent | ControllerType::Agent
+        );
         match f.get("secret") {
+            Some(_) if ty == ControllerType::Agent => {
+                self.error(
+                    &f.path("secret"),
+                    "an agent controller takes no secret: each host agent authenticates with \
+                     the certificate it enrolled with (mutual TLS)",
+                );
+                None
+            }
             Some(n) => {
                 let p = f.path("secret");
                 match &n.value {

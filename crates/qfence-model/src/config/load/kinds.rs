@@ -25,6 +25,8 @@ impl Decoder {
             ControllerType::Postgres => self.postgres(f),
             ControllerType::FenceAgent => self.fence_agent(f),
             ControllerType::Nova => self.nova(f),
+            // The agents come to the orchestrators: nothing to say where or how to reach them.
+            ControllerType::Agent => Some((ControllerKind::Agent, false)),
         }
     }
 
