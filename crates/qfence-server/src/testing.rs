@@ -10,7 +10,9 @@
 //! Controllers: a test or probe runs the four steps without a driver: configuration and secret
 //! pass, connectivity is skipped (not reachable), every capability is unverifiable; with
 //! [`MemoryBackend::simulate_targets`] it pretends the target answered (an identity and, for
-//! `https`, a fingerprint made from the endpoint). An endpoint host ending in `.invalid` is
+//! `https`, a fingerprint made from the endpoint); [`MemoryBackend::set_grades`] sets the grades
+//! a test left, and a capability graded failed is refused in new or staged plans and listed
+//! in the status (`unworkable`), as the runtime does. An endpoint host ending in `.invalid` is
 //! unreachable either way. Discovery lists what the plans bind through the controller, plus
 //! one made-up resource (`NAME-CAPABILITY-1`) per capability no plan binds. Every plan of the
 //! double, erp-db included, has `source: api`.
