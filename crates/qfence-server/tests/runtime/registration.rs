@@ -498,6 +498,44 @@ async fn a_fence_of_a_vm_that_moved_to_another_node_is_refused_and_the_vm_left_r
     let vm = sims.pve1.snapshot().vm(101).cloned().expect("VM 101");
     assert_eq!(vm.status, VmStatus::Running, "the VM was not stopped");
 
+    phase("a pinned identity that does not match: refused before the binding is even read");
+    let pinned = WireCall {
+        pre_fence: Some(PreFence {
+            identity: Some("proxmox-cluster:elsewhere".into()),
+        }),
+        ..call.clone()
+    };
+    let answer = o
+        .drivers
+        .run(&ControllerId::new("pve-dc1")?, &pinned, CancellationToken::new())
+        .await
+        .map_err(anyhow::Error::msg)?;
+    let WireResult::Error(e) = answer else {
+        panic!("refused: {answer:?}");
+    };
+    assert!(
+        e.kind == "rejected" && e.message.contains("not as proxmox-cluster:elsewhere pinned"),
+        "{e:?}"
+    );
+
+    phase("the controller cannot be read: UNKNOWN, never a fence sent blind");
+    assert!(sims.pve1.set_node_powered("pve-dc1-01", false));
+    let answer = o
+        .drivers
+        .run(&ControllerId::new("pve-dc1")?, &pinned, CancellationToken::new())
+        .await
+        .map_err(anyhow::Error::msg)?;
+    let WireResult::Error(e) = answer else {
+        panic!("not fenced: {answer:?}");
+    };
+    assert!(e.state_unknown, "{e:?}");
+    assert!(
+        e.message
+            .starts_with("not fenced: the pre-fence check could not be made"),
+        "{}",
+        e.message
+    );
+
     o.shutdown().await;
     sims.stop().await;
     Ok(())
