@@ -227,6 +227,32 @@ async fn a_capability_graded_failed_is_refused_never_offered_and_shown_before_it
     })
     .await?;
 
+    phase("a change staged, then power.off fails again: applying the change is refused");
+    let mut change = spec("bmc-dc2");
+    change["fence_timeout_seconds"] = json!(4);
+    let (st, body) = api
+        .call(
+            Method::PUT,
+            "/api/v1/plans/web/staged",
+            Some(json!({"spec": change})),
+        )
+        .await;
+    assert_eq!(st, StatusCode::OK, "{body}");
+    sims.bmc2
+        .update(|s| s.accounts.iter_mut().for_each(|a| a.role = Role::ReadOnly));
+    let test = test_controller(&api, "bmc-dc2").await?;
+    assert_eq!(grade_of(&test, "power.off")["grade"], "failed", "{test}");
+    let (st, body) = api
+        .post("/api/v1/plans/web/apply", json!({"expected_generation": 1}))
+        .await;
+    assert_eq!(
+        (st, body["code"].as_str()),
+        (StatusCode::CONFLICT, Some("capability_failed")),
+        "{body}"
+    );
+    let (_, view) = api.get("/api/v1/plans/web").await;
+    assert_eq!(view["generation"], 1, "nothing was applied: {view}");
+
     o.shutdown().await;
     sims.stop().await;
     Ok(())
@@ -507,14 +533,20 @@ async fn a_fence_of_a_vm_that_moved_to_another_node_is_refused_and_the_vm_left_r
     };
     let answer = o
         .drivers
-        .run(&ControllerId::new("pve-dc1")?, &pinned, CancellationToken::new())
+        .run(
+            &ControllerId::new("pve-dc1")?,
+            &pinned,
+            CancellationToken::new(),
+        )
         .await
         .map_err(anyhow::Error::msg)?;
     let WireResult::Error(e) = answer else {
         panic!("refused: {answer:?}");
     };
     assert!(
-        e.kind == "rejected" && e.message.contains("not as proxmox-cluster:elsewhere pinned"),
+        e.kind == "rejected"
+            && e.message
+                .contains("not as proxmox-cluster:elsewhere pinned"),
         "{e:?}"
     );
 
@@ -522,7 +554,11 @@ async fn a_fence_of_a_vm_that_moved_to_another_node_is_refused_and_the_vm_left_r
     assert!(sims.pve1.set_node_powered("pve-dc1-01", false));
     let answer = o
         .drivers
-        .run(&ControllerId::new("pve-dc1")?, &pinned, CancellationToken::new())
+        .run(
+            &ControllerId::new("pve-dc1")?,
+            &pinned,
+            CancellationToken::new(),
+        )
         .await
         .map_err(anyhow::Error::msg)?;
     let WireResult::Error(e) = answer else {
