@@ -338,6 +338,10 @@ pub struct ControllerView {
     pub grades: Vec<CapabilityGrade>,
     /// When it was last tested (ms since the Unix epoch).
     pub tested_at_ms: Option<u64>,
+    /// The identity its tests pinned: every fence through it first checks that it still
+    /// answers with this one. Absent until a test read one.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub identity: Option<String>,
 }
 
 /// `POST /api/v1/controllers`.

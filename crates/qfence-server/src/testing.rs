@@ -355,6 +355,7 @@ fn controller_view(name: &ControllerId, c: &Controller) -> ControllerView {
         secret: c.config.secret.as_ref().map(|s| s.as_str().to_owned()),
         grades: c.grades.clone(),
         tested_at_ms: c.tested_at_ms,
+        identity: None,
     }
 }
 

@@ -591,6 +591,7 @@ fn controller_view(
         secret: c.secret.as_ref().map(|s| s.as_str().to_owned()),
         grades: Vec::new(),
         tested_at_ms: None,
+        identity: None,
     }
 }
 
@@ -1136,6 +1137,7 @@ impl Backend for RuntimeBackend {
                     // the list.
                     v.grades = serde_json::from_value(t.grades.clone()).unwrap_or_default();
                     v.tested_at_ms = Some(t.at_unix_ms);
+                    v.identity.clone_from(&t.identity);
                 }
                 v
             })

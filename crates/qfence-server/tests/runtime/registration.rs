@@ -270,6 +270,15 @@ async fn a_second_controller_of_the_same_system_is_warned_of_through_the_api() -
     phase("bmc-dc1 and bmc-dc2 tested: two systems, no warning of a duplicate");
     let one = test_controller(&api, "bmc-dc1").await?;
     let two = test_controller(&api, "bmc-dc2").await?;
+    let (_, list) = api.get("/api/v1/controllers").await;
+    let listed = list
+        .as_array()
+        .and_then(|l| l.iter().find(|c| c["name"] == "bmc-dc1").cloned())
+        .expect("bmc-dc1 listed");
+    assert_eq!(
+        listed["identity"], one["identity"],
+        "the test pinned it: {listed}"
+    );
     assert!(
         !warnings(&two).iter().any(|w| w.contains("same identity")),
         "{two}"
