@@ -686,10 +686,19 @@ impl LocalDrivers {
         let result = match call.verb {
             Verb::Check => d.check(&ctx, &target).await,
             Verb::Perform => {
-                if let Some(pf) = &call.pre_fence
-                    && let Err(refusal) = pre_fence(d, &ctx, &target, pf).await
-                {
-                    return WireResult::Error(refusal);
+                let mut ctx = ctx;
+                if let Some(pf) = &call.pre_fence {
+                    // The checks have a budget of their own (the executor waits for both): the
+                    // fence keeps the whole time it had.
+                    let left = deadline.saturating_duration_since(tokio::time::Instant::now());
+                    let checks = CallContext {
+                        deadline: tokio::time::Instant::now() + left,
+                        ..ctx.clone()
+                    };
+                    if let Err(refusal) = pre_fence(d, &checks, &target, pf).await {
+                        return WireResult::Error(refusal);
+                    }
+                    ctx.deadline = tokio::time::Instant::now() + left;
                 }
                 d.perform(&ctx, &target).await
             }

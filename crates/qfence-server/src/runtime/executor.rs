@@ -291,6 +291,10 @@ impl Executor {
             // A check may queue for its turn at the controller before its own timeout starts.
             outer += super::drivers::CHECK_QUEUE_LIMIT;
         }
+        if call.pre_fence.is_some() {
+            // The pre-fence checks run first, with a budget of their own.
+            outer += Duration::from_millis(call.timeout_ms);
+        }
         let outcome = tokio::select! {
             () = token.cancelled() => {
                 return Err("cancelled: leadership was lost or the runtime stopped".into())
