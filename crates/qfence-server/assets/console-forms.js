@@ -32,7 +32,8 @@
 
     function capsOf(ctrl) {
       const c = data.controllers[ctrl];
-      if (c) return data.types[c.type] || [];
+      // A capability its latest test graded failed cannot work: never offered.
+      if (c) return (data.types[c.type] || []).filter(function (cap) { return (c.failed || []).indexOf(cap.name) < 0; });
       // No controller picked: every capability a registered controller has.
       const seen = {};
       const out = [];

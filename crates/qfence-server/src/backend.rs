@@ -60,6 +60,16 @@ pub enum BackendError {
     /// 422 `validation_failed`: the request is well formed but names what does not fit.
     #[error("{message}")]
     Invalid { message: String, issues: Vec<Issue> },
+    /// 409 `capability_failed`: the plan binds a capability its controller's latest test
+    /// graded failed (it cannot work); each issue names the binding's field and the grade's
+    /// reason.
+    #[error("{message}")]
+    CapabilityFailed { message: String, issues: Vec<Issue> },
+    /// 409 `binding_check_failed`: a controller says a binding cannot be acted on (the VM is
+    /// not on the node the binding names, the job does not exist); each issue names the
+    /// binding and the problem.
+    #[error("{message}")]
+    BindingCheckFailed { message: String, issues: Vec<Issue> },
     /// 503 `not_leader`.
     #[error("this orchestrator is not the leader and could not forward the call")]
     NotLeader { leader: Option<LeaderInfo> },

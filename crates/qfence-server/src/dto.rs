@@ -77,15 +77,17 @@ impl From<&qfence_model::config::Issue> for IssueDto {
 pub struct ErrorBody {
     /// Stable, machine-readable: `unauthorized`, `forbidden`, `not_found`, `invalid_json`,
     /// `invalid_body`, `invalid_query`, `unsupported_media_type`, `body_too_large`,
-    /// `validation_failed`, `stale_generation`, `conflict`, `refused`, `not_leader`,
-    /// `method_not_allowed`, `timeout`, `unavailable`, `internal`.
+    /// `validation_failed`, `capability_failed`, `binding_check_failed`, `stale_generation`,
+    /// `conflict`, `refused`, `not_leader`, `method_not_allowed`, `timeout`, `unavailable`,
+    /// `internal`.
     pub code: String,
     /// For people: what went wrong and what to do.
     pub message: String,
     /// With `stale_generation`: the plan's generation now.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub current_generation: Option<u64>,
-    /// With `validation_failed`: every issue, sorted by path.
+    /// With `validation_failed`, `capability_failed` and `binding_check_failed`: every
+    /// issue, sorted by path (the field each names).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub issues: Option<Vec<IssueDto>>,
     /// With `not_leader`: who leads, when known.
@@ -158,6 +160,38 @@ pub struct PlanStatus {
     /// The last decision's one-sentence reason.
     pub last_reason: String,
     pub sites: Vec<SiteStatus>,
+    /// Bindings to a capability its controller's latest test graded `failed`: bound to a
+    /// capability that cannot work, shown before it is needed (only a plan of the file can
+    /// have one: the API refuses such a plan). Empty when none.
+    #[serde(default)]
+    pub unworkable: Vec<UnworkableBinding>,
+}
+
+/// A binding to a capability that cannot work: its controller's latest test graded it
+/// `failed`.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
+pub struct UnworkableBinding {
+    /// The binding's capability field, as in the configuration file:
+    /// `plans.erp-db.instances.dc2[0].capability`.
+    pub path: String,
+    /// The site whose instance holds the binding; absent for a service binding.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub site: Option<String>,
+    pub controller: String,
+    pub capability: String,
+    /// The grade's reason, as the test gave it.
+    pub reason: String,
+}
+
+impl std::fmt::Display for UnworkableBinding {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(
+            f,
+            "{}: bound to a capability that cannot work: {} of controller {} was graded failed \
+             by its latest test ({})",
+            self.path, self.capability, self.controller, self.reason
+        )
+    }
 }
 
 /// `GET /api/v1/status`.
@@ -304,6 +338,10 @@ pub struct ControllerView {
     pub grades: Vec<CapabilityGrade>,
     /// When it was last tested (ms since the Unix epoch).
     pub tested_at_ms: Option<u64>,
+    /// The identity its tests pinned: every fence through it first checks that it still
+    /// answers with this one. Absent until a test read one.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub identity: Option<String>,
 }
 
 /// `POST /api/v1/controllers`.

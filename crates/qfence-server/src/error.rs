@@ -169,6 +169,16 @@ impl From<BackendError> for ApiError {
             BackendError::Conflict(_) => ApiError::new(StatusCode::CONFLICT, "conflict", message),
             BackendError::Refused(_) => ApiError::new(StatusCode::CONFLICT, "refused", message),
             BackendError::Invalid { issues, .. } => ApiError::validation(message, &issues),
+            BackendError::CapabilityFailed { issues, .. } => {
+                let mut a = ApiError::new(StatusCode::CONFLICT, "capability_failed", message);
+                a.details_mut().issues = Some(issues.iter().map(IssueDto::from).collect());
+                a
+            }
+            BackendError::BindingCheckFailed { issues, .. } => {
+                let mut a = ApiError::new(StatusCode::CONFLICT, "binding_check_failed", message);
+                a.details_mut().issues = Some(issues.iter().map(IssueDto::from).collect());
+                a
+            }
             BackendError::NotLeader { leader } => {
                 let mut a = ApiError::new(StatusCode::SERVICE_UNAVAILABLE, "not_leader", message);
                 if let Some(l) = &leader

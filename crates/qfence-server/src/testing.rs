@@ -10,7 +10,9 @@
 //! Controllers: a test or probe runs the four steps without a driver: configuration and secret
 //! pass, connectivity is skipped (not reachable), every capability is unverifiable; with
 //! [`MemoryBackend::simulate_targets`] it pretends the target answered (an identity and, for
-//! `https`, a fingerprint made from the endpoint). An endpoint host ending in `.invalid` is
+//! `https`, a fingerprint made from the endpoint); [`MemoryBackend::set_grades`] sets the grades
+//! a test left, and a capability graded failed is refused in new or staged plans and listed
+//! in the status (`unworkable`), as the runtime does. An endpoint host ending in `.invalid` is
 //! unreachable either way. Discovery lists what the plans bind through the controller, plus
 //! one made-up resource (`NAME-CAPABILITY-1`) per capability no plan binds. Every plan of the
 //! double, erp-db included, has `source: api`.
@@ -252,6 +254,28 @@ impl MemoryBackend {
         );
     }
 
+    /// Sets a controller's grades, as its latest test would have graded it: a capability
+    /// graded failed is refused in new plans and reported in the status for the plans that
+    /// bind it.
+    pub fn set_grades(&self, controller: &str, grades: Vec<CapabilityGrade>) {
+        let mut st = self.state.lock().unwrap();
+        let c = st
+            .controllers
+            .get_mut(controller)
+            .expect("a controller of the double");
+        c.grades = grades;
+        c.tested_at_ms = Some(self.clock_ms.load(Ordering::SeqCst));
+    }
+
+    /// What the controllers' grades make of the plans (see [`crate::runtime::registered`]).
+    fn registered(st: &State) -> crate::runtime::registered::Registered {
+        let mut r = crate::runtime::registered::Registered::default();
+        for (id, c) in &st.controllers {
+            r.graded(id, &c.grades);
+        }
+        r
+    }
+
     /// Sets a site's verdict, as the runtime would after a fence's read-back.
     pub fn set_verdict(&self, plan: &str, site: &str, v: Verdict) {
         let mut st = self.state.lock().unwrap();
@@ -331,6 +355,7 @@ fn controller_view(name: &ControllerId, c: &Controller) -> ControllerView {
         secret: c.config.secret.as_ref().map(|s| s.as_str().to_owned()),
         grades: c.grades.clone(),
         tested_at_ms: c.tested_at_ms,
+        identity: None,
     }
 }
 
@@ -648,6 +673,7 @@ impl Backend for MemoryBackend {
         }
         let leader = self.leader().await;
         let st = self.state.lock().unwrap();
+        let registered = Self::registered(&st);
         let plans = st
             .plans
             .iter()
@@ -673,6 +699,7 @@ impl Backend for MemoryBackend {
                         maintenance: p.maintenance.contains(s),
                     })
                     .collect(),
+                unworkable: registered.unworkable(name, &p.config),
             })
             .collect();
         Ok(StatusResponse { leader, plans })
@@ -703,6 +730,7 @@ impl Backend for MemoryBackend {
     ) -> Result<PlanView, BackendError> {
         self.write_guard()?;
         let mut st = self.state.lock().unwrap();
+        Self::registered(&st).refuse_unworkable(&plan.name, &plan.config)?;
         if st.plans.contains_key(&plan.name) {
             return Err(BackendError::Conflict(format!(
                 "plan {:?} already exists; stage a change to it instead",
@@ -732,6 +760,7 @@ impl Backend for MemoryBackend {
     ) -> Result<PlanView, BackendError> {
         self.write_guard()?;
         let mut st = self.state.lock().unwrap();
+        Self::registered(&st).refuse_unworkable(&plan.name, &plan.config)?;
         let p = st
             .plans
             .get_mut(&plan.name)

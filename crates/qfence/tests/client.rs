@@ -230,6 +230,47 @@ fn in_order(hay: &str, needles: &[&str]) {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn status_warns_of_a_binding_to_a_capability_that_cannot_work() {
+    use qfence_server::dto::{CapabilityGrade, GradeDto};
+    let s = Server::start().await;
+    let grade = |g: GradeDto, detail: &str| {
+        vec![CapabilityGrade {
+            capability: "power.off".into(),
+            grade: g,
+            detail: detail.into(),
+        }]
+    };
+
+    phase("bmc-dc2's latest test graded power.off failed: erp-db's dc2 fence cannot work");
+    s.backend.set_grades(
+        "bmc-dc2",
+        grade(GradeDto::Failed, "role ReadOnly lacks ConfigureComponents"),
+    );
+    let out = s.run(&["status"]).await;
+    assert!(
+        out.ok().stdout.contains(
+            "warning: plan erp-db: plans.erp-db.instances.dc2[0].capability: bound to a \
+             capability that cannot work: power.off of controller bmc-dc2 was graded failed by \
+             its latest test (role ReadOnly lacks ConfigureComponents)"
+        ),
+        "{}",
+        out.stdout
+    );
+    let v = s.run(&["--format", "json", "status"]).await.ok().json();
+    assert_eq!(
+        v["plans"][0]["unworkable"][0]["path"],
+        "plans.erp-db.instances.dc2[0].capability"
+    );
+    assert_eq!(v["plans"][0]["unworkable"][0]["controller"], "bmc-dc2");
+
+    phase("tested again and proven: no warning");
+    s.backend
+        .set_grades("bmc-dc2", grade(GradeDto::Proven, "reset allowed"));
+    let out = s.run(&["status"]).await;
+    assert!(!out.ok().stdout.contains("cannot work"), "{}", out.stdout);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn status_plans_controllers_and_events_print_tables_and_json() {
     let s = Server::start().await;
 

@@ -417,6 +417,12 @@ pub struct ControllerTestRecord {
     pub by: OrchestratorId,
     /// The grades, as the API encodes them (opaque here).
     pub grades: serde_json::Value,
+    /// The identity the test read (`Identity.id`): what registration pins. A second
+    /// controller of the same system is warned of, and every fence first checks that the
+    /// controller still answers with it. Absent from a record of an older build, or when
+    /// the test could not read one.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub identity: Option<String>,
 }
 
 impl Default for ClusterState {

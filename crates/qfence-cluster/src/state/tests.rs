@@ -587,6 +587,7 @@ fn a_controller_test_is_kept_per_registered_controller_and_goes_with_it() {
         at_unix_ms: at,
         by: OrchestratorId::new("dc1-a").unwrap(),
         grades: json!([{"capability": "power.off", "grade": "proven"}]),
+        identity: None,
     };
     let unknown = state.apply(
         &Command::RecordControllerTest {

@@ -345,6 +345,7 @@ mod tests {
             secret: Some(secret.into()),
             grades: vec![],
             tested_at_ms: None,
+            identity: None,
         };
         let controllers = [
             c("bmc-dc1", "lab-redfish"),

@@ -781,12 +781,20 @@ pub(super) struct Choices {
     /// Controller → its type, its site and reach.
     pub controllers: BTreeMap<String, (ControllerType, String)>,
     pub discovered: BTreeMap<String, Vec<Offered>>,
+    /// Controller → the capabilities its latest test graded failed: never offered (the
+    /// backend refuses a plan that binds one).
+    pub failed: BTreeMap<String, Vec<String>>,
 }
 
 impl Choices {
-    fn new(cfg: &ValidatedConfig, discovered: BTreeMap<String, Vec<Offered>>) -> Self {
+    fn new(
+        cfg: &ValidatedConfig,
+        discovered: BTreeMap<String, Vec<Offered>>,
+        failed: BTreeMap<String, Vec<String>>,
+    ) -> Self {
         let c = cfg.config();
         Choices {
+            failed,
             sites: c
                 .sites
                 .iter()
@@ -815,7 +823,13 @@ impl Choices {
         let controllers: Map<String, Value> = self
             .controllers
             .iter()
-            .map(|(n, (t, at))| (n.clone(), json!({"type": t.as_str(), "at": at})))
+            .map(|(n, (t, at))| {
+                let failed = self.failed.get(n).cloned().unwrap_or_default();
+                (
+                    n.clone(),
+                    json!({"type": t.as_str(), "at": at, "failed": failed}),
+                )
+            })
             .collect();
         let types: Map<String, Value> = ControllerType::ALL
             .iter()
@@ -900,10 +914,12 @@ fn row_view(row: &Row, service: bool, ch: &Choices) -> RowView {
     let ty = ch.controllers.get(&row.controller).map(|(t, _)| *t);
     // Only the picked controller's capabilities; before one is picked, every capability
     // a registered controller has.
+    let failed = ch.failed.get(&row.controller);
     let caps: Vec<(String, String)> = match ty {
         Some(t) => t
             .capabilities()
             .iter()
+            .filter(|c| !failed.is_some_and(|f| f.iter().any(|n| n == c.name)))
             .map(|c| (c.name.to_owned(), c.name.to_owned()))
             .collect(),
         None => {
@@ -1142,7 +1158,25 @@ async fn choices(s: &AppState, session: &Session) -> Result<Choices, Response> {
         .map_err(|e| super::error_page(Some(session), &e))?;
     let cfg = base_config(&text).map_err(|e| super::error_page(Some(session), &e))?;
     let found = discovered(s, &cfg).await;
-    Ok(Choices::new(&cfg, found))
+    // A controller list that cannot be read offers everything; the backend still refuses.
+    let failed = s
+        .backend
+        .controllers()
+        .await
+        .unwrap_or_default()
+        .into_iter()
+        .map(|c| {
+            let caps: Vec<String> = c
+                .grades
+                .into_iter()
+                .filter(|g| g.grade == crate::dto::GradeDto::Failed)
+                .map(|g| g.capability)
+                .collect();
+            (c.name, caps)
+        })
+        .filter(|(_, caps)| !caps.is_empty())
+        .collect();
+    Ok(Choices::new(&cfg, found, failed))
 }
 
 // ---- handlers ----
@@ -1340,6 +1374,20 @@ fn backend_issue(
             issues.add(None, message.clone());
             place_issues(issues, found, plan);
             StatusCode::UNPROCESSABLE_ENTITY
+        }
+        // What registration found: a capability that cannot work, a resource the controller
+        // does not have; each on the binding's field.
+        BackendError::CapabilityFailed {
+            message,
+            issues: found,
+        }
+        | BackendError::BindingCheckFailed {
+            message,
+            issues: found,
+        } => {
+            issues.add(None, message.clone());
+            place_issues(issues, found, plan);
+            StatusCode::CONFLICT
         }
         BackendError::Conflict(m) => {
             issues.add(name_field.map(str::to_owned), m.clone());

@@ -1004,7 +1004,9 @@ fn status_of(e: &BackendError) -> StatusCode {
         BackendError::NotFound { .. } => StatusCode::NOT_FOUND,
         BackendError::StaleGeneration { .. }
         | BackendError::Conflict(_)
-        | BackendError::Refused(_) => StatusCode::CONFLICT,
+        | BackendError::Refused(_)
+        | BackendError::CapabilityFailed { .. }
+        | BackendError::BindingCheckFailed { .. } => StatusCode::CONFLICT,
         BackendError::Invalid { .. } => StatusCode::UNPROCESSABLE_ENTITY,
         BackendError::NotLeader { .. } | BackendError::Unavailable(_) => {
             StatusCode::SERVICE_UNAVAILABLE

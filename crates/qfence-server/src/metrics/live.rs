@@ -66,6 +66,9 @@ pub enum AlarmKind {
     FailoverHeld,
     /// A transition stopped and waits for an operator (retry, abort, confirm fenced).
     Halted,
+    /// A binding of the site (`service` for the service bindings) is bound to a capability
+    /// that cannot work: its controller's latest test graded it failed.
+    CapabilityFailed,
 }
 
 impl AlarmKind {
@@ -74,6 +77,7 @@ impl AlarmKind {
             AlarmKind::NotFenced => "not_fenced",
             AlarmKind::FailoverHeld => "failover_held",
             AlarmKind::Halted => "halted",
+            AlarmKind::CapabilityFailed => "capability_failed",
         }
     }
 }
@@ -250,7 +254,7 @@ impl Collector for Live {
         gauges(
             &mut e,
             "qfence_plan_alarm",
-            "1 for each alarm raised on a plan (not_fenced, failover_held, halted), while raised",
+            "1 for each alarm raised on a plan (not_fenced, failover_held, halted, capability_failed), while raised",
             plans.iter().flat_map(|(p, g)| {
                 g.alarms.iter().map(move |(kind, site)| {
                     (

@@ -39,6 +39,8 @@ use crate::dto::{
 use crate::events::{EventKind, EventPage, EventQuery, NewEvent};
 use crate::metrics::Direction;
 
+mod plan_checks;
+
 /// The real backend.
 #[derive(Debug, Clone)]
 pub struct RuntimeBackend {
@@ -410,10 +412,11 @@ impl RuntimeBackend {
         name: &ControllerId,
         config: &qfence_model::config::ControllerConfig,
     ) -> Result<(WireReport, String), BackendError> {
-        let call = WireCall::register(config.site.clone(), REGISTRATION_TIMEOUT);
+        let known = self.inner.registered().identities().clone();
+        let mut call = WireCall::register(config.site.clone(), REGISTRATION_TIMEOUT);
+        call.known = known.clone();
         let (value, how) = self
             .route_call(name, config, call, "registration check", || async {
-                let known = BTreeMap::new();
                 let config = self.cfg();
                 let report = registration::register(Registration {
                     config: &config,
@@ -588,6 +591,7 @@ fn controller_view(
         secret: c.secret.as_ref().map(|s| s.as_str().to_owned()),
         grades: Vec::new(),
         tested_at_ms: None,
+        identity: None,
     }
 }
 
@@ -695,6 +699,7 @@ impl Backend for RuntimeBackend {
         let published = (!leader.is_self).then(|| self.inner.node.read(|s| s.statuses.clone()));
         let mut plans = Vec::new();
         let config = self.cfg();
+        let registered = self.inner.registered();
         for (id, cfg) in config.plans() {
             let state = self.state(id)?;
             let (verdicts, last_reason) = match &published {
@@ -746,6 +751,7 @@ impl Backend for RuntimeBackend {
                 phase: phase_name(&state),
                 last_reason,
                 sites,
+                unworkable: registered.unworkable(id, cfg),
             });
         }
         Ok(StatusResponse { leader, plans })
@@ -797,6 +803,7 @@ impl Backend for RuntimeBackend {
     ) -> Result<PlanView, BackendError> {
         self.write_guard().await?;
         let name = plan.name.clone();
+        let plan = self.checked_against_registration(plan).await?;
         {
             // Plan writes one at a time on this leader: the name check and the write are one.
             let plan_lock = self.inner.write_lock(&name);
@@ -855,6 +862,9 @@ impl Backend for RuntimeBackend {
     ) -> Result<PlanView, BackendError> {
         self.write_guard().await?;
         let name = plan.name.clone();
+        // A plan of the file is refused before its bindings are asked about.
+        self.api_plan(&name)?;
+        let plan = self.checked_against_registration(plan).await?;
         let generation = {
             let plan_lock = self.inner.write_lock(&name);
             let _one_writer = plan_lock.lock().await;
@@ -962,6 +972,8 @@ impl Backend for RuntimeBackend {
                     issues,
                 })?;
             let new = checked.value;
+            // A capability may have been graded failed since the change was staged.
+            self.refuse_failed_capabilities(name, &new)?;
             if new.instance(&state.owner).is_none() {
                 return Err(BackendError::Refused(format!(
                     "the staged change removes the owner {} from plan {name}: switch over first",
@@ -1125,6 +1137,7 @@ impl Backend for RuntimeBackend {
                     // the list.
                     v.grades = serde_json::from_value(t.grades.clone()).unwrap_or_default();
                     v.tested_at_ms = Some(t.at_unix_ms);
+                    v.identity.clone_from(&t.identity);
                 }
                 v
             })
@@ -1206,7 +1219,18 @@ impl Backend for RuntimeBackend {
             )
             .data(json!({"passed": report.passed(), "by": report.orchestrator, "route": how})),
         );
-        let test = controller_test(name, &report, &how, Vec::new());
+        let pinned = self.inner.registered().identity(name).map(str::to_owned);
+        let read = report.identity.as_ref().map(|i| i.id.clone());
+        let mut warnings = Vec::new();
+        if let (Some(old), Some(new)) = (&pinned, &read)
+            && old != new
+        {
+            warnings.push(format!(
+                "the identity changed: the previous test read {old}, this one {new}; this test \
+                 pins {new}, and fences check it from now on"
+            ));
+        }
+        let test = controller_test(name, &report, &how, warnings);
         // The grades go to the replicated state, so every orchestrator lists them. Only the
         // leader writes; a follower's test is answered but not kept.
         if self.inner.node.leadership().await.is_ok() {
@@ -1215,6 +1239,8 @@ impl Backend for RuntimeBackend {
                 by: report.orchestrator.clone(),
                 grades: serde_json::to_value(&test.grades)
                     .map_err(|e| BackendError::Unavailable(e.to_string()))?,
+                // A test that could not read the target keeps what was pinned before.
+                identity: read.or(pinned),
             };
             let written = self
                 .inner
@@ -1282,7 +1308,7 @@ impl Backend for RuntimeBackend {
                 allowed.join(", ")
             )));
         }
-        let known = BTreeMap::new();
+        let known = self.inner.registered().identities().clone();
         let report = registration::register(Registration {
             config: &loaded.config,
             controller: &c.name,

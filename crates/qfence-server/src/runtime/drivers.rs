@@ -224,6 +224,9 @@ pub enum Verb {
     /// The driver's discovery (capability and resource are empty); answered with the list of
     /// resources found ([`WireResource`]s), not a [`WireResult`].
     Discover,
+    /// The driver's read-only check of one binding (`check_binding`); answered with its
+    /// problems (a list of sentences, empty when fine), not a [`WireResult`].
+    CheckBinding,
 }
 
 /// One controller call as it travels between orchestrators.
@@ -237,6 +240,25 @@ pub struct WireCall {
     pub site: SiteId,
     /// The call's deadline, relative to when the executing orchestrator starts it.
     pub timeout_ms: u64,
+    /// With `register`: the identities of the registered controllers (from the replicated
+    /// state), so a second controller of the same system is warned of wherever it runs.
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub known: BTreeMap<ControllerId, String>,
+    /// With `perform` of a fence: the checks the executing orchestrator runs first.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub pre_fence: Option<PreFence>,
+}
+
+/// The checks the driver contract names before every fence (docs/specs/controller.md §4):
+/// the controller still answers with the identity its registration pinned (not a BMC
+/// replaced, or an address now pointing at another host's), and the binding's own check
+/// passes (the VM is on the node the binding names). A failed check is a refusal with the
+/// reason, never a fence of the wrong thing.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct PreFence {
+    /// The identity the controller's latest test read; `None` when no test read one (only the
+    /// binding is checked then).
+    pub identity: Option<String>,
 }
 
 impl WireCall {
@@ -249,6 +271,23 @@ impl WireCall {
             params: BTreeMap::new(),
             site,
             timeout_ms: u64::try_from(timeout.as_millis()).unwrap_or(u64::MAX),
+            known: BTreeMap::new(),
+            pre_fence: None,
+        }
+    }
+
+    /// The read-only check of `binding` at `site`, within `timeout`.
+    pub fn check_binding(
+        binding: &qfence_model::config::Binding,
+        site: SiteId,
+        timeout: Duration,
+    ) -> Self {
+        Self {
+            verb: Verb::CheckBinding,
+            capability: binding.capability.clone(),
+            resource: binding.resource.clone(),
+            params: binding.params.clone(),
+            ..Self::register(site, timeout)
         }
     }
 
@@ -646,10 +685,26 @@ impl LocalDrivers {
         };
         let result = match call.verb {
             Verb::Check => d.check(&ctx, &target).await,
-            Verb::Perform => d.perform(&ctx, &target).await,
+            Verb::Perform => {
+                let mut ctx = ctx;
+                if let Some(pf) = &call.pre_fence {
+                    // The checks have a budget of their own (the executor waits for both): the
+                    // fence keeps the whole time it had.
+                    let left = deadline.saturating_duration_since(tokio::time::Instant::now());
+                    let checks = CallContext {
+                        deadline: tokio::time::Instant::now() + left,
+                        ..ctx.clone()
+                    };
+                    if let Err(refusal) = pre_fence(d, &checks, &target, pf).await {
+                        return WireResult::Error(refusal);
+                    }
+                    ctx.deadline = tokio::time::Instant::now() + left;
+                }
+                d.perform(&ctx, &target).await
+            }
             Verb::Undo => d.undo(&ctx, &target).await,
             Verb::Renew => d.renew(&ctx, &target).await,
-            Verb::Register | Verb::Discover => {
+            Verb::Register | Verb::Discover | Verb::CheckBinding => {
                 return WireResult::Error(WireError {
                     kind: "rejected".into(),
                     message: "a registration check or discovery is not a driver call".into(),
@@ -661,21 +716,21 @@ impl LocalDrivers {
     }
 
     /// Runs the registration check of `controller` here, as this orchestrator, giving up
-    /// when `cancel` fires.
+    /// when `cancel` fires. `known` are the registered controllers' identities.
     pub async fn register(
         &self,
         controller: &ControllerId,
+        known: &BTreeMap<ControllerId, String>,
         timeout: Duration,
         cancel: CancellationToken,
     ) -> Result<registration::Report, String> {
-        let known = BTreeMap::new();
         let config = self.config.refresh();
         let check = registration::register(Registration {
             config: &config,
             controller,
             orchestrator: &self.me,
             secrets: &self.secrets,
-            known: &known,
+            known,
             timeout,
         });
         tokio::select! {
@@ -708,6 +763,31 @@ impl LocalDrivers {
         }
     }
 
+    /// The read-only check of one binding of `controller` (`call` names it), here, giving up
+    /// when `cancel` fires: the binding's problems, empty when fine.
+    pub async fn check_binding(
+        &self,
+        controller: &ControllerId,
+        call: &WireCall,
+        cancel: CancellationToken,
+    ) -> Result<Vec<String>, String> {
+        let d = self.driver(controller)?;
+        let ctx = CallContext {
+            deadline: tokio::time::Instant::now() + Duration::from_millis(call.timeout_ms),
+            cancel,
+            orchestrator: self.me.clone(),
+        };
+        let target = Target {
+            capability: call.capability.clone(),
+            resource: call.resource.clone(),
+            params: call.params.clone(),
+            site: call.site.clone(),
+        };
+        d.check_binding(&ctx, &target)
+            .await
+            .map_err(|e| e.to_string())
+    }
+
     /// Probes a controller here (no side effects on its targets).
     pub async fn probe(
         &self,
@@ -719,6 +799,50 @@ impl LocalDrivers {
         d.probe(&ctx)
             .await
             .map_err(|e| RuntimeError::Driver(e.to_string()))
+    }
+}
+
+/// The pre-fence checks of `pf` on `target`, within the fence's own deadline. `Err` is the
+/// refusal to answer instead of fencing: `rejected` (nothing sent, the target as it was) when
+/// a check found a mismatch, state unknown when a check could not be made.
+async fn pre_fence(
+    d: &AnyDriver,
+    ctx: &CallContext,
+    target: &Target,
+    pf: &PreFence,
+) -> Result<(), WireError> {
+    let refused = |message: String| WireError {
+        kind: "rejected".into(),
+        message,
+        state_unknown: false,
+    };
+    let unverified = |e: DriverError| WireError {
+        kind: "pre_fence".into(),
+        message: format!("not fenced: the pre-fence check could not be made: {e}"),
+        state_unknown: true,
+    };
+    if let Some(pinned) = &pf.identity {
+        let probe = d.probe(ctx).await.map_err(unverified)?;
+        if probe.identity.id != *pinned {
+            return Err(refused(format!(
+                "not fenced: the pre-fence check found controller {} answering as {}, not as {pinned} \
+                 pinned by its latest test: fencing through it could stop another system (test \
+                 the controller again once the device is known to be the right one)",
+                d.id(),
+                probe.identity.id
+            )));
+        }
+    }
+    let problems = d.check_binding(ctx, target).await.map_err(unverified)?;
+    if problems.is_empty() {
+        Ok(())
+    } else {
+        Err(refused(format!(
+            "not fenced: the pre-fence check of {} {} found: {}",
+            target.capability,
+            target.resource,
+            problems.join("; ")
+        )))
     }
 }
 
@@ -760,8 +884,15 @@ impl CallExecutor for DriverExecutor {
                 .map_err(|e| format!("not a qfence controller call: {e}"))?;
             if call.verb == Verb::Register {
                 let timeout = Duration::from_millis(call.timeout_ms);
-                let report = self.0.register(&controller.id, timeout, cancel).await?;
+                let report = self
+                    .0
+                    .register(&controller.id, &call.known, timeout, cancel)
+                    .await?;
                 return serde_json::to_value(report).map_err(|e| e.to_string());
+            }
+            if call.verb == Verb::CheckBinding {
+                let problems = self.0.check_binding(&controller.id, &call, cancel).await?;
+                return serde_json::to_value(problems).map_err(|e| e.to_string());
             }
             if call.verb == Verb::Discover {
                 let timeout = Duration::from_millis(call.timeout_ms);

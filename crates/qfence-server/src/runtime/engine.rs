@@ -220,6 +220,8 @@ pub(crate) struct Inner {
     /// Draining: no new operations start.
     pub draining: AtomicBool,
     pub options: EngineOptions,
+    /// The controllers' latest tests, decoded (see [`super::registered`]).
+    pub registered: super::registered::RegisteredCache,
 }
 
 fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
@@ -234,6 +236,11 @@ impl Inner {
 
     pub fn runtime(&self) -> MutexGuard<'_, BTreeMap<PlanId, PlanRuntime>> {
         lock(&self.plans)
+    }
+
+    /// What the controllers' latest tests established (pinned identities, failed grades).
+    pub fn registered(&self) -> Arc<super::registered::Registered> {
+        self.node.read(|s| self.registered.get(&s.controller_tests))
     }
 
     /// Appends one record to the event log. A log that cannot be written is an operator's
@@ -543,6 +550,7 @@ impl Engine {
             wake_all: AtomicBool::new(false),
             draining: AtomicBool::new(false),
             options,
+            registered: Default::default(),
         });
         Self {
             executor: Executor::new(inner.clone()),
@@ -904,10 +912,13 @@ impl Engine {
         let now = inner.clock.now();
         let view = self.runtime(plan);
         let sites = site_verdicts(config, cfg, state, &view, now);
-        // The same verdicts, beside the same sentence, go to the metrics.
-        inner
-            .metrics
-            .plan(plan.as_str(), super::gauges::plan(state, &sites));
+        // The same verdicts, beside the same sentence, go to the metrics, with what cannot
+        // work (a binding to a capability graded failed) before it is needed.
+        let unworkable = inner.registered().unworkable(plan, cfg);
+        inner.metrics.plan(
+            plan.as_str(),
+            super::gauges::plan(state, &sites, &unworkable),
+        );
         let gist = format!(
             "{term} {} {}",
             sites

@@ -10,7 +10,7 @@ use qfence_model::{Role, Verdict};
 use tokio_util::sync::CancellationToken;
 
 use super::capitalised;
-use super::drivers::{Verb, WireCall, WireResult};
+use super::drivers::{PreFence, Verb, WireCall, WireResult};
 use super::engine::Inner;
 use crate::events::{EventKind, NewEvent};
 use crate::metrics::Direction;
@@ -179,6 +179,8 @@ impl Executor {
             params: binding.params.clone(),
             site,
             timeout_ms: u64::try_from(timeout.as_millis()).unwrap_or(u64::MAX),
+            known: Default::default(),
+            pre_fence: self.pre_fence(&command.action, &binding.controller),
         };
         let result = match self.call(command, &binding.controller, &call, &token).await {
             Ok(r) => r,
@@ -251,6 +253,22 @@ impl Executor {
         }
     }
 
+    /// The checks a fence must pass first (see [`PreFence`]), for a fence only: the identity
+    /// the controller's latest test pinned, checked by the orchestrator that calls it.
+    fn pre_fence(
+        &self,
+        action: &Action,
+        controller: &qfence_model::ControllerId,
+    ) -> Option<PreFence> {
+        matches!(action, Action::Fence { .. }).then(|| PreFence {
+            identity: self
+                .inner
+                .registered()
+                .identity(controller)
+                .map(str::to_owned),
+        })
+    }
+
     /// One controller call through the cluster's routing, under `token` and a deadline a
     /// little over the driver's own (a forwarded hop needs its round trip). `Err` is UNKNOWN.
     async fn call(
@@ -272,6 +290,10 @@ impl Executor {
         if call.verb == Verb::Check {
             // A check may queue for its turn at the controller before its own timeout starts.
             outer += super::drivers::CHECK_QUEUE_LIMIT;
+        }
+        if call.pre_fence.is_some() {
+            // The pre-fence checks run first, with a budget of their own.
+            outer += Duration::from_millis(call.timeout_ms);
         }
         let outcome = tokio::select! {
             () = token.cancelled() => {

@@ -5,11 +5,17 @@ use qfence_cluster::state::SiteVerdict;
 use qfence_core::{Phase, PlanState};
 use qfence_model::Verdict;
 
+use crate::dto::UnworkableBinding;
 use crate::metrics::{AlarmKind, PlanGauges, SiteGauge, SiteRole};
 
 /// The gauges of a plan at `state`, its sites judged as `sites` (the verdicts the status
-/// publishes beside the same decision's sentence).
-pub fn plan(state: &PlanState, sites: &[SiteVerdict]) -> PlanGauges {
+/// publishes beside the same decision's sentence), with an alarm for each site that has a
+/// binding in `unworkable` (bound to a capability that cannot work).
+pub fn plan(
+    state: &PlanState,
+    sites: &[SiteVerdict],
+    unworkable: &[UnworkableBinding],
+) -> PlanGauges {
     let (phase, halted) = match &state.phase {
         Phase::Steady => ("steady".to_owned(), None),
         Phase::Transition(t) => (
@@ -28,6 +34,14 @@ pub fn plan(state: &PlanState, sites: &[SiteVerdict]) -> PlanGauges {
     if let Some(target) = halted {
         alarms.push((AlarmKind::Halted, target));
     }
+    // One series per site however many of its bindings cannot work.
+    let mut failed: Vec<String> = unworkable
+        .iter()
+        .map(|u| u.site.clone().unwrap_or_else(|| "service".to_owned()))
+        .collect();
+    failed.sort();
+    failed.dedup();
+    alarms.extend(failed.into_iter().map(|s| (AlarmKind::CapabilityFailed, s)));
     PlanGauges {
         owner: state.owner.to_string(),
         generation: state.generation.0,

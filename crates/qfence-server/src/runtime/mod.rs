@@ -31,6 +31,7 @@ pub mod effective;
 pub mod engine;
 pub mod executor;
 pub mod gauges;
+pub mod registered;
 pub mod systemd;
 
 use std::time::{Duration, SystemTime};

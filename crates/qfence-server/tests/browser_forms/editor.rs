@@ -220,3 +220,35 @@ async fn a_new_plan_is_refused_then_created() -> Result<()> {
     ensure!(v.spec["instances"]["dc1"][0]["required"] == true);
     b.quit().await
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_capability_graded_failed_is_never_offered() -> Result<()> {
+    use qfence_server::dto::{CapabilityGrade, GradeDto};
+    let (served, backend) = memory_console().await?;
+    backend.set_grades(
+        "bmc-dc2",
+        vec![CapabilityGrade {
+            capability: "power.off".into(),
+            grade: GradeDto::Failed,
+            detail: "role ReadOnly lacks ConfigureComponents".into(),
+        }],
+    );
+    let b = Browser::start(&served.base, "plan-failed-capability").await?;
+    b.sign_in(ADMIN).await?;
+    b.open("/plans/new").await?;
+    b.wait_for("#plan-form").await?;
+
+    phase("bmc-dc2's power.off was graded failed: the script offers only power.status");
+    pick(&b, "b:dc2:0:controller", "bmc-dc2").await?;
+    let caps = offered(&b, "b:dc2:0:capability").await?;
+    ensure!(caps == ["power.status"], "bmc-dc2 offers {caps:?}");
+    phase("bmc-dc1, of the same type, still offers both");
+    pick(&b, "b:dc1:0:controller", "bmc-dc1").await?;
+    let caps = offered(&b, "b:dc1:0:capability").await?;
+    ensure!(
+        caps == ["power.off", "power.status"],
+        "bmc-dc1 offers {caps:?}"
+    );
+    b.screenshot("1-not-offered").await?;
+    b.quit().await
+}

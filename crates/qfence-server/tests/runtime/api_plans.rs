@@ -23,14 +23,14 @@ use tower::ServiceExt;
 
 use crate::lab::{self, Orchestrator, Sims, eventually, phase};
 
-const ADMIN: &str = "admin-token-9";
+pub(crate) const ADMIN: &str = "admin-token-9";
 
 /// The real router over an orchestrator's runtime backend.
 #[derive(Clone)]
-struct Http(axum::Router);
+pub(crate) struct Http(pub(crate) axum::Router);
 
 impl Http {
-    fn over(o: &Orchestrator) -> Self {
+    pub(crate) fn over(o: &Orchestrator) -> Self {
         let backend = RuntimeBackend::new(&o.engine, lab::secrets());
         Self(qfence_server::router(
             Arc::new(backend),
@@ -40,7 +40,12 @@ impl Http {
         ))
     }
 
-    async fn call(&self, method: Method, path: &str, body: Option<Value>) -> (StatusCode, Value) {
+    pub(crate) async fn call(
+        &self,
+        method: Method,
+        path: &str,
+        body: Option<Value>,
+    ) -> (StatusCode, Value) {
         let b = Request::builder()
             .method(method)
             .uri(path)
@@ -63,15 +68,15 @@ impl Http {
         )
     }
 
-    async fn get(&self, path: &str) -> (StatusCode, Value) {
+    pub(crate) async fn get(&self, path: &str) -> (StatusCode, Value) {
         self.call(Method::GET, path, None).await
     }
 
-    async fn post(&self, path: &str, body: Value) -> (StatusCode, Value) {
+    pub(crate) async fn post(&self, path: &str, body: Value) -> (StatusCode, Value) {
         self.call(Method::POST, path, Some(body)).await
     }
 
-    async fn plan_status(&self, plan: &str) -> Option<Value> {
+    pub(crate) async fn plan_status(&self, plan: &str) -> Option<Value> {
         let (_, s) = self.get("/api/v1/status").await;
         s["plans"]
             .as_array()?
@@ -91,7 +96,7 @@ fn verdict_of(plan: &Value, site: &str) -> Option<String> {
 
 /// A plan over the lab's VM 101 without the VIP (erp-db keeps it), on a fast clock, that never
 /// fails over on its own: it only checks, so it cannot disturb erp-db.
-fn spec(dc2_fence_controller: &str) -> Value {
+pub(crate) fn spec(dc2_fence_controller: &str) -> Value {
     let inst = |dc: &str, fence: &str| {
         json!([
             {"controller": fence, "capability": "power.off", "resource": format!("pve-{dc}-01"), "role": "fence", "required": true},

@@ -6,6 +6,7 @@ mod api_plans;
 mod daemon;
 mod lab;
 mod metrics;
+mod registration;
 mod routing;
 mod scale;
 

@@ -97,6 +97,46 @@ async fn registration_checks_run_at_an_orchestrator_allowed_to_call_the_controll
         other => panic!("expected not_leader naming dc1-a, got {other:?}"),
     }
 
+    phase(
+        "the same Proxmox cluster registered again: the forwarded test is told who is registered",
+    );
+    // localhost, not 127.0.0.1: another endpoint, so only the identity can tell; site dc2
+    // without reach, so the leader forwards the check to dc2-a with the identities.
+    let api = crate::api_plans::Http::over(&dc1);
+    let spec = serde_json::json!({"type": "proxmox",
+        "endpoint": sims.pve2.base_url().replace("127.0.0.1", "localhost"), "site": "dc2",
+        "secret": "lab-proxmox", "token_id": "qfence@pve!fence", "timeout_seconds": 2,
+        "tls": {"pin": format!("sha256:{}", sims.pve2.fingerprint())}});
+    let (st, body) = api
+        .post(
+            "/api/v1/controllers",
+            serde_json::json!({"name": "pve-dc2-again", "spec": spec}),
+        )
+        .await;
+    assert_eq!(st, axum::http::StatusCode::CREATED, "{body}");
+    let again = eventually(Duration::from_secs(20), "pve-dc2-again tested", || async {
+        at_dc1
+            .test_controller(&caller, &controller("pve-dc2-again"))
+            .await
+            .ok()
+    })
+    .await?;
+    assert!(
+        again
+            .message
+            .contains("forwarded by the leader dc1-a to dc2-a"),
+        "{}",
+        again.message
+    );
+    assert!(
+        again
+            .warnings
+            .iter()
+            .any(|w| w.contains("controller pve-dc2 has the same identity")),
+        "{:?}",
+        again.warnings
+    );
+
     phase("with dc2-a gone, pve-dc2 cannot be tested, and dc1-a does not test it itself");
     dc2.shutdown().await;
     let answer = at_dc1

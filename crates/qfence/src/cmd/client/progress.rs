@@ -257,6 +257,7 @@ mod tests {
             phase: phase.into(),
             last_reason: String::new(),
             sites: Vec::new(),
+            unworkable: Vec::new(),
         }
     }
 

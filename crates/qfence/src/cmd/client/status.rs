@@ -75,6 +75,12 @@ pub fn print_status(s: &StatusResponse) {
         ]);
     }
     table::print(&t);
+    // Said before it is needed: a fence or a move through such a binding would fail.
+    for p in &s.plans {
+        for u in &p.unworkable {
+            println!("warning: plan {}: {u}", p.plan);
+        }
+    }
 }
 
 /// `dc1 owner, dc2 standby FENCED (maintenance)`. The owner's fences are not watched (it is
@@ -115,7 +121,11 @@ fn fingerprint(p: &PlanStatus) -> String {
         p.paused,
         sites(p),
         p.last_reason
-    )
+    ) + &p
+        .unworkable
+        .iter()
+        .map(|u| format!("|{u}"))
+        .collect::<String>()
 }
 
 /// Watches until Ctrl-C. One signal listener for the whole watch: a listener made afresh per
@@ -188,6 +198,9 @@ async fn watch_changes(api: &Api, every: Duration, format: Format) -> Outcome {
                     p.last_reason,
                     sites(p)
                 );
+                for u in &p.unworkable {
+                    println!("{now} {}: warning: {u}", p.plan);
+                }
             }
         }
         let names: Vec<String> = seen.keys().cloned().collect();
@@ -228,6 +241,7 @@ mod tests {
             phase: "steady".into(),
             last_reason: String::new(),
             sites,
+            unworkable: Vec::new(),
         }
     }
 
