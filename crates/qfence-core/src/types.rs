@@ -234,8 +234,14 @@ pub enum Action {
     RaiseShield { binding: BindingKey },
     /// Lower it once every other site is confirmed fenced.
     LowerShield { binding: BindingKey },
-    /// Arm or renew the owner's dead-man switch. The executor must not act after `not_after`:
-    /// that bound is what lets a later leader prove the switch has fired.
+    /// Arm the owner's dead-man switch: set its countdown from the binding and start it. The
+    /// executor must not act after `not_after`, and reads the switch back after acting.
+    ArmDeadMan {
+        binding: BindingKey,
+        not_after: Millis,
+    },
+    /// Renew the owner's dead-man switch. The executor must not act after `not_after`: that
+    /// bound is what lets a later leader prove the switch has fired.
     RenewDeadMan {
         binding: BindingKey,
         not_after: Millis,
@@ -259,6 +265,7 @@ impl Action {
             | Action::Service { binding, .. }
             | Action::RaiseShield { binding }
             | Action::LowerShield { binding }
+            | Action::ArmDeadMan { binding, .. }
             | Action::RenewDeadMan { binding, .. } => Some(binding),
             Action::Alarm { .. } => None,
         }
@@ -275,6 +282,7 @@ impl Action {
             Action::Service { .. } => "service",
             Action::RaiseShield { .. } => "raise-shield",
             Action::LowerShield { .. } => "lower-shield",
+            Action::ArmDeadMan { .. } => "arm-dead-man",
             Action::RenewDeadMan { .. } => "renew-dead-man",
             Action::Alarm { .. } => "alarm",
         }
@@ -297,7 +305,8 @@ impl fmt::Display for Command {
         write!(f, "{} ", self.action.name())?;
         match &self.action {
             Action::Service { binding, site } => write!(f, "{binding} -> {site}")?,
-            Action::RenewDeadMan { binding, not_after } => {
+            Action::ArmDeadMan { binding, not_after }
+            | Action::RenewDeadMan { binding, not_after } => {
                 write!(f, "{binding} until {not_after}")?;
             }
             Action::Alarm { site, detail } => match site {

@@ -235,8 +235,14 @@ pub struct WireCall {
     #[serde(default)]
     pub params: BTreeMap<String, String>,
     pub site: SiteId,
-    /// The call's deadline, relative to when the executing orchestrator starts it.
+    /// How long the call may take, from when the executing orchestrator starts it.
     pub timeout_ms: u64,
+    /// An absolute deadline (Unix milliseconds, the executing orchestrator's clock) after
+    /// which the call must not act: a dead-man renewal's `not_after`. The executing side
+    /// refuses a call that arrives after it and cuts the call's own timeout to it, so a
+    /// forward delayed in transit or in a queue can never act late.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub not_after_unix_ms: Option<u64>,
 }
 
 impl WireCall {
@@ -249,6 +255,22 @@ impl WireCall {
             params: BTreeMap::new(),
             site,
             timeout_ms: u64::try_from(timeout.as_millis()).unwrap_or(u64::MAX),
+            not_after_unix_ms: None,
+        }
+    }
+
+    /// How long the call may still take at `now` (Unix milliseconds): its timeout, cut to
+    /// its absolute deadline; `Err` says why it must not run at all.
+    pub fn time_left(&self, now: u64) -> Result<Duration, String> {
+        let timeout = Duration::from_millis(self.timeout_ms);
+        match self.not_after_unix_ms {
+            None => Ok(timeout),
+            Some(not_after) if now >= not_after => Err(format!(
+                "not run: it arrived {} ms after its deadline (not after {})",
+                now - not_after,
+                qfence_core::Millis(not_after)
+            )),
+            Some(not_after) => Ok(timeout.min(Duration::from_millis(not_after - now))),
         }
     }
 
@@ -391,6 +413,8 @@ pub struct LocalDrivers {
     secrets: SecretStore,
     /// Where the lanes' queue depth and latency go, once attached.
     metrics: std::sync::OnceLock<crate::Metrics>,
+    /// What a call's absolute deadline is compared with.
+    clock: super::Clock,
 }
 
 type BuiltDriver = (ControllerConfig, Result<Arc<AnyDriver>, String>);
@@ -427,7 +451,16 @@ impl LocalDrivers {
             config: config.clone(),
             secrets: secrets.clone(),
             metrics: std::sync::OnceLock::new(),
+            clock: super::Clock::system(),
         }
+    }
+
+    /// Reads calls' absolute deadlines on `clock` (the engine's, in tests with paused or
+    /// shifted time) instead of the system clock.
+    #[must_use]
+    pub fn with_clock(mut self, clock: super::Clock) -> Self {
+        self.clock = clock;
+        self
     }
 
     /// Reports each lane's queue depth and latency to `metrics` from now on.
@@ -524,8 +557,11 @@ impl LocalDrivers {
         call: &WireCall,
         cancel: CancellationToken,
     ) -> Result<WireResult, String> {
+        // A call past its absolute deadline is refused before anything is sent: its effect
+        // would come after what the leader relies on (a dead-man renewal's `not_after`).
+        let left = call.time_left(self.clock.now().0)?;
         let d = self.driver(controller)?;
-        let deadline = tokio::time::Instant::now() + Duration::from_millis(call.timeout_ms);
+        let deadline = tokio::time::Instant::now() + left;
         let lane = self.lane(controller, d.controller_type());
         let key = format!(
             "{:?}\u{0}{}\u{0}{}\u{0}{:?}\u{0}{}",

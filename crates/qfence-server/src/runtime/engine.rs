@@ -652,13 +652,14 @@ impl Engine {
         tracing::info!(orchestrator = %self.inner.me, "The engine stopped");
     }
 
-    /// Stops starting operations and waits up to `timeout` for those in flight. Returns how
-    /// many were still running when it gave up.
+    /// Stops starting operations (but the owner's dead-man renewals, see ADR 0013) and waits
+    /// up to `timeout` for those in flight. Returns how many were still running when it gave
+    /// up (renewals not counted: they go on until the engine stops).
     pub async fn drain(&self, timeout: Duration) -> usize {
         self.inner.draining.store(true, Ordering::SeqCst);
         let deadline = tokio::time::Instant::now() + timeout;
         loop {
-            let n = self.executor.in_flight();
+            let n = self.executor.in_flight_but_renewals();
             if n == 0 || tokio::time::Instant::now() >= deadline {
                 return n;
             }
@@ -870,12 +871,16 @@ impl Engine {
             state = next;
         }
         let status = self.status_to_publish(config, plan, d.term, &d.decision.reason, &state);
-        if !inner.draining.load(Ordering::SeqCst) {
-            if d.decision.state_change.is_some() && d.decision.commands.is_empty() {
-                // A step was committed with nothing to wait for: the next may go at once.
-                inner.wake_plan(plan);
-            }
-            for command in d.decision.commands {
+        let draining = inner.draining.load(Ordering::SeqCst);
+        if !draining && d.decision.state_change.is_some() && d.decision.commands.is_empty() {
+            // A step was committed with nothing to wait for: the next may go at once.
+            inner.wake_plan(plan);
+        }
+        for command in d.decision.commands {
+            // A drain starts nothing new but the owner's dead-man renewals (and re-arms):
+            // stopping them while the drain waits would let the owner's watchdog power it off
+            // during a routine restart (ADR 0013).
+            if !draining || keeps_the_owner_alive(&command.action) {
                 self.executor.start(command, &token);
             }
         }
@@ -1103,4 +1108,13 @@ mod tests {
             qfence_core::Millis(91_005)
         );
     }
+}
+
+/// Whether a draining engine still starts `action`: the owner's dead-man switch is armed and
+/// renewed until the engine stops, so a drain never powers the owner off.
+fn keeps_the_owner_alive(action: &qfence_core::Action) -> bool {
+    matches!(
+        action,
+        qfence_core::Action::ArmDeadMan { .. } | qfence_core::Action::RenewDeadMan { .. }
+    )
 }

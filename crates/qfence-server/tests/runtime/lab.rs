@@ -20,6 +20,7 @@ use qfence_model::{OrchestratorId, PlanId, SiteId};
 use qfence_server::Metrics;
 use qfence_server::events::{EventLog, JsonlStore};
 use qfence_server::runtime::{ConfigCell, DriverExecutor, Engine, EngineOptions, LocalDrivers};
+use tokio::sync::watch;
 use tokio_util::sync::CancellationToken;
 
 pub use qfence_lab::lab::PVE_TOKEN;
@@ -67,6 +68,12 @@ impl Sims {
     /// (the API is served by the cluster, not by the fenced host); dc1's host power is wired
     /// to dc1's Proxmox node, so powering it off darkens dc1's API as in the lab.
     pub async fn start() -> Result<Self> {
+        Self::start_powered_by(None).await
+    }
+
+    /// As [`Sims::start`], but dc1's host power is `dc1_power` (another BMC's, such as the
+    /// dead-man tests' IPMI BMC) instead of the Redfish BMC's.
+    pub async fn start_powered_by(dc1_power: Option<watch::Receiver<bool>>) -> Result<Self> {
         let bmc1 = redfish::start(
             loopback(),
             TlsIdentity::loopback()?,
@@ -92,10 +99,11 @@ impl Sims {
             ),
         )
         .await?;
-        pve1.attach_power(
-            "pve-dc1-01",
-            bmc1.power_line("pve-dc1-01").context("power line")?,
-        );
+        let line = match dc1_power {
+            Some(line) => line,
+            None => bmc1.power_line("pve-dc1-01").context("power line")?,
+        };
+        pve1.attach_power("pve-dc1-01", line);
         let pve2 = proxmox::start(
             loopback(),
             TlsIdentity::loopback()?,
@@ -224,6 +232,7 @@ pub fn secrets() -> SecretStore {
         ("lab-redfish", BMC_PASSWORD),
         ("lab-proxmox", PVE_TOKEN),
         ("lab-fortigate", FGT_KEY),
+        ("lab-ipmi", "password"),
     ]
     .into_iter()
     .map(|(k, v)| (env_name(ENV_PREFIX, k), v.to_owned()))
