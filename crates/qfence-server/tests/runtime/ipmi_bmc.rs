@@ -51,6 +51,8 @@ struct Session {
 struct State {
     session: Session,
     wd: Watchdog,
+    /// Set Watchdog Timer is refused (a firmware that disabled the watchdog).
+    refuse_set: bool,
     power: watch::Sender<bool>,
 }
 
@@ -79,6 +81,7 @@ impl LabIpmi {
         let state = Arc::new(Mutex::new(State {
             session: Session::default(),
             wd: Watchdog::default(),
+            refuse_set: false,
             power,
         }));
         let dark = Arc::new(AtomicBool::new(false));
@@ -144,6 +147,12 @@ impl LabIpmi {
         s.wd.action = 0;
         s.wd.running = false;
         s.wd.expires = None;
+    }
+
+    /// A firmware update that stops the watchdog and refuses to set it again.
+    pub fn firmware_disables_the_watchdog(&self) {
+        self.watchdog_off_behind_qfences_back();
+        lock(&self.state).refuse_set = true;
     }
 }
 
@@ -288,6 +297,7 @@ impl State {
                 self.power.send_replace(data[0] == 1);
                 (0, vec![])
             }
+            (netfn::APP, cmd::SET_WATCHDOG) if self.refuse_set => (0xD5, vec![]),
             (netfn::APP, cmd::SET_WATCHDOG) => {
                 self.wd.sets += 1;
                 self.wd.action = data[1];

@@ -279,12 +279,57 @@ impl Orchestrator {
         seed: Option<&str>,
         run_loop: bool,
     ) -> Result<Self> {
+        let boot = match seed {
+            None => Boot::Create,
+            Some(seed) => Boot::Join(seed),
+        };
+        Self::start_in(
+            tempfile::tempdir()?,
+            config_text,
+            name,
+            at,
+            ca,
+            boot,
+            run_loop,
+        )
+        .await
+    }
+
+    /// Stops this orchestrator (as `shutdown`) and starts it again from its own data, on the
+    /// same cluster address: a restart in a rolling upgrade.
+    pub async fn restart(self, config_text: &str, ca: &CertificateAuthority) -> Result<Self> {
+        let member = self.node.member().clone();
+        let listen = member.address.parse()?;
+        self.stop.cancel();
+        let _ = self.task.await;
+        self.node.shutdown().await;
+        self.drivers.close().await;
+        Self::start_in(
+            self._dir,
+            config_text,
+            member.name.as_str(),
+            member.site.as_str(),
+            ca,
+            Boot::Restart(listen),
+            true,
+        )
+        .await
+    }
+
+    async fn start_in(
+        dir: tempfile::TempDir,
+        config_text: &str,
+        name: &str,
+        at: &str,
+        ca: &CertificateAuthority,
+        boot: Boot<'_>,
+        run_loop: bool,
+    ) -> Result<Self> {
         let loaded = match qfence_model::config::load_str(config_text, "lab.yaml") {
             Ok(l) => l,
             Err(issues) => bail!("the lab configuration does not validate: {issues:#?}"),
         };
         let config = loaded.config;
-        let dir = tempfile::tempdir()?;
         let me = OrchestratorId::new(name)?;
         let tls = ca.issue(name, &["127.0.0.1".into()])?;
         let cell = ConfigCell::new(config.clone(), config_text);
@@ -294,12 +339,16 @@ impl Orchestrator {
             "every driver builds: {:?}",
             drivers.unavailable()
         );
+        let listen = match boot {
+            Boot::Restart(addr) => addr,
+            _ => loopback(),
+        };
         let node = ClusterNode::start(
             NodeOptions {
                 name: me,
                 site: site(at),
                 witness: false,
-                listen: loopback(),
+                listen,
                 advertise: None,
                 data_dir: dir.path().join("data"),
                 tls,
@@ -309,9 +358,10 @@ impl Orchestrator {
             Arc::new(DriverExecutor(drivers.clone())),
         )
         .await?;
-        match seed {
-            None => node.initialize().await?,
-            Some(seed) => node.join(seed).await?,
+        match boot {
+            Boot::Create => node.initialize().await?,
+            Boot::Join(seed) => node.join(seed).await?,
+            Boot::Restart(_) => {}
         }
         let events_path = dir.path().join("events.jsonl");
         let log = EventLog::open(JsonlStore::open(&events_path)?)?;
@@ -342,6 +392,16 @@ impl Orchestrator {
         self.node.shutdown().await;
         self.drivers.close().await;
     }
+}
+
+/// How an orchestrator comes up.
+enum Boot<'a> {
+    /// It creates the cluster.
+    Create,
+    /// It joins the cluster through this seed.
+    Join(&'a str),
+    /// It restarts from its own data, listening where it did.
+    Restart(std::net::SocketAddr),
 }
 
 /// Polls `f` every 100 ms until it gives a value or `limit` passes.

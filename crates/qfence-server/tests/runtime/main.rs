@@ -5,6 +5,7 @@
 mod api_plans;
 mod daemon;
 mod deadman;
+mod deadman_stories;
 // The controller tests' emulator starter (ipmi_sim), shared rather than copied.
 #[path = "../../../qfence-controllers/tests/it/emulators.rs"]
 #[allow(dead_code)]
