@@ -652,19 +652,60 @@ impl Engine {
         tracing::info!(orchestrator = %self.inner.me, "The engine stopped");
     }
 
-    /// Stops starting operations (but the owner's dead-man renewals, see ADR 0013) and waits
-    /// up to `timeout` for those in flight. Returns how many were still running when it gave
-    /// up (renewals not counted: they go on until the engine stops).
+    /// Stops starting operations (but the owner's dead-man renewals) and waits up to
+    /// `timeout` for those in flight; then, if this orchestrator leads, hands the leadership
+    /// to another live voter (ADR 0013): the owner's switch is renewed all along, by this
+    /// leader until the next one has taken over, so a routine restart never leaves it
+    /// unrenewed for a failure detection and an election. Returns how many operations were
+    /// still running when it gave up (renewals not counted: they go on until the engine stops).
     pub async fn drain(&self, timeout: Duration) -> usize {
         self.inner.draining.store(true, Ordering::SeqCst);
         let deadline = tokio::time::Instant::now() + timeout;
-        loop {
+        let left = loop {
             let n = self.executor.in_flight_but_renewals();
             if n == 0 || tokio::time::Instant::now() >= deadline {
-                return n;
+                break n;
+            }
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        };
+        self.hand_over().await;
+        left
+    }
+
+    /// Hands the leadership to another live voter, if this orchestrator leads, and waits
+    /// (bounded) until one has it.
+    async fn hand_over(&self) {
+        let node = &self.inner.node;
+        let me = &self.inner.me;
+        if node.leader().as_ref() != Some(me) {
+            return;
+        }
+        let status = node.status();
+        // A witness may lead, but it calls no controller itself: every renewal would take a
+        // forwarding hop, so a site's orchestrator is preferred.
+        let mut candidates: Vec<_> = status
+            .members
+            .iter()
+            .filter(|m| &m.name != me && m.voter && m.live == Some(true))
+            .collect();
+        candidates.sort_by_key(|m| m.witness);
+        let Some(to) = candidates.first().map(|m| m.name.clone()) else {
+            tracing::warn!(orchestrator = %me, "No other live voter to hand the leadership to: the next leader is elected after this one stops");
+            return;
+        };
+        if let Err(e) = node.transfer_leadership(&to).await {
+            tracing::warn!(orchestrator = %me, to = %to, "The leadership could not be handed over: {e}");
+            return;
+        }
+        let until = tokio::time::Instant::now() + HAND_OVER_WAIT;
+        while tokio::time::Instant::now() < until {
+            if node.leader().is_some_and(|l| &l != me) {
+                tracing::info!(orchestrator = %me, to = %to, "Handed the leadership over before stopping");
+                return;
             }
             tokio::time::sleep(Duration::from_millis(20)).await;
         }
+        tracing::warn!(orchestrator = %me, to = %to, "The leadership hand-over did not complete within {HAND_OVER_WAIT:?}");
     }
 
     /// One tick: decide every plan (when leading), commit, execute.
@@ -1109,6 +1150,9 @@ mod tests {
         );
     }
 }
+
+/// How long a drain waits for the leadership it hands over to be taken.
+const HAND_OVER_WAIT: Duration = Duration::from_secs(5);
 
 /// Whether a draining engine still starts `action`: the owner's dead-man switch is armed and
 /// renewed until the engine stops, so a drain never powers the owner off.

@@ -226,7 +226,8 @@ async fn deadman_renewals_keep_a_healthy_owner_running_for_many_countdowns() -> 
     let end = bmc.watchdog();
     eprintln!("renewals in {watch_for:?}: {}", end.resets - start.resets);
     assert!(end.fired.is_none() && end.running, "{end:?}");
-    assert!(end.resets - start.resets >= 10, "{end:?}");
+    // At least one renewal per countdown (the core renews every interval or two).
+    assert!(end.resets - start.resets >= 5, "{end:?}");
     let rt = o.engine.runtime(&plan());
     assert_eq!(rt.observations[&dead_man_key()].value, Observed::Holds);
     assert_eq!(
@@ -254,16 +255,39 @@ async fn deadman_a_rolling_restart_of_the_orchestrators_never_powers_the_owner_o
     let bmc = LabIpmi::start().await?;
     let sims = Sims::start_powered_by(Some(bmc.power_line())).await?;
     let countdown = 4;
-    // One orchestrator per site and the witness: two voters stay while one restarts. dc2's
-    // Proxmox may be called from dc1 and the witness too, so any leader reads everything.
-    let text = config_for(sims.config_text_for(true), &bmc.endpoint(), countdown, true)
-        .replace("    reach: [dc2]\n", "    reach: [dc2, witness]\n")
-        .replace("    reach: [dc1]\n", "    reach: [dc1, witness]\n");
-    let text = text.replacen(
+    // One orchestrator per site and the witness: two voters stay while one restarts. Every
+    // controller may be called from both sites, so a leader anywhere reaches everything
+    // (the witness's leader forwards every call).
+    let text = config_for(sims.config_text_for(true), &bmc.endpoint(), countdown, true).replacen(
         "  pve-dc1:\n    type: proxmox\n",
-        "  pve-dc1:\n    type: proxmox\n    reach: [dc2, witness]\n",
+        "  pve-dc1:\n    type: proxmox\n    reach: [dc2]\n",
         1,
     );
+    // Long fence timeouts (as in production, where they are tens of seconds) and a BMC at
+    // dc2 that answers in 6 s: each drain waits that long for the check in flight, longer
+    // than the owner's countdown.
+    let text = text
+        .replacen(
+            "failover_after_seconds: 4\n    fence_timeout_seconds: 3\n",
+            "failover_after_seconds: 12\n    fence_timeout_seconds: 9\n",
+            1,
+        )
+        .replacen(
+            "  bmc-dc2:\n    type: redfish\n",
+            "  bmc-dc2:\n    type: redfish\n    timeout_seconds: 8\n",
+            1,
+        );
+    let text = {
+        // bmc-dc2's own (later) `timeout_seconds: 2` from the lab goes
+        let at = text.find("  bmc-dc2:").expect("bmc-dc2");
+        let t = at
+            + text[at..]
+                .find("    timeout_seconds: 2\n")
+                .expect("its timeout");
+        let mut text = text;
+        text.replace_range(t..t + "    timeout_seconds: 2\n".len(), "");
+        text
+    };
     let ca = qfence_cluster::tls::CertificateAuthority::generate("lab")?;
     let mut nodes = vec![Orchestrator::start_as(&text, "dc1-a", "dc1", &ca, None, true).await?];
     let seed = nodes[0].node.member().address.clone();
@@ -271,33 +295,56 @@ async fn deadman_a_rolling_restart_of_the_orchestrators_never_powers_the_owner_o
         nodes.push(Orchestrator::start_as(&text, name, at, &ca, Some(&seed), true).await?);
     }
     armed_and_steady(&nodes[0]).await?;
-    // Slow Proxmox answers keep checks in flight, so each drain has something to wait for.
-    sims.pve2
+    sims.bmc2
         .faults()
-        .update(|f| f.latency = Duration::from_millis(1500));
+        .update(|f| f.latency = Duration::from_secs(6));
 
     for round in 0..3 {
-        let leader = nodes
-            .iter()
-            .position(|n| n.node.leader().as_ref() == Some(&n.node.member().name))
-            .unwrap_or(0);
+        let leader = eventually(Duration::from_secs(20), "a leader", || async {
+            let name = nodes.iter().find_map(|n| n.node.leader())?;
+            nodes.iter().position(|n| n.node.member().name == name)
+        })
+        .await?;
         let name = nodes[leader].node.member().name.to_string();
         phase(&format!(
-            "round {round}: the leader {name} drains and restarts"
+            "round {round}: the leader {name} drains, then restarts"
         ));
+        // The drain starts while dc2's slow BMC check is in flight.
+        eventually(Duration::from_secs(10), "a check in flight", || async {
+            (nodes[leader].engine.executor().in_flight_but_renewals() > 0).then_some(())
+        })
+        .await?;
         let o = nodes.remove(leader);
-        let left = o
-            .engine
-            .drain(Duration::from_secs(2 * u64::from(countdown)))
-            .await;
-        eprintln!("{name} drained, {left} operation(s) left");
-        let restarted = o.restart(&text, &ca).await?;
-        nodes.push(restarted);
+        let drain_from = Instant::now();
+        let left = o.engine.drain(Duration::from_secs(12)).await;
+        eprintln!(
+            "{name} drained in {:?}, {left} operation(s) left",
+            drain_from.elapsed()
+        );
+        assert!(
+            bmc.powered(),
+            "round {round}: the owner was powered off during the drain"
+        );
+        nodes.push(o.restart(&text, &ca).await?);
         let from = Instant::now();
         while from.elapsed() < Duration::from_secs(u64::from(countdown) + 2) {
-            assert!(bmc.powered(), "round {round}: the owner was powered off");
+            if !bmc.powered() {
+                for n in &nodes {
+                    eprintln!("== {} (leader {:?})", n.node.member().name, n.node.leader());
+                    crate::dump(n);
+                }
+                panic!(
+                    "round {round}: the owner was powered off {:?} after the restart: {:?}",
+                    from.elapsed(),
+                    bmc.watchdog()
+                );
+            }
             tokio::time::sleep(Duration::from_millis(100)).await;
         }
+        eprintln!(
+            "longest time without a renewal so far: {:?} (countdown {countdown} s)",
+            bmc.watchdog().longest_gap
+        );
     }
     let wd = bmc.watchdog();
     assert!(wd.fired.is_none() && wd.running, "{wd:?}");

@@ -39,6 +39,9 @@ pub struct Watchdog {
     pub sets: u32,
     /// When it expired with action power-down and powered the host off.
     pub fired: Option<Instant>,
+    /// The longest time between two accepted Resets (renewals), and when the last was.
+    pub longest_gap: Duration,
+    pub last_reset: Option<Instant>,
 }
 
 #[derive(Default)]
@@ -317,6 +320,10 @@ impl State {
                 }
                 // §27.5: (re)starts the timer from its initial countdown
                 self.wd.resets += 1;
+                if let Some(last) = self.wd.last_reset {
+                    self.wd.longest_gap = self.wd.longest_gap.max(now - last);
+                }
+                self.wd.last_reset = Some(now);
                 self.wd.running = true;
                 self.wd.expires = Some(now + tenths(self.wd.initial));
                 (0, vec![])

@@ -283,16 +283,9 @@ impl Orchestrator {
             None => Boot::Create,
             Some(seed) => Boot::Join(seed),
         };
-        Self::start_in(
-            tempfile::tempdir()?,
-            config_text,
-            name,
-            at,
-            ca,
-            boot,
-            run_loop,
-        )
-        .await
+        let dir = tempfile::tempdir()?;
+        let o = Self::start_at(dir.path(), config_text, name, at, ca, boot).await?;
+        Ok(o.with_dir(dir, run_loop))
     }
 
     /// Stops this orchestrator (as `shutdown`) and starts it again from its own data, on the
@@ -300,31 +293,53 @@ impl Orchestrator {
     pub async fn restart(self, config_text: &str, ca: &CertificateAuthority) -> Result<Self> {
         let member = self.node.member().clone();
         let listen = member.address.parse()?;
-        self.stop.cancel();
-        let _ = self.task.await;
-        self.node.shutdown().await;
-        self.drivers.close().await;
-        Self::start_in(
-            self._dir,
-            config_text,
-            member.name.as_str(),
-            member.site.as_str(),
-            ca,
-            Boot::Restart(listen),
-            true,
-        )
-        .await
+        let Self {
+            engine,
+            node,
+            stop,
+            task,
+            drivers,
+            _dir: dir,
+            ..
+        } = self;
+        stop.cancel();
+        let _ = task.await;
+        node.shutdown().await;
+        drivers.close().await;
+        drop((engine, node, drivers));
+        // Cancelled operations let go of the store a moment later.
+        let deadline = tokio::time::Instant::now() + Duration::from_secs(10);
+        loop {
+            let boot = Boot::Restart(listen);
+            let name = member.name.as_str();
+            let started = Self::start_at(
+                dir.path(),
+                config_text,
+                name,
+                member.site.as_str(),
+                ca,
+                boot,
+            );
+            match started.await {
+                Ok(o) => return Ok(o.with_dir(dir, true)),
+                Err(e) if tokio::time::Instant::now() < deadline => {
+                    eprintln!("restart of {name} waits: {e}");
+                    tokio::time::sleep(Duration::from_millis(200)).await;
+                }
+                Err(e) => return Err(e),
+            }
+        }
     }
 
-    async fn start_in(
-        dir: tempfile::TempDir,
+    /// Starts it with its data in `dir`, its loop running (until `stop`).
+    async fn start_at(
+        dir: &std::path::Path,
         config_text: &str,
         name: &str,
         at: &str,
         ca: &CertificateAuthority,
         boot: Boot<'_>,
-        run_loop: bool,
-    ) -> Result<Self> {
+    ) -> Result<Started> {
         let loaded = match qfence_model::config::load_str(config_text, "lab.yaml") {
             Ok(l) => l,
             Err(issues) => bail!("the lab configuration does not validate: {issues:#?}"),
@@ -347,10 +362,11 @@ impl Orchestrator {
             NodeOptions {
                 name: me,
                 site: site(at),
-                witness: false,
+                // The lab's witness site makes no controller calls.
+                witness: at == "witness",
                 listen,
                 advertise: None,
-                data_dir: dir.path().join("data"),
+                data_dir: dir.join("data"),
                 tls,
                 timing: Timing::fast(),
                 admin_api: false,
@@ -363,26 +379,19 @@ impl Orchestrator {
             Boot::Join(seed) => node.join(seed).await?,
             Boot::Restart(_) => {}
         }
-        let events_path = dir.path().join("events.jsonl");
+        let events_path = dir.join("events.jsonl");
         let log = EventLog::open(JsonlStore::open(&events_path)?)?;
         let options = EngineOptions::for_config(&config);
         let metrics = Metrics::new();
         let engine = Engine::new(cell, node.clone(), log, metrics.clone(), options);
         let stop = CancellationToken::new();
-        let task = if run_loop {
-            tokio::spawn(engine.clone().run(stop.clone()))
-        } else {
-            tokio::spawn(async {})
-        };
-        Ok(Self {
+        Ok(Started {
             engine,
             node,
             metrics,
             events_path,
             stop,
-            task,
             drivers,
-            _dir: dir,
         })
     }
 
@@ -391,6 +400,37 @@ impl Orchestrator {
         let _ = self.task.await;
         self.node.shutdown().await;
         self.drivers.close().await;
+    }
+}
+
+/// An orchestrator started, before its loop runs.
+struct Started {
+    engine: Engine,
+    node: ClusterNode,
+    metrics: Metrics,
+    events_path: std::path::PathBuf,
+    stop: CancellationToken,
+    drivers: Arc<LocalDrivers>,
+}
+
+impl Started {
+    /// Runs its loop (if `run_loop`) and keeps `dir` for its life.
+    fn with_dir(self, dir: tempfile::TempDir, run_loop: bool) -> Orchestrator {
+        let task = if run_loop {
+            tokio::spawn(self.engine.clone().run(self.stop.clone()))
+        } else {
+            tokio::spawn(async {})
+        };
+        Orchestrator {
+            engine: self.engine,
+            node: self.node,
+            metrics: self.metrics,
+            events_path: self.events_path,
+            stop: self.stop,
+            task,
+            drivers: self.drivers,
+            _dir: dir,
+        }
     }
 }
 
