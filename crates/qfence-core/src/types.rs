@@ -234,14 +234,19 @@ pub enum Action {
     RaiseShield { binding: BindingKey },
     /// Lower it once every other site is confirmed fenced.
     LowerShield { binding: BindingKey },
-    /// Arm the owner's dead-man switch: set its countdown from the binding and start it. The
-    /// executor must not act after `not_after`, and reads the switch back after acting.
+    /// Arm the owner's dead-man switch: set its countdown from the binding's
+    /// `timeout_seconds` and start the timer (the driver's `perform`). Issued when a site
+    /// becomes the owner and whenever the switch reads not running or its last arm or renewal
+    /// failed. Like [`Action::RenewDeadMan`]: never acted on after `not_after`, read back
+    /// afterwards and reported as the binding's observation (Holds = running with qfence's
+    /// countdown), Done only when the call succeeded and the read-back holds.
     ArmDeadMan {
         binding: BindingKey,
         not_after: Millis,
     },
-    /// Renew the owner's dead-man switch. The executor must not act after `not_after`: that
-    /// bound is what lets a later leader prove the switch has fired.
+    /// Renew the owner's armed dead-man switch (the driver's `renew`). The executor must not
+    /// act after `not_after`: that bound is what lets a later leader prove the switch has
+    /// fired. Read back like [`Action::ArmDeadMan`]; Done only when the read-back holds.
     RenewDeadMan {
         binding: BindingKey,
         not_after: Millis,
