@@ -1047,6 +1047,18 @@ fn prune(
         .retain(|op, r| now.since(r.at) <= keep || pending.contains(&op));
 }
 
+/// How long a drain waits for the leadership it hands over to be taken.
+const HAND_OVER_WAIT: Duration = Duration::from_secs(5);
+
+/// Whether a draining engine still starts `action`: the owner's dead-man switch is armed and
+/// renewed until the engine stops, so a drain never powers the owner off.
+fn keeps_the_owner_alive(action: &qfence_core::Action) -> bool {
+    matches!(
+        action,
+        qfence_core::Action::ArmDeadMan { .. } | qfence_core::Action::RenewDeadMan { .. }
+    )
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -1149,16 +1161,4 @@ mod tests {
             qfence_core::Millis(91_005)
         );
     }
-}
-
-/// How long a drain waits for the leadership it hands over to be taken.
-const HAND_OVER_WAIT: Duration = Duration::from_secs(5);
-
-/// Whether a draining engine still starts `action`: the owner's dead-man switch is armed and
-/// renewed until the engine stops, so a drain never powers the owner off.
-fn keeps_the_owner_alive(action: &qfence_core::Action) -> bool {
-    matches!(
-        action,
-        qfence_core::Action::ArmDeadMan { .. } | qfence_core::Action::RenewDeadMan { .. }
-    )
 }

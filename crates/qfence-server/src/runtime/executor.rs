@@ -333,7 +333,6 @@ impl Executor {
         }
     }
 
-    #[allow(clippy::too_many_lines)]
     fn finish(
         &self,
         command: &Command,

@@ -8,7 +8,6 @@ mod deadman;
 mod deadman_stories;
 // The controller tests' emulator starter (ipmi_sim), shared rather than copied.
 #[path = "../../../qfence-controllers/tests/it/emulators.rs"]
-#[allow(dead_code)]
 mod emulators;
 mod ipmi_bmc;
 mod lab;
