@@ -829,6 +829,23 @@ mod tests {
         }))
     }
 
+    #[test]
+    fn a_call_past_its_absolute_deadline_is_refused_and_one_before_it_is_cut_to_it() {
+        let mut call = WireCall::register(SiteId::new("dc1").unwrap(), Duration::from_secs(10));
+        assert_eq!(call.time_left(5_000), Ok(Duration::from_secs(10)));
+        call.not_after_unix_ms = Some(7_000);
+        assert_eq!(call.time_left(5_000), Ok(Duration::from_secs(2)));
+        assert_eq!(call.time_left(6_999), Ok(Duration::from_millis(1)));
+        let late = call.time_left(7_250).unwrap_err();
+        assert!(late.contains("250 ms after its deadline"), "{late}");
+        assert!(call.time_left(7_000).is_err());
+        // An old orchestrator's call without the field reads as no deadline.
+        let old = serde_json::json!({"verb": "renew", "capability": "watchdog", "resource": "h",
+            "site": "dc1", "timeout_ms": 3000});
+        let old: WireCall = serde_json::from_value(old).unwrap();
+        assert_eq!(old.not_after_unix_ms, None);
+    }
+
     #[tokio::test]
     async fn identical_checks_share_one_answer() {
         let lane = Lane::default();

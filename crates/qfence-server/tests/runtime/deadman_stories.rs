@@ -26,7 +26,7 @@ fn dump(o: &Orchestrator) {
 async fn armed_and_steady(o: &Orchestrator) -> Result<()> {
     eventually(
         Duration::from_secs(30),
-        "dc1's dead-man switch armed",
+        "dc1's dead-man switch armed by the core (Action::ArmDeadMan; a core that only renews never arms: issue 12)",
         || async {
             let rt = o.engine.runtime(&plan());
             let armed = rt
