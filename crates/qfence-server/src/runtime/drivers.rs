@@ -413,7 +413,8 @@ pub struct LocalDrivers {
     secrets: SecretStore,
     /// Where the lanes' queue depth and latency go, once attached.
     metrics: std::sync::OnceLock<crate::Metrics>,
-    /// What a call's absolute deadline is compared with.
+    /// What a call's absolute deadline is compared with: the system clock, as the engine's
+    /// (orchestrators' clocks are assumed within the skew the core's margin covers).
     clock: super::Clock,
 }
 
@@ -453,14 +454,6 @@ impl LocalDrivers {
             metrics: std::sync::OnceLock::new(),
             clock: super::Clock::system(),
         }
-    }
-
-    /// Reads calls' absolute deadlines on `clock` (the engine's, in tests with paused or
-    /// shifted time) instead of the system clock.
-    #[must_use]
-    pub fn with_clock(mut self, clock: super::Clock) -> Self {
-        self.clock = clock;
-        self
     }
 
     /// Reports each lane's queue depth and latency to `metrics` from now on.
