@@ -113,6 +113,12 @@ fn watchdog_seconds(target: &Target) -> Result<u32, String> {
     }
 }
 
+/// The binding's countdown in tenths of a second, as Set Watchdog Timer carries it.
+fn watchdog_tenths(target: &Target) -> Result<u16, String> {
+    // At most 6553 s: 65530 tenths fit.
+    watchdog_seconds(target).map(|s| (s * 10) as u16)
+}
+
 /// What a watchdog read says about "armed", given whether a Reset was just accepted.
 /// `Err` means the state cannot be told from what the BMC sent.
 fn watchdog_armed(w: &WatchdogTimer, reset_accepted: bool) -> Result<(bool, String), String> {
@@ -712,36 +718,43 @@ impl IpmiDriver {
         Ok(self.power_reading(ctx, st))
     }
 
+    /// Reads the watchdog back (Get Watchdog Timer): it holds when the timer runs, with
+    /// action power-down and the countdown the binding sets (`want_tenths`). A countdown set
+    /// by someone else is NOT HELD, never armed: a longer one would make "it has fired by
+    /// now" premature. `reset_accepted`: a Reset Watchdog Timer was just accepted in this
+    /// session (what a short answer's running state is taken from).
     async fn watchdog_read_back(
         &self,
         ctx: &CallContext,
         s: &mut Session,
         call: &str,
         reset_accepted: bool,
-        expect_tenths: Option<u16>,
+        want_tenths: u16,
     ) -> Result<Reading, DriverError> {
         let w = self.watchdog(s, call).await?;
-        if let (Some(want), Some(got)) = (expect_tenths, w.initial_countdown)
-            && w.action == WatchdogAction::PowerDown
-            && want != got
-        {
-            return Err(DriverError::new(
-                ErrorKind::Protocol,
-                &self.id,
-                call,
-                format!(
-                    "Set Watchdog Timer asked for a {want} ds countdown but the BMC reads back {got} ds"
-                ),
-                true,
-            ));
+        let (holds, detail) = watchdog_armed(&w, reset_accepted)
+            .map_err(|m| DriverError::new(ErrorKind::Protocol, &self.id, call, m, true))?;
+        if w.action != WatchdogAction::PowerDown {
+            return Ok(self.reading(ctx, holds, detail));
         }
-        match watchdog_armed(&w, reset_accepted) {
-            Ok((holds, detail)) => Ok(self.reading(ctx, holds, detail)),
-            Err(m) => Err(DriverError::new(
+        match w.initial_countdown {
+            Some(got) if got == want_tenths => Ok(self.reading(ctx, holds, detail)),
+            Some(got) => Ok(self.reading(
+                ctx,
+                false,
+                format!(
+                    "{detail}: the countdown is {}.{} s, not the {}.{} s qfence sets (set by someone else), so it is not qfence's dead-man",
+                    got / 10,
+                    got % 10,
+                    want_tenths / 10,
+                    want_tenths % 10
+                ),
+            )),
+            None => Err(DriverError::new(
                 ErrorKind::Protocol,
                 &self.id,
                 call,
-                m,
+                format!("{detail}: the countdown is not in the answer, so whether it is qfence's cannot be told"),
                 true,
             )),
         }
@@ -750,7 +763,7 @@ impl IpmiDriver {
     async fn arm(&self, ctx: &CallContext, target: &Target) -> Result<Reading, DriverError> {
         const CALL: &str = "watchdog arm";
         let seconds = watchdog_seconds(target).map_err(|m| self.bad_params(CALL, m))?;
-        let tenths = (seconds * 10) as u16;
+        let tenths = watchdog_tenths(target).map_err(|m| self.bad_params(CALL, m))?;
         let mut s = self.open(CALL).await?;
         self.command(
             &mut s,
@@ -771,7 +784,7 @@ impl IpmiDriver {
         )
         .await?;
         let r = self
-            .watchdog_read_back(ctx, &mut s, CALL, true, Some(tenths))
+            .watchdog_read_back(ctx, &mut s, CALL, true, tenths)
             .await;
         s.close().await;
         let r = r?;
@@ -779,8 +792,13 @@ impl IpmiDriver {
         Ok(r)
     }
 
-    async fn renew_watchdog(&self, ctx: &CallContext) -> Result<Reading, DriverError> {
+    async fn renew_watchdog(
+        &self,
+        ctx: &CallContext,
+        target: &Target,
+    ) -> Result<Reading, DriverError> {
         const CALL: &str = "watchdog renew";
+        let tenths = watchdog_tenths(target).map_err(|m| self.bad_params(CALL, m))?;
         let mut s = self.open(CALL).await?;
         let reset = s.request(netfn::APP, cmd::RESET_WATCHDOG, &[]).await;
         match reset {
@@ -791,7 +809,7 @@ impl IpmiDriver {
                     ErrorKind::Rejected,
                     &self.id,
                     CALL,
-                    "Reset Watchdog Timer answered 0x80: the watchdog was never set (not armed)",
+                    "Reset Watchdog Timer answered 0x80: the watchdog was never set since the BMC started (a BMC reset or firmware update clears it), so there is nothing to renew: arm it (perform) first",
                     false,
                 ));
             }
@@ -804,7 +822,9 @@ impl IpmiDriver {
                 return Err(self.err(CALL, f, unknown));
             }
         }
-        let r = self.watchdog_read_back(ctx, &mut s, CALL, true, None).await;
+        let r = self
+            .watchdog_read_back(ctx, &mut s, CALL, true, tenths)
+            .await;
         s.close().await;
         r
     }
@@ -823,7 +843,7 @@ impl IpmiDriver {
         )
         .await?;
         let r = self
-            .watchdog_read_back(ctx, &mut s, CALL, false, None)
+            .watchdog_read_back(ctx, &mut s, CALL, false, (seconds * 10) as u16)
             .await;
         s.close().await;
         let r = r?;
@@ -843,11 +863,16 @@ impl IpmiDriver {
         Ok(r)
     }
 
-    async fn check_watchdog(&self, ctx: &CallContext) -> Result<Reading, DriverError> {
+    async fn check_watchdog(
+        &self,
+        ctx: &CallContext,
+        target: &Target,
+    ) -> Result<Reading, DriverError> {
         const CALL: &str = "watchdog check";
+        let tenths = watchdog_tenths(target).map_err(|m| self.bad_params(CALL, m))?;
         let mut s = self.open(CALL).await?;
         let r = self
-            .watchdog_read_back(ctx, &mut s, CALL, false, None)
+            .watchdog_read_back(ctx, &mut s, CALL, false, tenths)
             .await;
         s.close().await;
         r
@@ -1042,7 +1067,7 @@ impl Driver for IpmiDriver {
                     .await
             }
             WATCHDOG => {
-                ctx.run(&self.id, "watchdog check", self.check_watchdog(ctx))
+                ctx.run(&self.id, "watchdog check", self.check_watchdog(ctx, target))
                     .await
             }
             _ => Err(self.unsupported("check", target)),
@@ -1081,7 +1106,7 @@ impl Driver for IpmiDriver {
     async fn renew(&self, ctx: &CallContext, target: &Target) -> Result<Reading, DriverError> {
         match target.capability.as_str() {
             WATCHDOG => {
-                ctx.run(&self.id, "watchdog renew", self.renew_watchdog(ctx))
+                ctx.run(&self.id, "watchdog renew", self.renew_watchdog(ctx, target))
                     .await
             }
             _ => Err(DriverError::new(

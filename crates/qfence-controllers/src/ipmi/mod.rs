@@ -20,8 +20,12 @@
 //! - `watchdog` (dead-man): condition "the BMC will power the host off unless renewed".
 //!   Perform arms it: Set Watchdog Timer (use SMS/OS, action power down, countdown from the
 //!   binding's `timeout_seconds`, default 10), then Reset Watchdog Timer, which starts it.
-//!   Renew is Reset Watchdog Timer. Undo sets action none and stops the timer. Check reads
-//!   Get Watchdog Timer: armed means action power-down and the running bit set.
+//!   Renew is Reset Watchdog Timer (refused, as `rejected`, when the timer was never set:
+//!   completion code 0x80). Undo sets action none and stops the timer. Check reads Get
+//!   Watchdog Timer: armed means action power-down, the running bit set, and the initial
+//!   countdown the binding sets; a countdown someone else set is not armed (a longer one
+//!   would make a leader's "it has fired by now" premature). Perform and renew end with the
+//!   same read-back in their session, and return it.
 //!
 //! # What is trusted
 //!

@@ -238,7 +238,7 @@ pub struct WireCall {
     #[serde(default)]
     pub params: BTreeMap<String, String>,
     pub site: SiteId,
-    /// The call's deadline, relative to when the executing orchestrator starts it.
+    /// How long the call may take, from when the executing orchestrator starts it.
     pub timeout_ms: u64,
     /// With `register`: the identities of the registered controllers (from the replicated
     /// state), so a second controller of the same system is warned of wherever it runs.
@@ -247,6 +247,12 @@ pub struct WireCall {
     /// With `perform` of a fence: the checks the executing orchestrator runs first.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub pre_fence: Option<PreFence>,
+    /// An absolute deadline (Unix milliseconds, the executing orchestrator's clock) after
+    /// which the call must not act: a dead-man renewal's `not_after`. The executing side
+    /// refuses a call that arrives after it and cuts the call's own timeout to it, so a
+    /// forward delayed in transit or in a queue can never act late.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub not_after_unix_ms: Option<u64>,
 }
 
 /// The checks the driver contract names before every fence (docs/specs/controller.md §4):
@@ -273,6 +279,7 @@ impl WireCall {
             timeout_ms: u64::try_from(timeout.as_millis()).unwrap_or(u64::MAX),
             known: BTreeMap::new(),
             pre_fence: None,
+            not_after_unix_ms: None,
         }
     }
 
@@ -288,6 +295,21 @@ impl WireCall {
             resource: binding.resource.clone(),
             params: binding.params.clone(),
             ..Self::register(site, timeout)
+        }
+    }
+
+    /// How long the call may still take at `now` (Unix milliseconds): its timeout, cut to
+    /// its absolute deadline; `Err` says why it must not run at all.
+    pub fn time_left(&self, now: u64) -> Result<Duration, String> {
+        let timeout = Duration::from_millis(self.timeout_ms);
+        match self.not_after_unix_ms {
+            None => Ok(timeout),
+            Some(not_after) if now >= not_after => Err(format!(
+                "not run: it arrived {} ms after its deadline (not after {})",
+                now - not_after,
+                qfence_core::Millis(not_after)
+            )),
+            Some(not_after) => Ok(timeout.min(Duration::from_millis(not_after - now))),
         }
     }
 
@@ -430,6 +452,9 @@ pub struct LocalDrivers {
     secrets: SecretStore,
     /// Where the lanes' queue depth and latency go, once attached.
     metrics: std::sync::OnceLock<crate::Metrics>,
+    /// What a call's absolute deadline is compared with: the system clock, as the engine's
+    /// (orchestrators' clocks are assumed within the skew the core's margin covers).
+    clock: super::Clock,
 }
 
 type BuiltDriver = (ControllerConfig, Result<Arc<AnyDriver>, String>);
@@ -466,6 +491,7 @@ impl LocalDrivers {
             config: config.clone(),
             secrets: secrets.clone(),
             metrics: std::sync::OnceLock::new(),
+            clock: super::Clock::system(),
         }
     }
 
@@ -563,8 +589,11 @@ impl LocalDrivers {
         call: &WireCall,
         cancel: CancellationToken,
     ) -> Result<WireResult, String> {
+        // A call past its absolute deadline is refused before anything is sent: its effect
+        // would come after what the leader relies on (a dead-man renewal's `not_after`).
+        let left = call.time_left(self.clock.now().0)?;
         let d = self.driver(controller)?;
-        let deadline = tokio::time::Instant::now() + Duration::from_millis(call.timeout_ms);
+        let deadline = tokio::time::Instant::now() + left;
         let lane = self.lane(controller, d.controller_type());
         let key = format!(
             "{:?}\u{0}{}\u{0}{}\u{0}{:?}\u{0}{}",
@@ -922,6 +951,23 @@ mod tests {
             at_unix_ms: 1,
             by: "dc1-a".into(),
         }))
+    }
+
+    #[test]
+    fn a_call_past_its_absolute_deadline_is_refused_and_one_before_it_is_cut_to_it() {
+        let mut call = WireCall::register(SiteId::new("dc1").unwrap(), Duration::from_secs(10));
+        assert_eq!(call.time_left(5_000), Ok(Duration::from_secs(10)));
+        call.not_after_unix_ms = Some(7_000);
+        assert_eq!(call.time_left(5_000), Ok(Duration::from_secs(2)));
+        assert_eq!(call.time_left(6_999), Ok(Duration::from_millis(1)));
+        let late = call.time_left(7_250).unwrap_err();
+        assert!(late.contains("250 ms after its deadline"), "{late}");
+        assert!(call.time_left(7_000).is_err());
+        // An old orchestrator's call without the field reads as no deadline.
+        let old = serde_json::json!({"verb": "renew", "capability": "watchdog", "resource": "h",
+            "site": "dc1", "timeout_ms": 3000});
+        let old: WireCall = serde_json::from_value(old).unwrap();
+        assert_eq!(old.not_after_unix_ms, None);
     }
 
     #[tokio::test]

@@ -660,18 +660,60 @@ impl Engine {
         tracing::info!(orchestrator = %self.inner.me, "The engine stopped");
     }
 
-    /// Stops starting operations and waits up to `timeout` for those in flight. Returns how
-    /// many were still running when it gave up.
+    /// Stops starting operations (but the owner's dead-man renewals) and waits up to
+    /// `timeout` for those in flight; then, if this orchestrator leads, hands the leadership
+    /// to another live voter (ADR 0013): the owner's switch is renewed all along, by this
+    /// leader until the next one has taken over, so a routine restart never leaves it
+    /// unrenewed for a failure detection and an election. Returns how many operations were
+    /// still running when it gave up (renewals not counted: they go on until the engine stops).
     pub async fn drain(&self, timeout: Duration) -> usize {
         self.inner.draining.store(true, Ordering::SeqCst);
         let deadline = tokio::time::Instant::now() + timeout;
-        loop {
-            let n = self.executor.in_flight();
+        let left = loop {
+            let n = self.executor.in_flight_but_renewals();
             if n == 0 || tokio::time::Instant::now() >= deadline {
-                return n;
+                break n;
+            }
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        };
+        self.hand_over().await;
+        left
+    }
+
+    /// Hands the leadership to another live voter, if this orchestrator leads, and waits
+    /// (bounded) until one has it.
+    async fn hand_over(&self) {
+        let node = &self.inner.node;
+        let me = &self.inner.me;
+        if node.leader().as_ref() != Some(me) {
+            return;
+        }
+        let status = node.status();
+        // A witness may lead, but it calls no controller itself: every renewal would take a
+        // forwarding hop, so a site's orchestrator is preferred.
+        let mut candidates: Vec<_> = status
+            .members
+            .iter()
+            .filter(|m| &m.name != me && m.voter && m.live == Some(true))
+            .collect();
+        candidates.sort_by_key(|m| m.witness);
+        let Some(to) = candidates.first().map(|m| m.name.clone()) else {
+            tracing::warn!(orchestrator = %me, "No other live voter to hand the leadership to: the next leader is elected after this one stops");
+            return;
+        };
+        if let Err(e) = node.transfer_leadership(&to).await {
+            tracing::warn!(orchestrator = %me, to = %to, "The leadership could not be handed over: {e}");
+            return;
+        }
+        let until = tokio::time::Instant::now() + HAND_OVER_WAIT;
+        while tokio::time::Instant::now() < until {
+            if node.leader().is_some_and(|l| &l != me) {
+                tracing::info!(orchestrator = %me, to = %to, "Handed the leadership over before stopping");
+                return;
             }
             tokio::time::sleep(Duration::from_millis(20)).await;
         }
+        tracing::warn!(orchestrator = %me, to = %to, "The leadership hand-over did not complete within {HAND_OVER_WAIT:?}");
     }
 
     /// One tick: decide every plan (when leading), commit, execute.
@@ -878,12 +920,16 @@ impl Engine {
             state = next;
         }
         let status = self.status_to_publish(config, plan, d.term, &d.decision.reason, &state);
-        if !inner.draining.load(Ordering::SeqCst) {
-            if d.decision.state_change.is_some() && d.decision.commands.is_empty() {
-                // A step was committed with nothing to wait for: the next may go at once.
-                inner.wake_plan(plan);
-            }
-            for command in d.decision.commands {
+        let draining = inner.draining.load(Ordering::SeqCst);
+        if !draining && d.decision.state_change.is_some() && d.decision.commands.is_empty() {
+            // A step was committed with nothing to wait for: the next may go at once.
+            inner.wake_plan(plan);
+        }
+        for command in d.decision.commands {
+            // A drain starts nothing new but the owner's dead-man renewals (and re-arms):
+            // stopping them while the drain waits would let the owner's watchdog power it off
+            // during a routine restart (ADR 0013).
+            if !draining || keeps_the_owner_alive(&command.action) {
                 self.executor.start(command, &token);
             }
         }
@@ -1010,6 +1056,18 @@ fn prune(
     entry
         .results
         .retain(|op, r| now.since(r.at) <= keep || pending.contains(&op));
+}
+
+/// How long a drain waits for the leadership it hands over to be taken.
+const HAND_OVER_WAIT: Duration = Duration::from_secs(5);
+
+/// Whether a draining engine still starts `action`: the owner's dead-man switch is armed and
+/// renewed until the engine stops, so a drain never powers the owner off.
+fn keeps_the_owner_alive(action: &qfence_core::Action) -> bool {
+    matches!(
+        action,
+        qfence_core::Action::ArmDeadMan { .. } | qfence_core::Action::RenewDeadMan { .. }
+    )
 }
 
 #[cfg(test)]

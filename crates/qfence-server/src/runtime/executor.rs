@@ -43,6 +43,26 @@ impl Executor {
             .sum()
     }
 
+    /// How many operations are running that a drain waits for: all but dead-man arms and
+    /// renewals, which go on while draining (ADR 0013).
+    pub fn in_flight_but_renewals(&self) -> usize {
+        let config = self.inner.config();
+        self.inner
+            .runtime()
+            .iter()
+            .map(|(id, p)| {
+                let plan = config.plan(id.as_str());
+                p.in_flight
+                    .values()
+                    .filter(|k| {
+                        plan.and_then(|plan| rules::binding(plan, k))
+                            .is_none_or(|b| b.role != Role::DeadMan)
+                    })
+                    .count()
+            })
+            .sum()
+    }
+
     /// Starts `command` under `leadership` (a child token of it cancels the operation when
     /// leadership is lost). A binding that already has an operation running is left alone:
     /// one operation per target at a time.
@@ -73,7 +93,6 @@ impl Executor {
             plan.in_flight.insert(command.op.clone(), key.clone());
             plan.epoch
         };
-        let is_check = matches!(command.action, Action::Check { .. });
         let mut event = NewEvent::new(EventKind::Command, inner.me.as_str(), command.to_string())
             .plan(command.plan.as_str())
             .term(command.term.0)
@@ -82,8 +101,9 @@ impl Executor {
         if let Some(s) = &key.site {
             event = event.site(s.as_str());
         }
-        // Routine checks go to the log only when their reading changes (see `finish`).
-        if !is_check {
+        // Routine checks and renewals go to the log only when their reading changes (see
+        // `finish`).
+        if !routine(&command.action) {
             tracing::info!(plan = %command.plan, site = key.site.as_ref().map_or("-", |s| s.as_str()), term = %command.term,
                 generation = %command.generation, op = %command.op, "Started {command}");
             inner.record(event);
@@ -155,20 +175,32 @@ impl Executor {
             Action::Service { site, .. } => site.clone(),
             _ => key.site.clone().unwrap_or_else(|| plan.owner.clone()),
         };
+        let mut not_after_unix_ms = None;
         let verb = match &command.action {
             Action::Check { .. } => Verb::Check,
             // The driver contract undoes a fence through `undo` of the fence's own capability
             // (the catalog's `unfence` names what that does, such as power.on).
             Action::Unfence { .. } | Action::LowerShield { .. } => Verb::Undo,
-            Action::RenewDeadMan { not_after, .. } => {
+            Action::ArmDeadMan { not_after, .. } | Action::RenewDeadMan { not_after, .. } => {
                 // Never act after `not_after`: a later leader's proof that the switch fired
-                // rests on it.
+                // rests on it. The deadline travels with the call, absolute, so the
+                // orchestrator that runs it enforces it too, however late it arrives.
                 let left = not_after.since(inner.clock.now());
                 if left.is_zero() {
-                    return unknown(format!("renewal not started: past {not_after}"));
+                    return unknown(format!(
+                        "{} not started: past {not_after}",
+                        command.action.name()
+                    ));
                 }
                 timeout = timeout.min(left);
-                Verb::Renew
+                not_after_unix_ms = Some(not_after.0);
+                // Arming sets the countdown from the binding and starts the timer (the
+                // driver's perform); renewing restarts the countdown.
+                if matches!(command.action, Action::ArmDeadMan { .. }) {
+                    Verb::Perform
+                } else {
+                    Verb::Renew
+                }
             }
             _ => Verb::Perform,
         };
@@ -181,6 +213,7 @@ impl Executor {
             timeout_ms: u64::try_from(timeout.as_millis()).unwrap_or(u64::MAX),
             known: Default::default(),
             pre_fence: self.pre_fence(&command.action, &binding.controller),
+            not_after_unix_ms,
         };
         let result = match self.call(command, &binding.controller, &call, &token).await {
             Ok(r) => r,
@@ -225,6 +258,9 @@ impl Executor {
                 Ok(WireResult::Error(e)) => unknown(format!("read back failed: {}", e.message)),
                 Err(why) => unknown(why),
             };
+        }
+        if is_dead_man(&command.action) {
+            return dead_man_finished(result);
         }
         let is_check = verb == Verb::Check;
         match result {
@@ -331,6 +367,8 @@ impl Executor {
         let inner = &self.inner;
         let at = inner.clock.now();
         let is_check = matches!(command.action, Action::Check { .. });
+        // A dead-man call reads the switch back: its reading is the binding's observation.
+        let observes = is_check || is_dead_man(&command.action);
         let news = {
             let mut all = inner.runtime();
             let plan = all.entry(command.plan.clone()).or_default();
@@ -343,9 +381,13 @@ impl Executor {
                 tracing::info!(plan = %command.plan, binding = %key, op = %command.op,
                     "Dropped a result decided on the plan's previous configuration");
             }
-            let news = !is_check
+            // A routine call (a check, a renewal) is news when its reading changes; a renewal
+            // also when it did not get done.
+            let renewal_failed = !is_check && f.outcome != Outcome::Done;
+            let news = !routine(&command.action)
+                || renewal_failed
                 || (current && plan.observations.get(&key).map(|o| o.value) != Some(f.observed));
-            if is_check && current {
+            if observes && current {
                 plan.observations.insert(
                     key.clone(),
                     Observation {
@@ -430,5 +472,52 @@ impl Executor {
             inner.record(event);
         }
         inner.wake_plan(&command.plan);
+    }
+}
+
+/// Whether `action` arms or renews a dead-man switch.
+fn is_dead_man(action: &Action) -> bool {
+    matches!(
+        action,
+        Action::ArmDeadMan { .. } | Action::RenewDeadMan { .. }
+    )
+}
+
+/// Whether `action` runs every interval (a check, a renewal): logged only when it says
+/// something new.
+fn routine(action: &Action) -> bool {
+    matches!(action, Action::Check { .. } | Action::RenewDeadMan { .. })
+}
+
+/// What an arm or a renewal came to. The driver's dead-man perform and renew end by reading
+/// the switch back in the same call, as its check does (docs/specs/controller.md): the timer
+/// runs with the countdown the binding sets. That reading is the binding's observation, and
+/// the call is done only when the driver accepted it AND the reading holds: a switch that
+/// runs with someone else's countdown, or not at all, is NOT HELD, and a renewal that cannot
+/// be read back proves nothing.
+fn dead_man_finished(result: WireResult) -> Finished {
+    match result {
+        WireResult::Reading(r) => Finished {
+            outcome: if r.holds {
+                Outcome::Done
+            } else {
+                Outcome::Failed
+            },
+            observed: if r.holds {
+                Observed::Holds
+            } else {
+                Observed::NotHeld
+            },
+            detail: format!("read back: {} (read by {})", r.detail, r.by),
+        },
+        WireResult::Error(e) => Finished {
+            outcome: if e.state_unknown {
+                Outcome::Unknown
+            } else {
+                Outcome::Failed
+            },
+            observed: Observed::Unknown,
+            detail: e.message,
+        },
     }
 }

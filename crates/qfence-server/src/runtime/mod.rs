@@ -17,8 +17,12 @@
 //! at a time, and routes each controller call through the cluster: here, through this
 //! orchestrator's own drivers ([`drivers::LocalDrivers`]), or signed and forwarded to an
 //! orchestrator at a site allowed to call the controller. Whatever cannot be read is UNKNOWN.
-//! A result comes back as an observation (for checks) and an [`qfence_core::OpResult`], and
-//! wakes the engine. Long operations are tracked, never awaited inside the loop.
+//! A result comes back as an observation (for checks, and for dead-man arms and renewals,
+//! whose driver call ends by reading the switch back) and an [`qfence_core::OpResult`], and
+//! wakes the engine. Long operations are tracked, never awaited inside the loop. A dead-man
+//! call carries its `not_after` as an absolute deadline that the orchestrator running it
+//! enforces; a drain keeps renewing the owner's switch and then hands the leadership over
+//! (ADR 0013).
 //!
 //! [`RuntimeBackend`] is the API's [`crate::Backend`] over the same parts: status, plans, dry
 //! runs, controllers, and the operators' intents, which go into the replicated plan state for

@@ -20,6 +20,7 @@ use qfence_model::{OrchestratorId, PlanId, SiteId};
 use qfence_server::Metrics;
 use qfence_server::events::{EventLog, JsonlStore};
 use qfence_server::runtime::{ConfigCell, DriverExecutor, Engine, EngineOptions, LocalDrivers};
+use tokio::sync::watch;
 use tokio_util::sync::CancellationToken;
 
 pub use qfence_lab::lab::PVE_TOKEN;
@@ -67,6 +68,12 @@ impl Sims {
     /// (the API is served by the cluster, not by the fenced host); dc1's host power is wired
     /// to dc1's Proxmox node, so powering it off darkens dc1's API as in the lab.
     pub async fn start() -> Result<Self> {
+        Self::start_powered_by(None).await
+    }
+
+    /// As [`Sims::start`], but dc1's host power is `dc1_power` (another BMC's, such as the
+    /// dead-man tests' IPMI BMC) instead of the Redfish BMC's.
+    pub async fn start_powered_by(dc1_power: Option<watch::Receiver<bool>>) -> Result<Self> {
         let bmc1 = redfish::start(
             loopback(),
             TlsIdentity::loopback()?,
@@ -92,10 +99,11 @@ impl Sims {
             ),
         )
         .await?;
-        pve1.attach_power(
-            "pve-dc1-01",
-            bmc1.power_line("pve-dc1-01").context("power line")?,
-        );
+        let line = match dc1_power {
+            Some(line) => line,
+            None => bmc1.power_line("pve-dc1-01").context("power line")?,
+        };
+        pve1.attach_power("pve-dc1-01", line);
         let pve2 = proxmox::start(
             loopback(),
             TlsIdentity::loopback()?,
@@ -224,6 +232,7 @@ pub fn secrets() -> SecretStore {
         ("lab-redfish", BMC_PASSWORD),
         ("lab-proxmox", PVE_TOKEN),
         ("lab-fortigate", FGT_KEY),
+        ("lab-ipmi", "password"),
     ]
     .into_iter()
     .map(|(k, v)| (env_name(ENV_PREFIX, k), v.to_owned()))
@@ -270,12 +279,72 @@ impl Orchestrator {
         seed: Option<&str>,
         run_loop: bool,
     ) -> Result<Self> {
+        let boot = match seed {
+            None => Boot::Create,
+            Some(seed) => Boot::Join(seed),
+        };
+        let dir = tempfile::tempdir()?;
+        let o = Self::start_at(dir.path(), config_text, name, at, ca, boot).await?;
+        Ok(o.with_dir(dir, run_loop))
+    }
+
+    /// Stops this orchestrator (as `shutdown`) and starts it again from its own data, on the
+    /// same cluster address: a restart in a rolling upgrade.
+    pub async fn restart(self, config_text: &str, ca: &CertificateAuthority) -> Result<Self> {
+        let member = self.node.member().clone();
+        let listen = member.address.parse()?;
+        let Self {
+            engine,
+            node,
+            stop,
+            task,
+            drivers,
+            _dir: dir,
+            ..
+        } = self;
+        stop.cancel();
+        let _ = task.await;
+        node.shutdown().await;
+        drivers.close().await;
+        drop((engine, node, drivers));
+        // Cancelled operations let go of the store a moment later.
+        let deadline = tokio::time::Instant::now() + Duration::from_secs(10);
+        loop {
+            let boot = Boot::Restart(listen);
+            let name = member.name.as_str();
+            let started = Self::start_at(
+                dir.path(),
+                config_text,
+                name,
+                member.site.as_str(),
+                ca,
+                boot,
+            );
+            match started.await {
+                Ok(o) => return Ok(o.with_dir(dir, true)),
+                Err(e) if tokio::time::Instant::now() < deadline => {
+                    eprintln!("restart of {name} waits: {e}");
+                    tokio::time::sleep(Duration::from_millis(200)).await;
+                }
+                Err(e) => return Err(e),
+            }
+        }
+    }
+
+    /// Starts it with its data in `dir`, its loop running (until `stop`).
+    async fn start_at(
+        dir: &std::path::Path,
+        config_text: &str,
+        name: &str,
+        at: &str,
+        ca: &CertificateAuthority,
+        boot: Boot<'_>,
+    ) -> Result<Started> {
         let loaded = match qfence_model::config::load_str(config_text, "lab.yaml") {
             Ok(l) => l,
             Err(issues) => bail!("the lab configuration does not validate: {issues:#?}"),
         };
         let config = loaded.config;
-        let dir = tempfile::tempdir()?;
         let me = OrchestratorId::new(name)?;
         let tls = ca.issue(name, &["127.0.0.1".into()])?;
         let cell = ConfigCell::new(config.clone(), config_text);
@@ -285,14 +354,19 @@ impl Orchestrator {
             "every driver builds: {:?}",
             drivers.unavailable()
         );
+        let listen = match boot {
+            Boot::Restart(addr) => addr,
+            _ => loopback(),
+        };
         let node = ClusterNode::start(
             NodeOptions {
                 name: me,
                 site: site(at),
-                witness: false,
-                listen: loopback(),
+                // The lab's witness site makes no controller calls.
+                witness: at == "witness",
+                listen,
                 advertise: None,
-                data_dir: dir.path().join("data"),
+                data_dir: dir.join("data"),
                 tls,
                 timing: Timing::fast(),
                 admin_api: false,
@@ -300,30 +374,24 @@ impl Orchestrator {
             Arc::new(DriverExecutor(drivers.clone())),
         )
         .await?;
-        match seed {
-            None => node.initialize().await?,
-            Some(seed) => node.join(seed).await?,
+        match boot {
+            Boot::Create => node.initialize().await?,
+            Boot::Join(seed) => node.join(seed).await?,
+            Boot::Restart(_) => {}
         }
-        let events_path = dir.path().join("events.jsonl");
+        let events_path = dir.join("events.jsonl");
         let log = EventLog::open(JsonlStore::open(&events_path)?)?;
         let options = EngineOptions::for_config(&config);
         let metrics = Metrics::new();
         let engine = Engine::new(cell, node.clone(), log, metrics.clone(), options);
         let stop = CancellationToken::new();
-        let task = if run_loop {
-            tokio::spawn(engine.clone().run(stop.clone()))
-        } else {
-            tokio::spawn(async {})
-        };
-        Ok(Self {
+        Ok(Started {
             engine,
             node,
             metrics,
             events_path,
             stop,
-            task,
             drivers,
-            _dir: dir,
         })
     }
 
@@ -333,6 +401,47 @@ impl Orchestrator {
         self.node.shutdown().await;
         self.drivers.close().await;
     }
+}
+
+/// An orchestrator started, before its loop runs.
+struct Started {
+    engine: Engine,
+    node: ClusterNode,
+    metrics: Metrics,
+    events_path: std::path::PathBuf,
+    stop: CancellationToken,
+    drivers: Arc<LocalDrivers>,
+}
+
+impl Started {
+    /// Runs its loop (if `run_loop`) and keeps `dir` for its life.
+    fn with_dir(self, dir: tempfile::TempDir, run_loop: bool) -> Orchestrator {
+        let task = if run_loop {
+            tokio::spawn(self.engine.clone().run(self.stop.clone()))
+        } else {
+            tokio::spawn(async {})
+        };
+        Orchestrator {
+            engine: self.engine,
+            node: self.node,
+            metrics: self.metrics,
+            events_path: self.events_path,
+            stop: self.stop,
+            task,
+            drivers: self.drivers,
+            _dir: dir,
+        }
+    }
+}
+
+/// How an orchestrator comes up.
+enum Boot<'a> {
+    /// It creates the cluster.
+    Create,
+    /// It joins the cluster through this seed.
+    Join(&'a str),
+    /// It restarts from its own data, listening where it did.
+    Restart(std::net::SocketAddr),
 }
 
 /// Polls `f` every 100 ms until it gives a value or `limit` passes.

@@ -4,6 +4,12 @@
 
 mod api_plans;
 mod daemon;
+mod deadman;
+mod deadman_stories;
+// The controller tests' emulator starter (ipmi_sim), shared rather than copied.
+#[path = "../../../qfence-controllers/tests/it/emulators.rs"]
+mod emulators;
+mod ipmi_bmc;
 mod lab;
 mod metrics;
 mod registration;

@@ -509,6 +509,7 @@ async fn a_fence_of_a_vm_that_moved_to_another_node_is_refused_and_the_vm_left_r
         timeout_ms: 3_000,
         known: Default::default(),
         pre_fence: Some(PreFence { identity: None }),
+        not_after_unix_ms: None,
     };
     let answer = o
         .drivers

@@ -41,6 +41,11 @@ struct Bmc {
     wd_action: u8,
     wd_initial: u16,
     wd_running: bool,
+    /// When the running timer expires (IPMI v2.0 §27: a Reset restarts it from the initial
+    /// countdown, so each renewal postpones this).
+    wd_expires: Option<std::time::Instant>,
+    /// The timer expired with action power-down and powered the host off.
+    wd_fired: bool,
 }
 
 fn checksum(b: &[u8]) -> u8 {
@@ -169,7 +174,27 @@ impl Bmc {
         }
     }
 
+    /// Lets the watchdog expire if its time has come (called on every command and by tests).
+    fn tick(&mut self) {
+        if let Some(at) = self.wd_expires
+            && self.wd_running
+            && std::time::Instant::now() >= at
+        {
+            self.wd_running = false;
+            self.wd_expires = None;
+            if self.wd_action & 7 == 1 || self.wd_action & 7 == 2 {
+                self.power_on = false;
+                self.wd_fired = true;
+            }
+        }
+    }
+
+    fn countdown(tenths: u16) -> std::time::Duration {
+        std::time::Duration::from_millis(u64::from(tenths) * 100)
+    }
+
     fn command(&mut self, nf: u8, c: u8, data: &[u8]) -> (u8, Vec<u8>) {
+        self.tick();
         match (nf, c) {
             (netfn::APP, cmd::SET_SESSION_PRIVILEGE) => {
                 if data[0] > self.max_privilege {
@@ -207,6 +232,11 @@ impl Bmc {
                 self.wd_initial = u16::from_le_bytes([data[4], data[5]]);
                 if data[0] & 0x40 == 0 {
                     self.wd_running = false;
+                    self.wd_expires = None;
+                } else if self.wd_running {
+                    // "don't stop": a running timer goes on from the new countdown
+                    self.wd_expires =
+                        Some(std::time::Instant::now() + Self::countdown(self.wd_initial));
                 }
                 (0, vec![])
             }
@@ -214,17 +244,24 @@ impl Bmc {
                 if self.wd_initial == 0 {
                     return (0x80, vec![]);
                 }
-                self.wd_running = self.wd_action & 7 != 0;
+                // §27.5: (re)starts the timer from the initial countdown, whatever the action
+                self.wd_running = true;
+                self.wd_expires =
+                    Some(std::time::Instant::now() + Self::countdown(self.wd_initial));
                 (0, vec![])
             }
             (netfn::APP, cmd::GET_WATCHDOG) => {
                 let i = self.wd_initial.to_le_bytes();
                 let running = if self.wd_running { 0x40 } else { 0 };
-                // present countdown a little below the initial one while running
-                let present = if self.wd_running {
-                    self.wd_initial.saturating_sub(3)
-                } else {
-                    self.wd_initial
+                // the present countdown: what is left while running
+                let present = match (self.wd_running, self.wd_expires) {
+                    (true, Some(at)) => u16::try_from(
+                        at.saturating_duration_since(std::time::Instant::now())
+                            .as_millis()
+                            / 100,
+                    )
+                    .unwrap_or(u16::MAX),
+                    _ => self.wd_initial,
                 };
                 let pr = present.to_le_bytes();
                 (
@@ -344,11 +381,7 @@ async fn a_complete_watchdog_answer_makes_check_arm_and_disarm_provable() {
         .await
         .expect("check reads the running bit");
     assert!(r.holds, "{}", r.detail);
-    assert!(
-        r.detail.contains("present countdown 29.7 s"),
-        "{}",
-        r.detail
-    );
+    assert!(r.detail.contains("present countdown 29."), "{}", r.detail);
     assert!(d.renew(&ctx(5), &wd).await.expect("renew").holds);
 
     let r = d.undo(&ctx(5), &wd).await.expect("disarm");
@@ -487,4 +520,116 @@ async fn a_call_cancelled_mid_session_still_closes_its_session() {
         1,
         "Drop did not close the session"
     );
+}
+
+#[tokio::test]
+async fn renewals_postpone_the_expiry_and_without_them_the_watchdog_powers_the_host_off() {
+    let (endpoint, bmc) = start(Bmc {
+        max_privilege: 4,
+        power_on: true,
+        ..Bmc::default()
+    })
+    .await;
+    let d = driver(&endpoint, "password");
+    let wd = target("watchdog", &[("timeout_seconds", "1")]);
+
+    eprintln!("phase: arm a 1 s countdown, renew every 300 ms for 3 s");
+    assert!(d.perform(&ctx(5), &wd).await.expect("arm").holds);
+    let armed = std::time::Instant::now();
+    while armed.elapsed() < std::time::Duration::from_secs(3) {
+        tokio::time::sleep(std::time::Duration::from_millis(300)).await;
+        let r = d.renew(&ctx(5), &wd).await.expect("renew");
+        assert!(r.holds, "{}", r.detail);
+        assert!(bmc.lock().unwrap().power_on, "powered off while renewed");
+    }
+    eprintln!("phase: renewals stop; the BMC powers the host off a countdown later");
+    let stopped = std::time::Instant::now();
+    let off_after = loop {
+        {
+            let mut b = bmc.lock().unwrap();
+            b.tick();
+            if !b.power_on {
+                assert!(b.wd_fired);
+                break stopped.elapsed();
+            }
+        }
+        assert!(stopped.elapsed() < std::time::Duration::from_secs(3));
+        tokio::time::sleep(std::time::Duration::from_millis(20)).await;
+    };
+    eprintln!("powered off {off_after:?} after the last renewal");
+    assert!(
+        off_after >= std::time::Duration::from_millis(800),
+        "{off_after:?}"
+    );
+    let r = d.check(&ctx(5), &wd).await.expect("reads");
+    assert!(!r.holds, "an expired timer no longer runs: {}", r.detail);
+}
+
+#[tokio::test]
+async fn a_countdown_someone_else_set_reads_not_held_in_check_and_renew() {
+    let (endpoint, bmc) = start(Bmc {
+        max_privilege: 4,
+        power_on: true,
+        ..Bmc::default()
+    })
+    .await;
+    let d = driver(&endpoint, "password");
+    let wd = target("watchdog", &[("timeout_seconds", "30")]);
+    assert!(d.perform(&ctx(5), &wd).await.expect("arm").holds);
+
+    // someone sets a 60 s countdown with "don't stop": the timer keeps running, longer
+    bmc.lock().unwrap().wd_initial = 600;
+    let r = d.check(&ctx(5), &wd).await.expect("reads");
+    assert!(!r.holds, "{}", r.detail);
+    assert!(
+        r.detail
+            .contains("the countdown is 60.0 s, not the 30.0 s qfence sets"),
+        "{}",
+        r.detail
+    );
+    let r = d.renew(&ctx(5), &wd).await.expect("the reset is accepted");
+    assert!(
+        !r.holds,
+        "a renewal reads the wrong countdown back: {}",
+        r.detail
+    );
+    // arming again puts qfence's countdown back
+    assert!(d.perform(&ctx(5), &wd).await.expect("re-arm").holds);
+    assert!(d.check(&ctx(5), &wd).await.expect("reads").holds);
+}
+
+#[tokio::test]
+async fn a_watchdog_disarmed_or_reset_behind_qfences_back_does_not_renew_as_armed() {
+    let (endpoint, bmc) = start(Bmc {
+        max_privilege: 4,
+        power_on: true,
+        ..Bmc::default()
+    })
+    .await;
+    let d = driver(&endpoint, "password");
+    let wd = target("watchdog", &[("timeout_seconds", "30")]);
+    assert!(d.perform(&ctx(5), &wd).await.expect("arm").holds);
+
+    eprintln!("phase: `ipmitool mc watchdog off`: action none, timer stopped");
+    {
+        let mut b = bmc.lock().unwrap();
+        b.wd_action = 0;
+        b.wd_running = false;
+    }
+    let r = d.renew(&ctx(5), &wd).await.expect("a reset is accepted");
+    assert!(!r.holds, "{}", r.detail);
+    assert!(r.detail.contains("action none"), "{}", r.detail);
+    assert!(!d.check(&ctx(5), &wd).await.expect("reads").holds);
+
+    eprintln!("phase: a BMC cold reset forgets the timer: renewing is refused clearly");
+    {
+        let mut b = bmc.lock().unwrap();
+        b.wd_initial = 0;
+        b.wd_expires = None;
+    }
+    let e = d.renew(&ctx(5), &wd).await.unwrap_err();
+    assert_eq!(e.kind, qfence_controllers::ErrorKind::Rejected, "{e}");
+    assert!(!e.state_unknown);
+    assert!(e.message.contains("never set"), "{e}");
+    assert!(d.perform(&ctx(5), &wd).await.expect("re-arm").holds);
 }
