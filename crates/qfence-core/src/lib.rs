@@ -32,6 +32,7 @@ pub mod error;
 pub mod instance_ha;
 mod reason;
 pub mod rules;
+pub mod schedule;
 pub mod state;
 pub mod types;
 

@@ -5,7 +5,7 @@ use std::time::Duration;
 
 use qfence_cluster::forward::CallOutcome;
 use qfence_core::rules;
-use qfence_core::{Action, BindingKey, Command, Observation, Observed, OpResult, Outcome};
+use qfence_core::{Action, BindingKey, Command, Millis, Observation, Observed, OpResult, Outcome};
 use qfence_model::{Role, Verdict};
 use tokio_util::sync::CancellationToken;
 
@@ -308,6 +308,7 @@ impl Executor {
     ) {
         let inner = &self.inner;
         let at = inner.clock.now();
+        let started_at = Millis(at.0.saturating_sub(took.as_millis().try_into().unwrap_or(0)));
         let is_check = matches!(command.action, Action::Check { .. });
         let news = {
             let mut all = inner.runtime();
@@ -326,9 +327,12 @@ impl Executor {
             if is_check && current {
                 plan.observations.insert(
                     key.clone(),
+                    // Stamped with the check's start: what it read held at some instant
+                    // after that, so a reading never looks fresher than it is, and the next
+                    // check is due an interval after this one started, whatever its latency.
                     Observation {
                         value: f.observed,
-                        at,
+                        at: started_at,
                         detail: f.detail.clone(),
                     },
                 );

@@ -8,6 +8,7 @@ mod lab;
 mod metrics;
 mod routing;
 mod scale;
+mod schedule;
 
 use std::time::Duration;
 
