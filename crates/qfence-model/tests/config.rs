@@ -337,6 +337,60 @@ fn fractional_timings_are_accepted_and_their_relations_checked_with_values() {
 }
 
 #[test]
+fn durations_below_the_floor_are_refused_each_with_its_path_and_the_floor() {
+    let text = LAB
+        .replacen("  name: lab\n", "  name: lab\n  lease_seconds: 0.0001\n", 1)
+        .replacen(
+            "interval_seconds: 10",
+            "interval_seconds: 1e-12\n    fence_timeout_seconds: 0.05",
+            1,
+        )
+        .replacen(
+            "    username: qfence\n    tls: {insecure: true}",
+            "    username: qfence\n    timeout_seconds: 0.0004\n    tls: {insecure: true}",
+            1,
+        );
+    let issues = load_str(&text, "lab.yaml").unwrap_err();
+    for path in [
+        "cluster.lease_seconds",
+        "plans.erp-db.interval_seconds",
+        "plans.erp-db.fence_timeout_seconds",
+        "controllers.bmc-dc1.timeout_seconds",
+    ] {
+        assert_reports(&issues, path, Severity::Error, "below the floor of 0.1 s");
+    }
+    assert_reports(
+        &issues,
+        "plans.erp-db.interval_seconds",
+        Severity::Error,
+        "1e-12 s is below",
+    );
+    // A seconds parameter has the same floor.
+    let issues = pg_docker_with(&[("max_lag_seconds: 30", "max_lag_seconds: 0.001")]);
+    assert!(
+        issues
+            .iter()
+            .any(|i| i.path.ends_with("params.max_lag_seconds")
+                && i.message.contains("at least 0.1")),
+        "{}",
+        show(&issues)
+    );
+    // The floor itself is a duration.
+    let text = LAB.replacen(
+        "interval_seconds: 10",
+        "interval_seconds: 0.1\n    failover_after_seconds: 1\n    fence_timeout_seconds: 0.5\n    \
+         recovery_after_seconds: 0.5",
+        1,
+    );
+    let i = load_str(&text, "lab.yaml").map(|_| ()).unwrap_err();
+    assert!(
+        !i.iter().any(|i| i.path.ends_with("interval_seconds")),
+        "{}",
+        show(&i)
+    );
+}
+
+#[test]
 fn a_site_without_a_required_fence_is_a_warning_not_an_error() {
     let text = LAB.replacen(
         "role: fence, required: true}\n        - {controller: pve-dc2",

@@ -35,6 +35,13 @@ pub use instance_ha::{CloudConfig, HostFence, HostName, NoFence};
 pub use issue::{Issue, Severity};
 pub use load::{LoadError, Loaded, load_file, load_str};
 
+/// The shortest duration any `*_seconds` setting (or a seconds parameter) may take: 0.1 s.
+/// Decisions count whole milliseconds, so anything under 1 ms would run as 0 s; a check, a
+/// controller call or a cluster write takes milliseconds to tens of them and the engine
+/// coalesces results for 10 ms, so an interval or timeout much under 0.1 s would only ever
+/// expire before what it waits for can answer. The fast profile's 0.2 s interval is above it.
+pub const MIN_DURATION: std::time::Duration = std::time::Duration::from_millis(100);
+
 /// The whole configuration.
 #[derive(Debug, Clone, PartialEq, Serialize)]
 pub struct Config {
