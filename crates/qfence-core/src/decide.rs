@@ -14,6 +14,7 @@ use qfence_model::config::{PlanConfig, ValidatedConfig};
 use qfence_model::{FenceLevel, PlanId, Role, SiteId, Verdict};
 use serde::{Deserialize, Serialize};
 
+use crate::definitive;
 use crate::reason::{Note, sentence};
 use crate::rules::{self, Rules, SiteVerdict};
 use crate::schedule;
@@ -543,7 +544,10 @@ impl Cx<'_, '_> {
                 return false;
             }
         }
-        let due = self.elapsed(since, self.plan.failover_after) && !recovering && !can_recover;
+        let (detail, definitive) = self.count_definitive(owner, detail);
+        let due = (definitive || self.elapsed(since, self.plan.failover_after))
+            && !recovering
+            && !can_recover;
         if !due {
             self.notes.push(Note::HealthBad {
                 detail,
@@ -588,6 +592,29 @@ impl Cx<'_, '_> {
                 false
             }
         }
+    }
+
+    /// Counts the owner's new health readings toward `failover_after_definitive`; returns the
+    /// detail (saying so once the count is reached) and whether it is.
+    fn count_definitive(&mut self, owner: &SiteId, detail: String) -> (String, bool) {
+        if self.plan.failover_after_definitive.is_none() {
+            // Off: nothing to count, and no state to write for it.
+            return (detail, false);
+        }
+        let keys = rules::keys(self.plan, owner, Role::Health);
+        let mut track = self.state.health.clone();
+        let fresh = keys
+            .iter()
+            .filter_map(|k| self.obs(k))
+            .filter(|o| self.fresh(o));
+        if definitive::count(&mut track, fresh) {
+            self.change().health = track;
+        }
+        if !definitive::reached(&self.state.health, self.plan) {
+            return (detail, false);
+        }
+        let n = self.state.health.definitive;
+        (format!("{detail}, definitive {n} times in a row"), true)
     }
 
     /// The failover target when none is named: the first site, by plan priority, whose

@@ -27,6 +27,7 @@
 //! - [`dry_run`]: the whole ordered action list of a move, without doing it.
 
 pub mod decide;
+mod definitive;
 pub mod dry_run;
 pub mod error;
 pub mod instance_ha;

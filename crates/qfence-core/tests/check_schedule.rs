@@ -38,10 +38,12 @@ struct Loop {
     obs: BTreeMap<BindingKey, Observation>,
     results: BTreeMap<OpId, OpResult>,
     in_flight: BTreeMap<OpId, BindingKey>,
-    /// Checks under way: when each answers, and what it read.
-    pending: Vec<(Millis, Command, Observed)>,
+    /// Checks under way: when each answers, what it read, whether definitively.
+    pending: Vec<(Millis, Command, Observed, bool)>,
     /// From this time on, the owner's health reads unhealthy.
     dies_at: Option<Millis>,
+    /// Whether those readings are definitive (a refused connection) or ambiguous.
+    definitive: bool,
     /// When each check of the owner's health was issued.
     health_checks: Vec<Millis>,
     /// When the failover started, if it did.
@@ -50,7 +52,12 @@ struct Loop {
 
 impl Loop {
     fn new(interval_ms: u64, failover_after_ms: u64) -> Self {
+        Self::with(interval_ms, failover_after_ms, None)
+    }
+
+    fn with(interval_ms: u64, failover_after_ms: u64, definitive: Option<u32>) -> Self {
         let mut plan = fixtures::pg_plan();
+        plan.failover_after_definitive = definitive;
         plan.interval = Duration::from_millis(interval_ms);
         plan.freshness = Duration::from_millis(interval_ms * 3);
         plan.failover_after = Duration::from_millis(failover_after_ms);
@@ -65,6 +72,7 @@ impl Loop {
             in_flight: BTreeMap::new(),
             pending: Vec::new(),
             dies_at: None,
+            definitive: false,
             health_checks: Vec::new(),
             failover_at: None,
         }
@@ -105,25 +113,32 @@ impl Loop {
                 Observed::Holds
             };
             self.in_flight.insert(c.op.clone(), binding.clone());
-            self.pending
-                .push((now.plus(Duration::from_millis(LATENCY_MS)), c, value));
+            let definitive = value == Observed::NotHeld && self.definitive;
+            self.pending.push((
+                now.plus(Duration::from_millis(LATENCY_MS)),
+                c,
+                value,
+                definitive,
+            ));
         }
     }
 
     /// Delivers the answers due by `until`; returns when the last one that changed a reading
-    /// came back (the runtime wakes the plan for it).
+    /// (or was definitive) came back (the runtime wakes the plan for it).
     fn deliver(&mut self, until: Millis) -> Option<Millis> {
         let mut news = None;
         let (due, rest): (Vec<_>, Vec<_>) = self.pending.drain(..).partition(|p| p.0 <= until);
         self.pending = rest;
-        for (at, c, value) in due {
+        for (at, c, value, definitive) in due {
             let binding = self.in_flight.remove(&c.op).expect("in flight");
             let started = Millis(at.0 - LATENCY_MS);
-            if self.obs.get(&binding).map(|o| o.value) != Some(value) {
+            // A definitive reading is news even when it repeats: it counts toward a failover.
+            if definitive || self.obs.get(&binding).map(|o| o.value) != Some(value) {
                 news = Some(at);
             }
-            self.obs
-                .insert(binding.clone(), Observation::new(value, started));
+            let mut o = Observation::new(value, started);
+            o.definitive = definitive;
+            self.obs.insert(binding.clone(), o);
             self.results.insert(
                 c.op,
                 OpResult {
@@ -189,5 +204,44 @@ fn the_failover_starts_failover_after_seconds_after_the_first_bad_reading_not_a_
         (3000 - 25..=3000 + 25).contains(&after),
         "failover {after} ms after the first bad reading, not about 3000 (checks at {:?})",
         gaps(&l.health_checks)
+    );
+}
+
+/// The failover's delay after the owner dies at 4.5 s, with `failover_after_definitive`.
+fn failover_delay(definitive_readings: bool, after: Option<u32>) -> Option<u64> {
+    let mut l = Loop::with(TICK_MS, 20_000, after);
+    l.dies_at = Some(T0.plus(Duration::from_millis(4500)));
+    l.definitive = definitive_readings;
+    l.run(30);
+    let first_bad = l
+        .health_checks
+        .iter()
+        .copied()
+        .find(|t| *t >= l.dies_at.unwrap())?;
+    l.failover_at.map(|f| f.0 - first_bad.0)
+}
+
+#[test]
+fn two_definitive_readings_in_a_row_fail_over_a_second_after_the_first() {
+    let after = failover_delay(true, Some(2)).expect("a failover");
+    assert!(
+        (1000 - 25..=1000 + 25 + LATENCY_MS + 10).contains(&after),
+        "failover {after} ms after the first definitive reading"
+    );
+    let after = failover_delay(true, Some(1)).expect("a failover");
+    assert!(after <= LATENCY_MS + 10 + 25, "one is enough: {after} ms");
+}
+
+#[test]
+fn ambiguous_readings_or_the_setting_off_wait_out_failover_after_seconds() {
+    let after = failover_delay(false, Some(2)).expect("a failover");
+    assert!(
+        (20_000 - 25..=20_000 + 25).contains(&after),
+        "ambiguous readings wait the window: {after} ms"
+    );
+    let after = failover_delay(true, None).expect("a failover");
+    assert!(
+        (20_000 - 25..=20_000 + 25).contains(&after),
+        "without the setting, definitive readings wait the window: {after} ms"
     );
 }

@@ -391,6 +391,31 @@ fn durations_below_the_floor_are_refused_each_with_its_path_and_the_floor() {
 }
 
 #[test]
+fn failover_after_definitive_is_off_by_default_and_at_least_one() {
+    let plan = |text: &str| load_str(text, "lab.yaml").map(|l| l.config.plan("erp-db").cloned());
+    assert_eq!(plan(LAB).unwrap().unwrap().failover_after_definitive, None);
+    let two = LAB.replacen(
+        "interval_seconds: 10",
+        "interval_seconds: 10\n    failover_after_definitive: 2",
+        1,
+    );
+    assert_eq!(
+        plan(&two).unwrap().unwrap().failover_after_definitive,
+        Some(2)
+    );
+    let i = lab_with(
+        "interval_seconds: 10",
+        "interval_seconds: 10\n    failover_after_definitive: 0",
+    );
+    assert_reports(
+        &i,
+        "plans.erp-db.failover_after_definitive",
+        Severity::Error,
+        "must be at least 1",
+    );
+}
+
+#[test]
 fn a_site_without_a_required_fence_is_a_warning_not_an_error() {
     let text = LAB.replacen(
         "role: fence, required: true}\n        - {controller: pve-dc2",

@@ -332,6 +332,11 @@ pub struct PlanConfig {
     pub max_recoveries: u32,
     /// Health bad this long fails the plan over (`failover_after_seconds`, default 60).
     pub failover_after: Duration,
+    /// This many consecutive *definitive* unhealthy readings of the owner fail the plan over
+    /// without waiting out `failover_after` (`failover_after_definitive`, default: off). A
+    /// definitive reading is the target's own word (a refused connection while its host
+    /// answers); a timeout or a lost reading never is. A restart in place still comes first.
+    pub failover_after_definitive: Option<u32>,
     /// The deadline for one fence to be verified (`fence_timeout_seconds`, default 30).
     pub fence_timeout: Duration,
     /// How many times a failed step is retried before the operation stops (`max_retries`,

@@ -189,6 +189,11 @@ const TIMINGS: &[(&str, &str, &str)] = &[
     ("recovery_after_seconds", "Recovery after (s)", "30"),
     ("max_recoveries", "Max recoveries", "1"),
     ("failover_after_seconds", "Failover after (s)", "60"),
+    (
+        "failover_after_definitive",
+        "Failover after definitive readings",
+        "off",
+    ),
     ("fence_timeout_seconds", "Fence timeout (s)", "30"),
     ("max_retries", "Max retries", "2"),
 ];

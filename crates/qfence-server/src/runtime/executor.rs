@@ -27,6 +27,8 @@ struct Finished {
     outcome: Outcome,
     observed: Observed,
     detail: String,
+    /// A reading that does not hold, in the target's own word (see `Reading::definitive`).
+    definitive: bool,
 }
 
 impl Executor {
@@ -116,6 +118,7 @@ impl Executor {
             outcome: Outcome::Unknown,
             observed: Observed::Unknown,
             detail,
+            definitive: false,
         };
         let inner = &self.inner;
         // Stale term or generation means refuse: a newer leader or owner decides now.
@@ -197,6 +200,7 @@ impl Executor {
                     outcome,
                     observed: Observed::Unknown,
                     detail: e.message.clone(),
+                    definitive: false,
                 };
             }
             let check = WireCall {
@@ -219,6 +223,7 @@ impl Executor {
                         Observed::NotHeld
                     },
                     detail: format!("read back: {} (read by {})", r.detail, r.by),
+                    definitive: false,
                 },
                 Ok(WireResult::Error(e)) => unknown(format!("read back failed: {}", e.message)),
                 Err(why) => unknown(why),
@@ -238,6 +243,7 @@ impl Executor {
                     Observed::NotHeld
                 },
                 detail: format!("{} (read by {})", r.detail, r.by),
+                definitive: !r.holds && r.definitive,
             },
             WireResult::Error(e) => Finished {
                 outcome: if is_check || e.state_unknown {
@@ -247,6 +253,7 @@ impl Executor {
                 },
                 observed: Observed::Unknown,
                 detail: e.message,
+                definitive: false,
             },
         }
     }
@@ -322,8 +329,12 @@ impl Executor {
                 tracing::info!(plan = %command.plan, binding = %key, op = %command.op,
                     "Dropped a result decided on the plan's previous configuration");
             }
+            // A definitive reading is news even when it repeats: each one counts toward
+            // `failover_after_definitive`, and waiting for the next tick would add a tick.
             let news = !is_check
-                || (current && plan.observations.get(&key).map(|o| o.value) != Some(f.observed));
+                || (current
+                    && (f.definitive
+                        || plan.observations.get(&key).map(|o| o.value) != Some(f.observed)));
             if is_check && current {
                 plan.observations.insert(
                     key.clone(),
@@ -334,6 +345,7 @@ impl Executor {
                         value: f.observed,
                         at: started_at,
                         detail: f.detail.clone(),
+                        definitive: f.definitive,
                     },
                 );
             }

@@ -49,6 +49,7 @@ impl Decoder {
         });
         let timings = self.timings(&f);
         let max_retries = self.opt(&f, "max_retries", 2, Self::count);
+        let definitive = self.definitive(&f);
         let unfence_on_promote = self.opt(&f, "unfence_on_promote", false, Self::boolean);
         let auto_failover = self.opt(&f, "auto_failover", true, Self::boolean);
 
@@ -83,6 +84,7 @@ impl Decoder {
             max_recoveries: timings.max_recoveries?,
             failover_after: timings.failover_after?,
             fence_timeout: timings.fence_timeout?,
+            failover_after_definitive: definitive?,
             max_retries: max_retries?,
             unfence_on_promote: unfence_on_promote?,
             auto_failover: auto_failover?,
@@ -174,6 +176,25 @@ impl Decoder {
             }
         }
         ok.then_some(out)
+    }
+
+    /// `failover_after_definitive`: absent (off), or a count of at least 1.
+    fn definitive(&mut self, f: &Fields<'_>) -> Option<Option<u32>> {
+        let Some(n) = f.get("failover_after_definitive") else {
+            return Some(None);
+        };
+        let path = f.path("failover_after_definitive");
+        match self.count(n, &path)? {
+            0 => {
+                self.error(
+                    &path,
+                    "failover_after_definitive must be at least 1 (leave it out to wait \
+                     failover_after_seconds for every reading)",
+                );
+                None
+            }
+            c => Some(Some(c)),
+        }
     }
 
     fn timings(&mut self, f: &Fields<'_>) -> Timings {
