@@ -326,13 +326,13 @@ fn fractional_timings_are_accepted_and_their_relations_checked_with_values() {
 
     let i = lab_with(
         "interval_seconds: 10",
-        "interval_seconds: 10\n    fence_timeout_seconds: 8",
+        "interval_seconds: 10\n    fence_timeout_seconds: 4",
     );
     assert_reports(
         &i,
         "plans.erp-db.fence_timeout_seconds",
         Severity::Error,
-        "fence_timeout_seconds (8) must be more than the timeout_seconds (10) of controller \"bmc-dc1\"",
+        "fence_timeout_seconds (4) must be more than the timeout_seconds (5) of controller \"bmc-dc1\"",
     );
 }
 
@@ -413,6 +413,35 @@ fn failover_after_definitive_is_off_by_default_and_at_least_one() {
         Severity::Error,
         "must be at least 1",
     );
+}
+
+#[test]
+fn timings_left_out_are_the_defaults_scaled_up_with_a_longer_interval() {
+    let plan = |interval: &str| {
+        let text = LAB.replacen("interval_seconds: 10", interval, 1);
+        let p = load_str(&text, "lab.yaml")
+            .unwrap()
+            .config
+            .plan("erp-db")
+            .cloned();
+        let p = p.unwrap();
+        [
+            p.interval,
+            p.freshness,
+            p.recovery_after,
+            p.failover_after,
+            p.fence_timeout,
+        ]
+        .map(|d| d.as_secs_f64())
+    };
+    assert_eq!(
+        plan("auto_failover: true"),
+        [2.0, 6.0, 4.0, 8.0, 6.0],
+        "the defaults"
+    );
+    assert_eq!(plan("interval_seconds: 10"), [10.0, 30.0, 20.0, 40.0, 30.0]);
+    // A shorter interval checks more often and keeps the windows.
+    assert_eq!(plan("interval_seconds: 0.5"), [0.5, 1.5, 4.0, 8.0, 6.0]);
 }
 
 #[test]
@@ -639,7 +668,8 @@ fn the_lab_decodes_to_what_the_file_says() {
     let plan = loaded.config.plan("erp-db").unwrap();
     assert_eq!(plan.owner.as_str(), "dc1");
     assert!(plan.unfence_on_promote);
-    assert_eq!(plan.failover_after.as_secs(), 60);
+    // Left out: four of the lab's 10 s intervals.
+    assert_eq!(plan.failover_after.as_secs(), 40);
     let fences: Vec<_> = plan
         .bindings(&"dc1".try_into().unwrap(), Role::Fence)
         .collect();
