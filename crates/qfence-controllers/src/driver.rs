@@ -119,6 +119,11 @@ pub struct Reading {
     pub at: SystemTime,
     /// Which orchestrator read it.
     pub by: OrchestratorId,
+    /// For a reading that does not hold: whether it is the target's own word (a server that
+    /// refused the connection while its host answered, so nothing listens), which needs no
+    /// waiting window to be believed, rather than a reading that could be a lost or late
+    /// answer. Drivers that cannot tell say `false`.
+    pub definitive: bool,
 }
 
 impl Reading {

@@ -491,6 +491,7 @@ impl FenceAgentDriver {
             detail,
             at: SystemTime::now(),
             by: ctx.orchestrator.clone(),
+            definitive: false,
         }
     }
 

@@ -4,7 +4,10 @@
 //!
 //! - `db.health`: it accepts a connection and answers `SELECT 1`; the reading names its role
 //!   (primary or replica). The optional binding parameter `expect_role` (`primary` or
-//!   `replica`) makes the other role count as unhealthy.
+//!   `replica`) makes the other role count as unhealthy. A connection the server's host
+//!   refuses (nothing listens) is a *definitive* unhealthy reading (`Reading::definitive`),
+//!   which `failover_after_definitive` may act on at once; a timeout or an unreachable
+//!   network is an error (UNKNOWN), as before.
 //! - `replication.lag` (readiness, on a replica): bytes behind the primary's end of WAL as
 //!   the WAL receiver last heard it (`pg_stat_wal_receiver.latest_end_lsn`, or the last
 //!   received position when the receiver is gone), and seconds since the last replayed
@@ -48,6 +51,19 @@ use crate::driver::{
 };
 
 const HEALTH: &str = "db.health";
+
+/// Whether a connection failed because the server's host refused it (TCP reset, or a Unix
+/// socket with no listener): an answer from the host, not a lost one.
+fn connection_refused(e: &tokio_postgres::Error) -> bool {
+    let mut src = std::error::Error::source(e);
+    while let Some(s) = src {
+        if let Some(io) = s.downcast_ref::<std::io::Error>() {
+            return io.kind() == std::io::ErrorKind::ConnectionRefused;
+        }
+        src = s.source();
+    }
+    false
+}
 const LAG: &str = "replication.lag";
 const PROMOTE: &str = "db.promote";
 const DEMOTE: &str = "db.demote";
@@ -269,6 +285,7 @@ impl PostgresDriver {
             detail,
             at: SystemTime::now(),
             by: ctx.orchestrator.clone(),
+            definitive: false,
         }
     }
 
@@ -286,7 +303,27 @@ impl PostgresDriver {
     }
 
     async fn health(&self, ctx: &CallContext, target: &Target) -> Result<Reading, DriverError> {
-        let c = self.connect(&self.dbname).await?;
+        let call = format!("connect {}:{}/{}", self.host, self.port, self.dbname);
+        let tls = self.rustls_config(&call)?;
+        let c = match self.connect_to(&self.dbname, tls).await {
+            Ok(c) => c,
+            // The host answered and nothing listens: the server is down, in its host's own
+            // word. A timeout, an unreachable network or a server that answers oddly stays
+            // an error (ambiguous: UNKNOWN).
+            Err(e) if connection_refused(&e) => {
+                let mut r = self.reading(
+                    ctx,
+                    false,
+                    format!(
+                        "{} refused the connection: no server listens there (its host answered)",
+                        self.server()
+                    ),
+                );
+                r.definitive = true;
+                return Ok(r);
+            }
+            Err(e) => return Err(self.map(&call, &e, false)),
+        };
         let row = c
             .client
             .query_one(

@@ -889,6 +889,7 @@ impl RedfishDriver {
             detail,
             at: SystemTime::now(),
             by: ctx.orchestrator.clone(),
+            definitive: false,
         }
     }
 

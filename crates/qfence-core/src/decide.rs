@@ -14,8 +14,10 @@ use qfence_model::config::{PlanConfig, ValidatedConfig};
 use qfence_model::{FenceLevel, PlanId, Role, SiteId, Verdict};
 use serde::{Deserialize, Serialize};
 
+use crate::definitive;
 use crate::reason::{Note, sentence};
 use crate::rules::{self, Rules, SiteVerdict};
+use crate::schedule;
 use crate::state::{
     Evidence, EvidenceKind, HealthTrack, IntentKind, Phase, PlanState, PlanStateChange, Stage,
     Transition, TransitionKind,
@@ -119,10 +121,10 @@ fn idle(plan: &PlanId, note: Note) -> Decision {
 #[derive(Debug, Clone, PartialEq, Eq)]
 enum Health {
     Good,
-    /// A check reads unhealthy.
-    Bad(String),
-    /// Nothing fresh could be read: the owner site may be lost.
-    Lost(String),
+    /// A check reads unhealthy; since when (the reading's start).
+    Bad(String, Millis),
+    /// Nothing fresh could be read: the owner site may be lost; since when.
+    Lost(String, Millis),
     /// A first reading is still to come.
     Pending,
 }
@@ -251,12 +253,18 @@ impl Cx<'_, '_> {
             .max()
     }
 
-    /// Whether `key` is due a check: not busy, and never read or read an interval ago.
+    /// Whether `key` is due a check: not busy, and never read or read an interval ago (give
+    /// or take the tick's jitter: see `schedule`).
     fn due(&self, key: &BindingKey) -> bool {
         !self.busy(key)
             && self
                 .obs(key)
-                .is_none_or(|o| o.at.plus(self.plan.interval) <= self.now())
+                .is_none_or(|o| self.elapsed(o.at, self.plan.interval))
+    }
+
+    /// Whether `span` has passed since `since`, give or take the tick's jitter.
+    fn elapsed(&self, since: Millis, span: Duration) -> bool {
+        schedule::elapsed(self.now(), since, span, self.plan.interval)
     }
 
     fn check_due(&mut self, keys: &[BindingKey]) -> usize {
@@ -461,25 +469,27 @@ impl Cx<'_, '_> {
             match self.obs(k) {
                 Some(o) if self.fresh(o) => match o.value {
                     Observed::Holds => {}
-                    Observed::NotHeld => bad = Some(format!("{cap} unhealthy at {}", o.at)),
-                    Observed::Unknown => lost = Some(format!("{cap} unreadable at {}", o.at)),
+                    Observed::NotHeld => bad = Some((format!("{cap} unhealthy at {}", o.at), o.at)),
+                    Observed::Unknown => {
+                        lost = Some((format!("{cap} unreadable at {}", o.at), o.at));
+                    }
                 },
                 // A stale reading with a check on its way is waited for: the check's own
                 // deadline turns a lost site into UNKNOWN soon enough, while an orchestrator
                 // that is merely late (its checks queued behind others) must not read as a lost
                 // owner and fail a healthy site over.
                 Some(_) if self.busy(k) => pending = true,
-                Some(o) => lost = Some(format!("{cap} last read at {}", o.at)),
+                Some(o) => lost = Some((format!("{cap} last read at {}", o.at), self.now())),
                 // A check that ended without a reading counts as unreadable.
                 None if self.last_result(k).is_some() => {
-                    lost = Some(format!("{cap} never read"));
+                    lost = Some((format!("{cap} never read"), self.now()));
                 }
                 None => pending = true,
             }
         }
         match (bad, lost, pending) {
-            (Some(b), _, _) => Health::Bad(b),
-            (None, Some(l), _) => Health::Lost(l),
+            (Some((b, at)), _, _) => Health::Bad(b, at),
+            (None, Some((l, at)), _) => Health::Lost(l, at),
             (None, None, true) => Health::Pending,
             (None, None, false) => Health::Good,
         }
@@ -490,7 +500,7 @@ impl Cx<'_, '_> {
     fn health_and_triggers(&mut self, owner: &SiteId) -> bool {
         let health = self.health(owner);
         let now = self.now();
-        let (detail, lost) = match health {
+        let (detail, lost, reading_at) = match health {
             Health::Pending => return false,
             Health::Good => {
                 if self.state.health != HealthTrack::default() {
@@ -499,17 +509,19 @@ impl Cx<'_, '_> {
                 }
                 return false;
             }
-            Health::Bad(d) => (d, false),
-            Health::Lost(d) => (d, true),
+            Health::Bad(d, at) => (d, false, at),
+            Health::Lost(d, at) => (d, true, at),
         };
+        // The bad period starts with the first bad reading's check, not with the decision
+        // that saw it: a check's latency must not lengthen `failover_after`.
         let since = match self.state.health.bad_since {
             Some(t) => t,
             None => {
-                self.change().health.bad_since = Some(now);
-                now
+                let t = reading_at.min(now);
+                self.change().health.bad_since = Some(t);
+                t
             }
         };
-        let bad_for = now.since(since);
         let recovery = rules::keys(self.plan, owner, Role::Recovery);
         let recovering = recovery.iter().any(|k| self.busy(k));
         let h = self.state.health.clone();
@@ -517,7 +529,7 @@ impl Cx<'_, '_> {
         if can_recover && !self.state.paused && !recovering {
             // The first restart once bad for `recovery_after`, the next `recovery_after` later.
             let last = h.last_recovery.unwrap_or(since);
-            if now.since(last) >= self.plan.recovery_after {
+            if self.elapsed(last, self.plan.recovery_after) {
                 for k in &recovery {
                     self.issue(Action::Recover { binding: k.clone() });
                 }
@@ -532,7 +544,10 @@ impl Cx<'_, '_> {
                 return false;
             }
         }
-        let due = bad_for >= self.plan.failover_after && !recovering && !can_recover;
+        let (detail, definitive) = self.count_definitive(owner, detail);
+        let due = (definitive || self.elapsed(since, self.plan.failover_after))
+            && !recovering
+            && !can_recover;
         if !due {
             self.notes.push(Note::HealthBad {
                 detail,
@@ -577,6 +592,29 @@ impl Cx<'_, '_> {
                 false
             }
         }
+    }
+
+    /// Counts the owner's new health readings toward `failover_after_definitive`; returns the
+    /// detail (saying so once the count is reached) and whether it is.
+    fn count_definitive(&mut self, owner: &SiteId, detail: String) -> (String, bool) {
+        if self.plan.failover_after_definitive.is_none() {
+            // Off: nothing to count, and no state to write for it.
+            return (detail, false);
+        }
+        let keys = rules::keys(self.plan, owner, Role::Health);
+        let mut track = self.state.health.clone();
+        let fresh = keys
+            .iter()
+            .filter_map(|k| self.obs(k))
+            .filter(|o| self.fresh(o));
+        if definitive::count(&mut track, fresh) {
+            self.change().health = track;
+        }
+        if !definitive::reached(&self.state.health, self.plan) {
+            return (detail, false);
+        }
+        let n = self.state.health.definitive;
+        (format!("{detail}, definitive {n} times in a row"), true)
     }
 
     /// The failover target when none is named: the first site, by plan priority, whose

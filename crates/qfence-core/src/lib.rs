@@ -28,12 +28,14 @@
 //! - [`maintenance`]: an orchestrator taken out for maintenance, step by step.
 
 pub mod decide;
+mod definitive;
 pub mod dry_run;
 pub mod error;
 pub mod instance_ha;
 pub mod maintenance;
 mod reason;
 pub mod rules;
+pub mod schedule;
 pub mod state;
 pub mod types;
 

@@ -201,6 +201,13 @@ pub struct HealthTrack {
     pub last_recovery: Option<Millis>,
     /// Whether the "would fail over but auto_failover is off" alarm was raised.
     pub alarmed: bool,
+    /// Consecutive definitive unhealthy readings (see `failover_after_definitive`).
+    #[serde(default)]
+    pub definitive: u32,
+    /// The stamp of the last reading counted: each reading counts once, however many
+    /// decisions see it.
+    #[serde(default)]
+    pub definitive_at: Option<Millis>,
 }
 
 /// What the plan is doing.

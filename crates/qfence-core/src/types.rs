@@ -116,6 +116,11 @@ pub struct Observation {
     pub at: Millis,
     /// What was read, in words an operator can check ("PowerState=Off").
     pub detail: String,
+    /// For a reading that does not hold: whether it is the target's own word (the server
+    /// refused the connection while its host answered), not a reading that may merely be
+    /// lost or late. Never true for `Unknown`.
+    #[serde(default)]
+    pub definitive: bool,
 }
 
 impl std::str::FromStr for Observed {
@@ -141,6 +146,15 @@ impl Observation {
             value,
             at,
             detail: String::new(),
+            definitive: false,
+        }
+    }
+
+    /// A definitive unhealthy reading without detail.
+    pub fn definitive(at: Millis) -> Self {
+        Self {
+            definitive: true,
+            ..Self::new(Observed::NotHeld, at)
         }
     }
 }

@@ -205,7 +205,7 @@ impl ResourceKind {
 pub enum ParamType {
     /// A whole number of bytes.
     Bytes,
-    /// A positive number of seconds; fractions allowed.
+    /// A number of seconds, at least [`crate::config::MIN_DURATION`]; fractions allowed.
     Seconds,
     /// A whole number of seconds from `min` to `max`.
     WholeSeconds { min: u32, max: u32 },
@@ -228,7 +228,7 @@ impl ParamType {
     pub fn describe(self) -> String {
         match self {
             ParamType::Bytes => "a whole number of bytes".to_owned(),
-            ParamType::Seconds => "a positive number of seconds".to_owned(),
+            ParamType::Seconds => "a number of seconds, at least 0.1".to_owned(),
             ParamType::WholeSeconds { min, max } => {
                 format!("a whole number of seconds from {min} to {max}")
             }
@@ -246,7 +246,9 @@ impl ParamType {
         let v = value.trim();
         match self {
             ParamType::Bytes => v.parse::<u64>().is_ok(),
-            ParamType::Seconds => v.parse::<f64>().is_ok_and(|s| s.is_finite() && s > 0.0),
+            ParamType::Seconds => v.parse::<f64>().is_ok_and(|s| {
+                s.is_finite() && s >= crate::config::MIN_DURATION.as_secs_f64() && s <= 1e9
+            }),
             ParamType::WholeSeconds { min, max } => {
                 v.parse::<u32>().is_ok_and(|s| (min..=max).contains(&s))
             }

@@ -326,14 +326,122 @@ fn fractional_timings_are_accepted_and_their_relations_checked_with_values() {
 
     let i = lab_with(
         "interval_seconds: 10",
-        "interval_seconds: 10\n    fence_timeout_seconds: 8",
+        "interval_seconds: 10\n    fence_timeout_seconds: 4",
     );
     assert_reports(
         &i,
         "plans.erp-db.fence_timeout_seconds",
         Severity::Error,
-        "fence_timeout_seconds (8) must be more than the timeout_seconds (10) of controller \"bmc-dc1\"",
+        "fence_timeout_seconds (4) must be more than the timeout_seconds (5) of controller \"bmc-dc1\"",
     );
+}
+
+#[test]
+fn durations_below_the_floor_are_refused_each_with_its_path_and_the_floor() {
+    let text = LAB
+        .replacen("  name: lab\n", "  name: lab\n  lease_seconds: 0.0001\n", 1)
+        .replacen(
+            "interval_seconds: 10",
+            "interval_seconds: 1e-12\n    fence_timeout_seconds: 0.05",
+            1,
+        )
+        .replacen(
+            "    username: qfence\n    tls: {insecure: true}",
+            "    username: qfence\n    timeout_seconds: 0.0004\n    tls: {insecure: true}",
+            1,
+        );
+    let issues = load_str(&text, "lab.yaml").unwrap_err();
+    for path in [
+        "cluster.lease_seconds",
+        "plans.erp-db.interval_seconds",
+        "plans.erp-db.fence_timeout_seconds",
+        "controllers.bmc-dc1.timeout_seconds",
+    ] {
+        assert_reports(&issues, path, Severity::Error, "below the floor of 0.1 s");
+    }
+    assert_reports(
+        &issues,
+        "plans.erp-db.interval_seconds",
+        Severity::Error,
+        "1e-12 s is below",
+    );
+    // A seconds parameter has the same floor.
+    let issues = pg_docker_with(&[("max_lag_seconds: 30", "max_lag_seconds: 0.001")]);
+    assert!(
+        issues
+            .iter()
+            .any(|i| i.path.ends_with("params.max_lag_seconds")
+                && i.message.contains("at least 0.1")),
+        "{}",
+        show(&issues)
+    );
+    // The floor itself is a duration.
+    let text = LAB.replacen(
+        "interval_seconds: 10",
+        "interval_seconds: 0.1\n    failover_after_seconds: 1\n    fence_timeout_seconds: 0.5\n    \
+         recovery_after_seconds: 0.5",
+        1,
+    );
+    let i = load_str(&text, "lab.yaml").map(|_| ()).unwrap_err();
+    assert!(
+        !i.iter().any(|i| i.path.ends_with("interval_seconds")),
+        "{}",
+        show(&i)
+    );
+}
+
+#[test]
+fn failover_after_definitive_is_off_by_default_and_at_least_one() {
+    let plan = |text: &str| load_str(text, "lab.yaml").map(|l| l.config.plan("erp-db").cloned());
+    assert_eq!(plan(LAB).unwrap().unwrap().failover_after_definitive, None);
+    let two = LAB.replacen(
+        "interval_seconds: 10",
+        "interval_seconds: 10\n    failover_after_definitive: 2",
+        1,
+    );
+    assert_eq!(
+        plan(&two).unwrap().unwrap().failover_after_definitive,
+        Some(2)
+    );
+    let i = lab_with(
+        "interval_seconds: 10",
+        "interval_seconds: 10\n    failover_after_definitive: 0",
+    );
+    assert_reports(
+        &i,
+        "plans.erp-db.failover_after_definitive",
+        Severity::Error,
+        "must be at least 1",
+    );
+}
+
+#[test]
+fn timings_left_out_are_the_defaults_scaled_up_with_a_longer_interval() {
+    let plan = |interval: &str| {
+        let text = LAB.replacen("interval_seconds: 10", interval, 1);
+        let p = load_str(&text, "lab.yaml")
+            .unwrap()
+            .config
+            .plan("erp-db")
+            .cloned();
+        let p = p.unwrap();
+        [
+            p.interval,
+            p.freshness,
+            p.recovery_after,
+            p.failover_after,
+            p.fence_timeout,
+        ]
+        .map(|d| d.as_secs_f64())
+    };
+    assert_eq!(
+        plan("auto_failover: true"),
+        [2.0, 6.0, 4.0, 8.0, 6.0],
+        "the defaults"
+    );
+    assert_eq!(plan("interval_seconds: 10"), [10.0, 30.0, 20.0, 40.0, 30.0]);
+    // A shorter interval checks more often and keeps the windows.
+    assert_eq!(plan("interval_seconds: 0.5"), [0.5, 1.5, 4.0, 8.0, 6.0]);
 }
 
 #[test]
@@ -561,7 +669,8 @@ fn the_lab_decodes_to_what_the_file_says() {
     let plan = loaded.config.plan("erp-db").unwrap();
     assert_eq!(plan.owner.as_str(), "dc1");
     assert!(plan.unfence_on_promote);
-    assert_eq!(plan.failover_after.as_secs(), 60);
+    // Left out: four of the lab's 10 s intervals.
+    assert_eq!(plan.failover_after.as_secs(), 40);
     let fences: Vec<_> = plan
         .bindings(&"dc1".try_into().unwrap(), Role::Fence)
         .collect();

@@ -354,6 +354,7 @@ impl IpmiDriver {
             detail,
             at: SystemTime::now(),
             by: ctx.orchestrator.clone(),
+            definitive: false,
         }
     }
 

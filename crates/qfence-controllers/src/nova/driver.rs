@@ -38,6 +38,7 @@ impl NovaDriver {
             detail,
             at: SystemTime::now(),
             by: ctx.orchestrator.clone(),
+            definitive: false,
         }
     }
 

@@ -341,6 +341,7 @@ mod self_test {
                 detail: format!("off={off}"),
                 at: SystemTime::now(),
                 by: ctx.orchestrator.clone(),
+                definitive: false,
             })
         }
 

@@ -617,3 +617,51 @@ async fn tls_is_verified_by_the_shared_verifier_with_ca_file_and_pin() {
         p.warnings
     );
 }
+
+/// The postmaster's pid: the parent of a backend.
+async fn postmaster_pid(port: u16) -> i32 {
+    let backend: i32 = Pair::client(port)
+        .await
+        .unwrap()
+        .query_one("SELECT pg_backend_pid()", &[])
+        .await
+        .unwrap()
+        .get(0);
+    let stat = std::fs::read_to_string(format!("/proc/{backend}/stat")).unwrap();
+    // pid (comm) state ppid ...: comm may hold spaces, so count from its closing parenthesis.
+    let after = &stat[stat.rfind(')').unwrap() + 2..];
+    after.split(' ').nth(1).unwrap().parse().unwrap()
+}
+
+#[tokio::test]
+async fn a_killed_postmaster_reads_definitively_unhealthy_and_a_silent_server_ambiguously() {
+    let Some(pair) = Pair::start() else { return };
+    let health = target("db.health", &[("expect_role", "primary")]);
+    let r = driver(pair.primary).check(&ctx(), &health).await.unwrap();
+    assert!(r.holds && !r.definitive, "{r:?}");
+
+    // The kill: the postmaster gone, its host still answering.
+    let pid = postmaster_pid(pair.primary).await;
+    let process = rustix::process::Pid::from_raw(pid).expect("the postmaster's pid");
+    rustix::process::kill_process(process, rustix::process::Signal::KILL).expect("SIGKILL");
+    let d = driver(pair.primary);
+    let end = std::time::Instant::now() + Duration::from_secs(10);
+    let r = loop {
+        let r = d.check(&ctx(), &health).await;
+        if matches!(&r, Ok(r) if !r.holds) || std::time::Instant::now() > end {
+            break r;
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    };
+    let r = r.expect("a reading, not an error");
+    assert!(!r.holds && r.definitive, "{r:?}");
+    assert!(r.detail.contains("refused the connection"), "{}", r.detail);
+
+    // A server that accepts the connection and never answers is a timeout: ambiguous.
+    let silent = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let port = silent.local_addr().unwrap().port();
+    let c = CallContext::with_timeout(OrchestratorId::new("o").unwrap(), Duration::from_secs(1));
+    let e = driver(port).check(&c, &health).await.unwrap_err();
+    assert_eq!(e.kind, ErrorKind::Timeout, "{e}");
+    drop(silent);
+}

@@ -82,6 +82,7 @@ fn config(s: &Sushy) -> ValidatedConfig {
         recovery_after: Duration::from_secs(30),
         max_recoveries: 1,
         failover_after: Duration::from_secs(60),
+        failover_after_definitive: None,
         fence_timeout: Duration::from_secs(30),
         max_retries: 2,
         unfence_on_promote: false,

@@ -64,6 +64,7 @@ fn base_plan(owner: &str) -> PlanConfig {
         recovery_after: Duration::from_secs(30),
         max_recoveries: 1,
         failover_after: Duration::from_secs(60),
+        failover_after_definitive: None,
         fence_timeout: Duration::from_secs(30),
         max_retries: 2,
         unfence_on_promote: true,

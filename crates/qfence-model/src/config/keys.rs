@@ -76,6 +76,7 @@ pub const PLAN: &[&str] = &[
     "recovery_after_seconds",
     "max_recoveries",
     "failover_after_seconds",
+    "failover_after_definitive",
     "fence_timeout_seconds",
     "max_retries",
     "unfence_on_promote",

@@ -35,6 +35,25 @@ pub use instance_ha::{CloudConfig, HostFence, HostName, NoFence};
 pub use issue::{Issue, Severity};
 pub use load::{LoadError, Loaded, load_file, load_str};
 
+/// A plan's `interval_seconds` when left out. `freshness_seconds` left out is 3 intervals;
+/// the other timings left out are multiples of the longer of the interval and this default:
+/// `recovery_after_seconds` 2 × (4 s), `failover_after_seconds` 4 × (8 s),
+/// `fence_timeout_seconds` 3 × (6 s, over the default controller timeout). With these, a PostgreSQL primary killed on a
+/// lost host is written to again at its replica about 9-10 s later (docs/postgres.md gives
+/// the arithmetic; ADR 0021 the choice).
+pub const DEFAULT_INTERVAL: std::time::Duration = std::time::Duration::from_secs(2);
+
+/// A controller's `timeout_seconds` when left out: under the default `fence_timeout_seconds`
+/// (6 s), which must exceed it.
+pub const DEFAULT_CALL_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(5);
+
+/// The shortest duration any `*_seconds` setting (or a seconds parameter) may take: 0.1 s.
+/// Decisions count whole milliseconds, so anything under 1 ms would run as 0 s; a check, a
+/// controller call or a cluster write takes milliseconds to tens of them and the engine
+/// coalesces results for 10 ms, so an interval or timeout much under 0.1 s would only ever
+/// expire before what it waits for can answer. The fast profile's 0.2 s interval is above it.
+pub const MIN_DURATION: std::time::Duration = std::time::Duration::from_millis(100);
+
 /// The whole configuration.
 #[derive(Debug, Clone, PartialEq, Serialize)]
 pub struct Config {
@@ -135,7 +154,7 @@ pub struct ControllerConfig {
     /// How its TLS certificate is trusted (HTTPS types only).
     pub tls: TlsTrust,
     /// The deadline for one call, unless an operation sets a shorter one (`timeout_seconds`,
-    /// default 10).
+    /// default 5).
     pub timeout: Duration,
     /// What kind of controller it is, with the settings of that kind.
     pub kind: ControllerKind,
@@ -346,18 +365,26 @@ pub struct PlanConfig {
     /// follow in name order. (`priority`, default: none.)
     pub priority: Vec<SiteId>,
     /// How often health runs at the owner and fences are re-checked elsewhere
-    /// (`interval_seconds`, default 10).
+    /// (`interval_seconds`, default 2).
     pub interval: Duration,
     /// How old an observation may be and still count (`freshness_seconds`, default three
     /// intervals).
     pub freshness: Duration,
-    /// Health bad this long restarts the copy in place (`recovery_after_seconds`, default 30).
+    /// Health bad this long restarts the copy in place (`recovery_after_seconds`,
+    /// default 4, or two intervals when the interval is longer than 2 s).
     pub recovery_after: Duration,
     /// Restarts in place before giving up on the site (`max_recoveries`, default 1).
     pub max_recoveries: u32,
-    /// Health bad this long fails the plan over (`failover_after_seconds`, default 60).
+    /// Health bad this long fails the plan over (`failover_after_seconds`,
+    /// default 8, or four intervals when the interval is longer than 2 s).
     pub failover_after: Duration,
-    /// The deadline for one fence to be verified (`fence_timeout_seconds`, default 30).
+    /// This many consecutive *definitive* unhealthy readings of the owner fail the plan over
+    /// without waiting out `failover_after` (`failover_after_definitive`, default: off). A
+    /// definitive reading is the target's own word (a refused connection while its host
+    /// answers); a timeout or a lost reading never is. A restart in place still comes first.
+    pub failover_after_definitive: Option<u32>,
+    /// The deadline for one fence to be verified (`fence_timeout_seconds`,
+    /// default 6, or three intervals when the interval is longer than 2 s).
     pub fence_timeout: Duration,
     /// How many times a failed step is retried before the operation stops (`max_retries`,
     /// default 2).

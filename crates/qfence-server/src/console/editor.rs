@@ -184,12 +184,33 @@ pub(super) fn script_json(v: &Value) -> String {
 
 /// The plan-level number fields: key in the file, label, what leaving it empty means.
 const TIMINGS: &[(&str, &str, &str)] = &[
-    ("interval_seconds", "Interval (s)", "10"),
-    ("freshness_seconds", "Freshness (s)", "3 × interval"),
-    ("recovery_after_seconds", "Recovery after (s)", "30"),
+    ("interval_seconds", "Interval (s)", "2"),
+    (
+        "freshness_seconds",
+        "Freshness (s)",
+        "6, or 3 × a longer interval",
+    ),
+    (
+        "recovery_after_seconds",
+        "Recovery after (s)",
+        "4, or 2 × a longer interval",
+    ),
     ("max_recoveries", "Max recoveries", "1"),
-    ("failover_after_seconds", "Failover after (s)", "60"),
-    ("fence_timeout_seconds", "Fence timeout (s)", "30"),
+    (
+        "failover_after_seconds",
+        "Failover after (s)",
+        "8, or 4 × a longer interval",
+    ),
+    (
+        "failover_after_definitive",
+        "Failover after definitive readings",
+        "off",
+    ),
+    (
+        "fence_timeout_seconds",
+        "Fence timeout (s)",
+        "6, or 3 × a longer interval",
+    ),
     ("max_retries", "Max retries", "2"),
 ];
 

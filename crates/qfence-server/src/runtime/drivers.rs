@@ -389,6 +389,9 @@ pub struct WireReading {
     pub detail: String,
     pub at_unix_ms: u64,
     pub by: String,
+    /// See [`Reading::definitive`]; absent from an older orchestrator's answer.
+    #[serde(default)]
+    pub definitive: bool,
 }
 
 /// A driver error as it travels.
@@ -419,6 +422,7 @@ impl From<Result<Reading, DriverError>> for WireResult {
                     .duration_since(UNIX_EPOCH)
                     .map_or(0, |d| u64::try_from(d.as_millis()).unwrap_or(u64::MAX)),
                 by: r.by.to_string(),
+                definitive: r.definitive,
             }),
             Err(e) => WireResult::Error(WireError {
                 kind: serde_json::to_value(e.kind)
@@ -950,6 +954,7 @@ mod tests {
             detail: format!("holds={holds}"),
             at_unix_ms: 1,
             by: "dc1-a".into(),
+            definitive: false,
         }))
     }
 

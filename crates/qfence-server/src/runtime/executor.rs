@@ -5,7 +5,7 @@ use std::time::Duration;
 
 use qfence_cluster::forward::CallOutcome;
 use qfence_core::rules;
-use qfence_core::{Action, BindingKey, Command, Observation, Observed, OpResult, Outcome};
+use qfence_core::{Action, BindingKey, Command, Millis, Observation, Observed, OpResult, Outcome};
 use qfence_model::{Role, Verdict};
 use tokio_util::sync::CancellationToken;
 
@@ -27,6 +27,8 @@ struct Finished {
     outcome: Outcome,
     observed: Observed,
     detail: String,
+    /// A reading that does not hold, in the target's own word (see `Reading::definitive`).
+    definitive: bool,
 }
 
 impl Executor {
@@ -136,6 +138,7 @@ impl Executor {
             outcome: Outcome::Unknown,
             observed: Observed::Unknown,
             detail,
+            definitive: false,
         };
         let inner = &self.inner;
         // Stale term or generation means refuse: a newer leader or owner decides now.
@@ -232,6 +235,7 @@ impl Executor {
                     outcome,
                     observed: Observed::Unknown,
                     detail: e.message.clone(),
+                    definitive: false,
                 };
             }
             let check = WireCall {
@@ -254,6 +258,7 @@ impl Executor {
                         Observed::NotHeld
                     },
                     detail: format!("read back: {} (read by {})", r.detail, r.by),
+                    definitive: false,
                 },
                 Ok(WireResult::Error(e)) => unknown(format!("read back failed: {}", e.message)),
                 Err(why) => unknown(why),
@@ -276,6 +281,7 @@ impl Executor {
                     Observed::NotHeld
                 },
                 detail: format!("{} (read by {})", r.detail, r.by),
+                definitive: !r.holds && r.definitive,
             },
             WireResult::Error(e) => Finished {
                 outcome: if is_check || e.state_unknown {
@@ -285,6 +291,7 @@ impl Executor {
                 },
                 observed: Observed::Unknown,
                 detail: e.message,
+                definitive: false,
             },
         }
     }
@@ -366,6 +373,7 @@ impl Executor {
     ) {
         let inner = &self.inner;
         let at = inner.clock.now();
+        let started_at = Millis(at.0.saturating_sub(took.as_millis().try_into().unwrap_or(0)));
         let is_check = matches!(command.action, Action::Check { .. });
         // A dead-man call reads the switch back: its reading is the binding's observation.
         let observes = is_check || is_dead_man(&command.action);
@@ -382,18 +390,26 @@ impl Executor {
                     "Dropped a result decided on the plan's previous configuration");
             }
             // A routine call (a check, a renewal) is news when its reading changes; a renewal
-            // also when it did not get done.
+            // also when it did not get done. A definitive reading is news even when it
+            // repeats: each one counts toward `failover_after_definitive`, and waiting for the
+            // next tick would add a tick.
             let renewal_failed = !is_check && f.outcome != Outcome::Done;
             let news = !routine(&command.action)
                 || renewal_failed
-                || (current && plan.observations.get(&key).map(|o| o.value) != Some(f.observed));
+                || (current
+                    && (f.definitive
+                        || plan.observations.get(&key).map(|o| o.value) != Some(f.observed)));
             if observes && current {
                 plan.observations.insert(
                     key.clone(),
+                    // Stamped with the check's start: what it read held at some instant
+                    // after that, so a reading never looks fresher than it is, and the next
+                    // check is due an interval after this one started, whatever its latency.
                     Observation {
                         value: f.observed,
-                        at,
+                        at: started_at,
                         detail: f.detail.clone(),
+                        definitive: f.definitive,
                     },
                 );
             }
@@ -509,6 +525,8 @@ fn dead_man_finished(result: WireResult) -> Finished {
                 Observed::NotHeld
             },
             detail: format!("read back: {} (read by {})", r.detail, r.by),
+            // Definitive readings are a health check's (failover_after_definitive).
+            definitive: false,
         },
         WireResult::Error(e) => Finished {
             outcome: if e.state_unknown {
@@ -518,6 +536,7 @@ fn dead_man_finished(result: WireResult) -> Finished {
             },
             observed: Observed::Unknown,
             detail: e.message,
+            definitive: false,
         },
     }
 }

@@ -86,7 +86,8 @@ async fn step_1_offers_types_and_sites() {
             "docker",
             "postgres",
             "fence-agent",
-            "nova"
+            "nova",
+            "agent"
         ]
     );
     assert_eq!(p.options_of("site"), vec!["dc1", "dc2"]);

@@ -345,7 +345,7 @@ fn to_json(config: &ValidatedConfig, name: &str, plan: &PlanConfig) -> Value {
             )
         })
         .collect();
-    json!({
+    let mut out = json!({
         "plan": name,
         "owner": plan.owner,
         "priority": plan.priority,
@@ -361,7 +361,11 @@ fn to_json(config: &ValidatedConfig, name: &str, plan: &PlanConfig) -> Value {
         "instances": instances,
         "service": service,
         "controllers": controllers,
-    })
+    });
+    if let Some(n) = plan.failover_after_definitive {
+        out["failover_after_definitive"] = json!(n);
+    }
+    out
 }
 
 /// Text safe inside a mermaid `"..."` label.

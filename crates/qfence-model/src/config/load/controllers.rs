@@ -2,7 +2,6 @@
 //! type's own settings are in [`super::kinds`].
 
 use std::collections::{BTreeMap, BTreeSet};
-use std::time::Duration;
 
 use super::credentials::INLINE_CREDENTIAL;
 use super::read::Fields;
@@ -94,7 +93,7 @@ impl Decoder {
         let timeout = self.opt(
             &f,
             "timeout_seconds",
-            Duration::from_secs(10),
+            crate::config::DEFAULT_CALL_TIMEOUT,
             Self::seconds,
         );
         let (kind, https) = self.kind(ty, &f)?;

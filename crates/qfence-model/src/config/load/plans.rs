@@ -49,6 +49,7 @@ impl Decoder {
         });
         let timings = self.timings(&f);
         let max_retries = self.opt(&f, "max_retries", 2, Self::count);
+        let definitive = self.definitive(&f);
         let unfence_on_promote = self.opt(&f, "unfence_on_promote", false, Self::boolean);
         let auto_failover = self.opt(&f, "auto_failover", true, Self::boolean);
 
@@ -83,6 +84,7 @@ impl Decoder {
             max_recoveries: timings.max_recoveries?,
             failover_after: timings.failover_after?,
             fence_timeout: timings.fence_timeout?,
+            failover_after_definitive: definitive?,
             max_retries: max_retries?,
             unfence_on_promote: unfence_on_promote?,
             auto_failover: auto_failover?,
@@ -176,36 +178,48 @@ impl Decoder {
         ok.then_some(out)
     }
 
+    /// `failover_after_definitive`: absent (off), or a count of at least 1.
+    fn definitive(&mut self, f: &Fields<'_>) -> Option<Option<u32>> {
+        let Some(n) = f.get("failover_after_definitive") else {
+            return Some(None);
+        };
+        let path = f.path("failover_after_definitive");
+        match self.count(n, &path)? {
+            0 => {
+                self.error(
+                    &path,
+                    "failover_after_definitive must be at least 1 (leave it out to wait \
+                     failover_after_seconds for every reading)",
+                );
+                None
+            }
+            c => Some(Some(c)),
+        }
+    }
+
+    /// The timings; those left out are the defaults, scaled up with an interval longer than
+    /// the default one (see `config::DEFAULT_INTERVAL`), so a plan that only slows its checks
+    /// down keeps their relations, and one that only speeds them up keeps its windows.
     fn timings(&mut self, f: &Fields<'_>) -> Timings {
         let interval = self.opt(
             f,
             "interval_seconds",
-            Duration::from_secs(10),
+            crate::config::DEFAULT_INTERVAL,
             Self::seconds,
         );
+        let base = interval.map(|i| i.max(crate::config::DEFAULT_INTERVAL));
+        let scaled = |d: &mut Self, key: &str, times: u32| match f.get(key) {
+            Some(n) => d.seconds(n, &f.path(key)),
+            None => base.map(|i| i * times),
+        };
         let freshness = match f.get("freshness_seconds") {
             Some(n) => self.seconds(n, &f.path("freshness_seconds")),
             None => interval.map(|i| i * 3),
         };
-        let recovery_after = self.opt(
-            f,
-            "recovery_after_seconds",
-            Duration::from_secs(30),
-            Self::seconds,
-        );
+        let recovery_after = scaled(self, "recovery_after_seconds", 2);
         let max_recoveries = self.opt(f, "max_recoveries", 1, Self::count);
-        let failover_after = self.opt(
-            f,
-            "failover_after_seconds",
-            Duration::from_secs(60),
-            Self::seconds,
-        );
-        let fence_timeout = self.opt(
-            f,
-            "fence_timeout_seconds",
-            Duration::from_secs(30),
-            Self::seconds,
-        );
+        let failover_after = scaled(self, "failover_after_seconds", 4);
+        let fence_timeout = scaled(self, "fence_timeout_seconds", 3);
         Timings {
             interval,
             freshness,

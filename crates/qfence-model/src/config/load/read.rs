@@ -274,7 +274,19 @@ impl Decoder {
             Value::Float(f) => f,
             _ => f64::NAN,
         };
-        if v.is_finite() && v > 0.0 && v <= 1e9 {
+        let floor = crate::config::MIN_DURATION.as_secs_f64();
+        if v.is_finite() && v > 0.0 && v < floor {
+            self.error(
+                path,
+                format!(
+                    "{v:?} s is below the floor of {floor} s for a duration: decisions count \
+                     whole milliseconds and a check or call takes milliseconds to tens of them, \
+                     so a shorter one runs as 0 s or faster than anything it waits for can \
+                     answer"
+                ),
+            );
+            None
+        } else if v.is_finite() && v > 0.0 && v <= 1e9 {
             Duration::try_from_secs_f64(v).ok()
         } else {
             self.error(
