@@ -234,8 +234,19 @@ pub enum Action {
     RaiseShield { binding: BindingKey },
     /// Lower it once every other site is confirmed fenced.
     LowerShield { binding: BindingKey },
-    /// Arm or renew the owner's dead-man switch. The executor must not act after `not_after`:
-    /// that bound is what lets a later leader prove the switch has fired.
+    /// Arm the owner's dead-man switch: set its countdown from the binding's
+    /// `timeout_seconds` and start the timer (the driver's `perform`). Issued when a site
+    /// becomes the owner and whenever the switch reads not running or its last arm or renewal
+    /// failed. Like [`Action::RenewDeadMan`]: never acted on after `not_after`, read back
+    /// afterwards and reported as the binding's observation (Holds = running with qfence's
+    /// countdown), Done only when the call succeeded and the read-back holds.
+    ArmDeadMan {
+        binding: BindingKey,
+        not_after: Millis,
+    },
+    /// Renew the owner's armed dead-man switch (the driver's `renew`). The executor must not
+    /// act after `not_after`: that bound is what lets a later leader prove the switch has
+    /// fired. Read back like [`Action::ArmDeadMan`]; Done only when the read-back holds.
     RenewDeadMan {
         binding: BindingKey,
         not_after: Millis,
@@ -259,6 +270,7 @@ impl Action {
             | Action::Service { binding, .. }
             | Action::RaiseShield { binding }
             | Action::LowerShield { binding }
+            | Action::ArmDeadMan { binding, .. }
             | Action::RenewDeadMan { binding, .. } => Some(binding),
             Action::Alarm { .. } => None,
         }
@@ -275,6 +287,7 @@ impl Action {
             Action::Service { .. } => "service",
             Action::RaiseShield { .. } => "raise-shield",
             Action::LowerShield { .. } => "lower-shield",
+            Action::ArmDeadMan { .. } => "arm-dead-man",
             Action::RenewDeadMan { .. } => "renew-dead-man",
             Action::Alarm { .. } => "alarm",
         }
@@ -297,7 +310,8 @@ impl fmt::Display for Command {
         write!(f, "{} ", self.action.name())?;
         match &self.action {
             Action::Service { binding, site } => write!(f, "{binding} -> {site}")?,
-            Action::RenewDeadMan { binding, not_after } => {
+            Action::ArmDeadMan { binding, not_after }
+            | Action::RenewDeadMan { binding, not_after } => {
                 write!(f, "{binding} until {not_after}")?;
             }
             Action::Alarm { site, detail } => match site {

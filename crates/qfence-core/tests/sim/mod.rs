@@ -598,7 +598,8 @@ impl<'c> Sim<'c> {
                 }
                 o
             }
-            Action::RenewDeadMan { binding, not_after } => {
+            Action::ArmDeadMan { binding, not_after }
+            | Action::RenewDeadMan { binding, not_after } => {
                 // The executor honours `not_after`: that is what makes expiry provable.
                 if at > *not_after {
                     return Outcome::Failed;

@@ -160,15 +160,19 @@ impl Executor {
             // The driver contract undoes a fence through `undo` of the fence's own capability
             // (the catalog's `unfence` names what that does, such as power.on).
             Action::Unfence { .. } | Action::LowerShield { .. } => Verb::Undo,
-            Action::RenewDeadMan { not_after, .. } => {
+            Action::ArmDeadMan { not_after, .. } | Action::RenewDeadMan { not_after, .. } => {
                 // Never act after `not_after`: a later leader's proof that the switch fired
                 // rests on it.
                 let left = not_after.since(inner.clock.now());
                 if left.is_zero() {
-                    return unknown(format!("renewal not started: past {not_after}"));
+                    return unknown(format!("dead-man call not started: past {not_after}"));
                 }
                 timeout = timeout.min(left);
-                Verb::Renew
+                if matches!(command.action, Action::ArmDeadMan { .. }) {
+                    Verb::Perform
+                } else {
+                    Verb::Renew
+                }
             }
             _ => Verb::Perform,
         };
