@@ -408,3 +408,29 @@ fn the_real_rules_are_what_production_runs() {
         qfence_core::decide_with(&b.snapshot(), &qfence_core::Rules::default())
     );
 }
+
+#[test]
+fn an_abort_while_a_switchover_step_re_verifies_its_proof_is_still_refused() {
+    let (mut b, _) = abort_at(Stage::Fences);
+    // A fresh move, sent back from its switchover step to read the fences again.
+    b.intent(IntentKind::Failover { to: site("dc2") });
+    b.step();
+    let mut t = b.state.transition().unwrap().clone();
+    t.stage = Stage::Verify;
+    t.after_verify = Stage::Switchover;
+    t.entered = false;
+    t.pending.clear();
+    b.state.phase = Phase::Transition(t);
+    b.tick(1);
+    b.intent(IntentKind::Abort);
+    let d = b.decide();
+    assert!(b.state.transition().is_some());
+    assert!(
+        d.reason.starts_with(
+            "refused alice's abort for erp-db: dc2 may already run the promoted copy (verify \
+             step): the move can only roll forward"
+        ),
+        "{}",
+        d.reason
+    );
+}

@@ -26,11 +26,15 @@ impl Cx<'_, '_> {
             });
             return;
         };
-        if t.stage >= Stage::Switchover && self.rules.mutation != Mutation::AbortAfterSwitchover {
-            let why = if t.stage == Stage::Switchover {
+        // A stage at or after the switchover sent back to re-verify its proof still counts
+        // as from the switchover on: the target may run a promoted copy by then.
+        let rolled = t.stage >= Stage::Switchover || t.after_verify >= Stage::Switchover;
+        if rolled && self.rules.mutation != Mutation::AbortAfterSwitchover {
+            let why = if self.state.owner == t.from {
                 format!(
-                    "{} may already run the promoted copy (switchover step)",
-                    t.target
+                    "{} may already run the promoted copy ({} step)",
+                    t.target,
+                    t.stage.as_str()
                 )
             } else {
                 format!(
