@@ -1,5 +1,8 @@
 //! The invariants can fail: a copy of the rules with a deliberate bug (an UNKNOWN reading
-//! counted as FENCED) is run through the same simulation, and the checker must catch it.
+//! counted as FENCED, a target in maintenance, and one per defect of issue 12: a dead-man
+//! switch kept armed, an arm or renewal acted on after its deadline, an abort after the
+//! switchover, a service never kept) is run through the same simulation, and the checker
+//! must catch it within a bounded number of schedules.
 
 mod sim;
 

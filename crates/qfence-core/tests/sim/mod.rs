@@ -8,7 +8,9 @@
 //!
 //! The checker does not reuse the core's rules: it recomputes what counts as proof from the
 //! raw observations and from the world's own record (which watchdog really fired, which
-//! operator really confirmed what), so a bug in the rules cannot hide itself.
+//! operator really confirmed what), so a bug in the rules cannot hide itself. `world.rs` holds
+//! the world (copies, the VIP, watchdogs) and the runtime acting on it; `world_check.rs` the
+//! invariants judged on the world itself, (m) to (o).
 
 #![allow(dead_code)]
 
@@ -46,12 +48,12 @@ pub enum Invariant {
     NoUnfenceAtNonOwner,
     /// (f) A site in maintenance never becomes owner, nor the target of a move.
     MaintenanceNeverOwns,
-    /// (g) Never two sites running a primary copy while clients can reach either.
+    /// (m) Never two sites running a primary copy while clients can reach either.
     OneCopyReachable,
-    /// (h) In steady state the VIP points at the owner, or is pointed back within two
+    /// (n) In steady state the VIP points at the owner, or is pointed back within two
     /// intervals of the last disturbance.
     VipAtOwner,
-    /// (i) No dead-man evidence unless the world's watchdog really fired.
+    /// (o) No dead-man evidence unless the world's watchdog really fired.
     DeadManFired,
 }
 
@@ -76,9 +78,9 @@ impl Invariant {
             Invariant::UnknownIsNotProof => "(d) UNKNOWN is never proof",
             Invariant::NoUnfenceAtNonOwner => "(e) no unfence at a non-owner",
             Invariant::MaintenanceNeverOwns => "(f) a site in maintenance never owns",
-            Invariant::OneCopyReachable => "(g) one reachable copy",
-            Invariant::VipAtOwner => "(h) the VIP at the owner",
-            Invariant::DeadManFired => "(i) dead-man evidence only when the watchdog fired",
+            Invariant::OneCopyReachable => "(m) one reachable copy",
+            Invariant::VipAtOwner => "(n) the VIP at the owner",
+            Invariant::DeadManFired => "(o) dead-man evidence only when the watchdog fired",
         }
     }
 
@@ -191,7 +193,7 @@ struct Sim<'c> {
     maintenance_rng: Rng,
     /// The world's own doings (tampering, a VIP moved by hand), on their own stream too.
     world_rng: Rng,
-    /// What invariant (h) keeps between steps.
+    /// What invariant (n) keeps between steps.
     watch: WorldWatch,
     config: &'c ValidatedConfig,
     plan_id: PlanId,
@@ -776,7 +778,7 @@ impl<'c> Sim<'c> {
                 _ => None,
             };
             let Some(target) = promoted_at else { continue };
-            // Keeping the VIP at the owner in steady state is not a promotion: (h) and (g)
+            // Keeping the VIP at the owner in steady state is not a promotion: (n) and (m)
             // watch it. Only a move's service step must stand on proof.
             if matches!(c.action, Action::Service { .. }) && after.transition().is_none() {
                 if self.on(Invariant::FencedBeforePromote)
@@ -791,7 +793,7 @@ impl<'c> Sim<'c> {
                 continue;
             }
             // An abort before the switchover undoes the move's fences at the old owner, which
-            // owns the plan again: (g) watches that no second copy runs.
+            // owns the plan again: (m) watches that no second copy runs.
             if matches!(c.action, Action::Unfence { .. })
                 && after.transition().is_none()
                 && after.owner == target
@@ -939,7 +941,7 @@ fn binding_timeout(plan: &PlanConfig, k: &BindingKey) -> Duration {
         .unwrap_or(Duration::from_secs(60))
 }
 
-/// Schedules per invariant file by default: six files make 12,000 per run.
+/// Schedules per invariant file by default: nine files make 18,000 per run.
 pub const DEFAULT_SCHEDULES: u64 = 2000;
 
 /// Steps per schedule: about seven minutes of simulated time (2.75 s a step on average).

@@ -1,13 +1,13 @@
 //! The invariants over the simulated world itself, not over the decisions: a decision that is
 //! "proven" by a wrong rule is still caught by what it did to the world.
 //!
-//! - (g) Never two sites running a primary copy (not stopped) while clients can reach either:
+//! - (m) Never two sites running a primary copy (not stopped) while clients can reach either:
 //!   through the VIP when the plan has a service binding, directly when it has none.
-//! - (h) In steady state the VIP points at the owner, or is pointed back within two intervals
+//! - (n) In steady state the VIP points at the owner, or is pointed back within two intervals
 //!   (plus the simulated latency of one check and one re-apply) of the last thing that could
 //!   have kept it away: a service call unanswered, refused or lost, a reading unknown, a move
 //!   by hand, no valid leader, a pause, a move under way.
-//! - (i) No dead-man evidence unless the world's watchdog really fired (or was disarmed or
+//! - (o) No dead-man evidence unless the world's watchdog really fired (or was disarmed or
 //!   re-set by a change no read-back has shown yet: what qfence cannot know, ADR 0014).
 
 use std::time::Duration;
@@ -22,7 +22,7 @@ use super::{Invariant, Sim, Violation, is_new};
 pub const MAX_DELAY: Duration = Duration::from_secs(6);
 pub const MAX_STEP: Duration = Duration::from_secs(5);
 
-/// What (h) keeps between steps.
+/// What (n) keeps between steps.
 pub(super) struct WorldWatch {
     /// The last time something could have kept the VIP away from the owner.
     calm_since: Millis,
@@ -46,7 +46,7 @@ impl WorldWatch {
 }
 
 impl Sim<'_> {
-    /// (g) and (h), after every step.
+    /// (m) and (n), after every step.
     pub(super) fn check_world(&mut self, step: usize) -> Result<(), Violation> {
         if self.on(Invariant::OneCopyReachable) {
             let running: Vec<SiteId> = self
@@ -104,7 +104,7 @@ impl Sim<'_> {
         Ok(())
     }
 
-    /// (i), for the evidence a decision recorded.
+    /// (o), for the evidence a decision recorded.
     pub(super) fn check_dead_man_evidence(
         &self,
         step: usize,

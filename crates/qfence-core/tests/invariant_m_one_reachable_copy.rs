@@ -1,4 +1,4 @@
-//! World invariant (g): never two sites running a primary copy of the resource (not stopped)
+//! World invariant (m): never two sites running a primary copy of the resource (not stopped)
 //! while clients can reach either: through the VIP, or directly when the plan has none.
 //!
 //! See `docs/specs/invariants.md`. Runs the seeded simulation and checks the simulated world

@@ -1,4 +1,4 @@
-//! World invariant (i): no evidence that a dead-man switch fired unless the world's watchdog
+//! World invariant (o): no evidence that a dead-man switch fired unless the world's watchdog
 //! really fired (or was disarmed or re-set by a change no read-back could show yet).
 //!
 //! See `docs/specs/invariants.md`. Runs the seeded simulation and checks the simulated world

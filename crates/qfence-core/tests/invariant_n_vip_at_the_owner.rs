@@ -1,4 +1,4 @@
-//! World invariant (h): after a completed move, and for as long as the plan stays steady, the
+//! World invariant (n): after a completed move, and for as long as the plan stays steady, the
 //! VIP points at the owner, or is pointed back within two intervals (plus one check's and one
 //! re-apply's latency) of the last thing that could have kept it away.
 //!
