@@ -1,9 +1,11 @@
 //! `decide`: one snapshot in, one decision out.
 //!
 //! A decision runs in this order: a leader check (no valid lease, no decision); the operators'
-//! intents, oldest first; then either the steady state (the owner's health and its triggers,
-//! the owner's dead-man renewal, the fence watch of every other site, the owner's shield) or
-//! the transition under way, step by step, as far as it can go without waiting. Every change
+//! intents, oldest first (an abort: `decide/abort.rs`); then either the steady state (the
+//! owner's health and its triggers, the owner's dead-man switches: `decide/dead_man.rs`, the
+//! fence watch of every other site, the owner's shield, the readiness watch, the service
+//! binding kept: `decide/service.rs`) or the transition under way, step by step, as far as it
+//! can go without waiting. Every change
 //! to the plan state is collected into one compare-and-set; every clause of the sentence into
 //! one sentence (see `reason.rs`). The rules themselves are in `docs/specs/decision-core.md`.
 
