@@ -471,6 +471,9 @@ impl<'c> Sim<'c> {
             && generation == self.state.generation
         {
             self.confirmed.insert((site.clone(), generation));
+            if self.world.primary.contains(site) && !self.site_down(site) {
+                self.world.confirmed_running.insert(site.clone());
+            }
         }
         let k = kind.clone();
         self.log(keep, || {

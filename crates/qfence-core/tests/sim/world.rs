@@ -55,6 +55,10 @@ pub(super) struct World {
     pub primary: BTreeSet<SiteId>,
     /// Where the VIP points.
     pub vip: Option<SiteId>,
+    /// Sites an operator confirmed fenced while their copy ran (the simulated operators
+    /// confirm at random, like a mistaken `stonith_admin --confirm`): what follows from it is
+    /// theirs, not qfence's. Forgotten once the copy stops.
+    pub confirmed_running: BTreeSet<SiteId>,
     /// Percent of calls that time out.
     pub flaky: u64,
 }
@@ -73,6 +77,7 @@ impl World {
             tamper_unseen: BTreeSet::new(),
             primary: [owner.clone()].into(),
             vip: vip.then(|| owner.clone()),
+            confirmed_running: BTreeSet::new(),
             flaky: 0,
         }
     }

@@ -2,7 +2,8 @@
 //! "proven" by a wrong rule is still caught by what it did to the world.
 //!
 //! - (m) Never two sites running a primary copy (not stopped) while clients can reach either:
-//!   through the VIP when the plan has a service binding, directly when it has none.
+//!   through the VIP when the plan has a service binding, directly when it has none; unless
+//!   an operator confirmed one of them fenced while it ran (their mistake, not qfence's).
 //! - (n) In steady state the VIP points at the owner, or is pointed back within two intervals
 //!   (plus the simulated latency of one check and one re-apply) of the last thing that could
 //!   have kept it away: a service call unanswered, refused or lost, a reading unknown, a move
@@ -57,7 +58,11 @@ impl Sim<'_> {
                 .cloned()
                 .collect();
             let reachable = |s: &SiteId| self.world.vip.as_ref().is_none_or(|v| v == s);
-            if running.len() >= 2 && running.iter().any(reachable) {
+            self.world.confirmed_running.retain(|s| running.contains(s));
+            let mistaken = running
+                .iter()
+                .any(|s| self.world.confirmed_running.contains(s));
+            if running.len() >= 2 && running.iter().any(reachable) && !mistaken {
                 return Err(self.violation(
                     step,
                     Invariant::OneCopyReachable,
