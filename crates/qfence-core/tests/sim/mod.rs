@@ -25,7 +25,7 @@ use std::time::Duration;
 use qfence_core::rules::{binding, fence_level};
 use qfence_core::{
     Action, BindingKey, Decision, EvidenceKind, Intent, IntentKind, Leadership, Millis,
-    Observation, Observed, OpId, OpResult, PlanState, Rules, Snapshot, decide_with,
+    Observation, Observed, OpId, OpResult, PlanState, Rules, Snapshot, Stage, decide_with,
 };
 use qfence_model::config::{PlanConfig, ValidatedConfig};
 use qfence_model::{FenceLevel, Generation, PlanId, Role, SiteId, Term};
@@ -797,10 +797,16 @@ impl<'c> Sim<'c> {
             }
             // An abort before the switchover undoes the move's fences at the old owner, which
             // owns the plan again: (m) watches that no second copy runs.
+            // (Another move may start in the same decision: an intent after the abort.)
             if matches!(c.action, Action::Unfence { .. })
-                && after.transition().is_none()
                 && after.owner == target
-                && snap.state.transition().is_some_and(|t| t.from == target)
+                && after.generation == snap.state.generation
+                && snap.state.transition().is_some_and(|t| {
+                    t.from == target
+                        && t.stage < Stage::Switchover
+                        && t.after_verify < Stage::Switchover
+                        && after.transition().is_none_or(|n| n.started != t.started)
+                })
             {
                 continue;
             }
