@@ -1,18 +1,23 @@
 //! `decide`: one snapshot in, one decision out.
 //!
 //! A decision runs in this order: a leader check (no valid lease, no decision); the operators'
-//! intents, oldest first; then either the steady state (the owner's health and its triggers,
-//! the owner's dead-man renewal, the fence watch of every other site, the owner's shield) or
-//! the transition under way, step by step, as far as it can go without waiting. Every change
+//! intents, oldest first (an abort: `decide/abort.rs`); then either the steady state (the
+//! owner's health and its triggers, the owner's dead-man switches: `decide/dead_man.rs`, the
+//! fence watch of every other site, the owner's shield, the readiness watch, the service
+//! binding kept: `decide/service.rs`) or the transition under way, step by step, as far as it
+//! can go without waiting. Every change
 //! to the plan state is collected into one compare-and-set; every clause of the sentence into
 //! one sentence (see `reason.rs`). The rules themselves are in `docs/specs/decision-core.md`.
 
 use std::collections::BTreeMap;
-use std::time::Duration;
 
 use qfence_model::config::{PlanConfig, ValidatedConfig};
 use qfence_model::{FenceLevel, PlanId, Role, SiteId, Verdict};
 use serde::{Deserialize, Serialize};
+
+mod abort;
+mod dead_man;
+mod service;
 
 use crate::definitive;
 use crate::reason::{Note, sentence};
@@ -23,8 +28,7 @@ use crate::state::{
     Transition, TransitionKind,
 };
 use crate::types::{
-    Action, BindingKey, Command, Leadership, Millis, Observation, Observed, OpId, OpResult,
-    Outcome, ms,
+    Action, BindingKey, Command, Leadership, Millis, Observation, Observed, OpId, OpResult, Outcome,
 };
 
 /// Everything `decide` may look at, taken at one instant.
@@ -409,26 +413,7 @@ impl Cx<'_, '_> {
                         why: "nothing is halted".to_owned(),
                     }),
                 },
-                IntentKind::Abort => {
-                    if let Some(t) = self.state.transition().cloned() {
-                        self.state.phase = Phase::Steady;
-                        let owner = self.state.owner.clone();
-                        self.state.renewals_stopped.remove(&owner);
-                        self.state.health = HealthTrack::default();
-                        self.notes.push(Note::Aborted {
-                            by,
-                            target: t.target,
-                            stage: t.stage,
-                            owner,
-                        });
-                    } else {
-                        self.notes.push(Note::IntentRefused {
-                            intent: i.kind,
-                            by,
-                            why: "no transition is under way".to_owned(),
-                        });
-                    }
-                }
+                IntentKind::Abort => self.abort(i.kind, by),
             }
         }
     }
@@ -445,6 +430,7 @@ impl Cx<'_, '_> {
         let verdicts = self.fence_watch(&owner);
         self.shield(&owner, &verdicts);
         let ready = self.readiness_watch(&owner);
+        self.keep_service(&owner);
         self.notes.push(Note::Steady {
             owner,
             generation: self.state.generation,
@@ -703,11 +689,11 @@ impl Cx<'_, '_> {
             from: from.clone(),
             target: target.clone(),
         });
-        let st = self.change();
         if stage != Stage::Preflight {
             // From now on no leader renews the old owner's dead-man switch.
-            st.renewals_stopped.insert(from.clone(), now);
+            self.stop_renewals(&from);
         }
+        let st = self.change();
         st.health = HealthTrack::default();
         st.phase = Phase::Transition(Transition {
             kind,
@@ -723,41 +709,8 @@ impl Cx<'_, '_> {
             pending: BTreeMap::new(),
             entered: false,
             halted: None,
+            fenced: Vec::new(),
         });
-    }
-
-    fn renew_dead_man(&mut self, owner: &SiteId) {
-        let interval = self.plan.interval;
-        let not_after = std::cmp::min(self.now().plus(interval), self.s.leadership.lease_until);
-        let mut n = 0;
-        let keys = rules::keys(self.plan, owner, Role::DeadMan);
-        let since = self.state.owner_since;
-        let armed = keys.iter().any(|k| {
-            self.s.results.values().any(|r| {
-                r.binding.as_ref() == Some(k) && r.outcome == Outcome::Done && r.at >= since
-            })
-        });
-        if armed && !self.state.dead_man_armed.contains(owner) {
-            self.change().dead_man_armed.insert(owner.clone());
-        }
-        for k in keys {
-            let due = self
-                .last_result(&k)
-                .is_none_or(|t| t.plus(interval) <= self.now());
-            if due && !self.busy(&k) {
-                self.issue(Action::RenewDeadMan {
-                    binding: k,
-                    not_after,
-                });
-                n += 1;
-            }
-        }
-        if n > 0 {
-            if self.state.renewals_stopped.contains_key(owner) {
-                self.change().renewals_stopped.remove(owner);
-            }
-            self.notes.push(Note::RenewingDeadMan { until: not_after });
-        }
     }
 
     /// Re-checks every fence of every site that does not own the plan; raises an alarm for a
@@ -925,6 +878,21 @@ impl Cx<'_, '_> {
     }
 
     fn transition(&mut self) {
+        let t0 = self.t();
+        match t0.stage {
+            // Nothing is touched before the target proves ready: the owner keeps its
+            // dead-man switch renewed meanwhile.
+            Stage::Preflight => self.renew_dead_man(&t0.from),
+            // Committed: the new owner's switches are armed while its service step runs.
+            Stage::Service => {
+                let owner = self.state.owner.clone();
+                self.renew_dead_man(&owner);
+            }
+            // Renewals stopped: answers still arriving can only break the chain of proof.
+            _ => {
+                self.track_dead_man(&t0.from);
+            }
+        }
         for _ in 0..MAX_STEPS_PER_DECISION {
             let mut t = self.t();
             if let Some(h) = &t.halted {
@@ -934,11 +902,6 @@ impl Cx<'_, '_> {
                     why: h.clone(),
                 });
                 return;
-            }
-            if t.stage == Stage::Preflight {
-                // Nothing is touched before the target proves ready: the owner keeps its
-                // dead-man switch renewed meanwhile.
-                self.renew_dead_man(&t.from);
             }
             if self.state.paused {
                 self.notes.push(Note::Holding {
@@ -993,13 +956,22 @@ impl Cx<'_, '_> {
                     t.attempt += 1;
                     let at = self.now().plus(self.plan.interval);
                     t.retry_at = Some(at);
-                    self.notes.push(Note::Retry {
-                        why,
-                        stage,
-                        at,
-                        attempt: t.attempt + 1,
-                        of: self.plan.max_retries + 1,
-                    });
+                    if stage == Stage::Service {
+                        self.notes.push(Note::ServiceRetry {
+                            why,
+                            target: t.target.clone(),
+                            at,
+                            attempt: t.attempt + 1,
+                        });
+                    } else {
+                        self.notes.push(Note::Retry {
+                            why,
+                            stage,
+                            at,
+                            attempt: t.attempt + 1,
+                            of: self.plan.max_retries + 1,
+                        });
+                    }
                     t.stage = stage;
                     t.entered = false;
                     t.pending.clear();
@@ -1163,6 +1135,20 @@ impl Cx<'_, '_> {
         t.term = self.s.leadership.term;
         t.pending.clear();
         let n = actions.len();
+        for a in &actions {
+            // A fence at the site given up that does not read holding, fresh: this
+            // transition takes it, and an abort before the switchover may undo it. One that
+            // already held stays as it was.
+            if let Action::Fence { binding } = a
+                && binding.site.as_ref() == Some(&t.from)
+                && !self
+                    .obs(binding)
+                    .is_some_and(|o| o.value == Observed::Holds && self.fresh(o))
+                && !t.fenced.contains(binding)
+            {
+                t.fenced.push(binding.clone());
+            }
+        }
         for a in actions {
             let key = a.binding().cloned().expect("stage actions have bindings");
             let op = self.issue(a);
@@ -1219,6 +1205,8 @@ impl Cx<'_, '_> {
         st.owner_since = now;
         st.renewals_stopped.remove(&target);
         st.dead_man_armed.clear();
+        st.dead_man_verified.clear();
+        st.dead_man_alarmed.clear();
         st.alarmed.clear();
         st.health = HealthTrack::default();
         st.phase = Phase::Transition(nt);
@@ -1292,8 +1280,7 @@ impl Cx<'_, '_> {
             Stage::Preflight => match self.readiness(t) {
                 Ok(()) => {
                     // The owner is about to be touched: renewals of its switch stop here.
-                    let now = self.now();
-                    self.change().renewals_stopped.insert(t.from.clone(), now);
+                    self.stop_renewals(&t.from);
                     Next::Advance(Stage::AppFences)
                 }
                 Err(why) => {
@@ -1326,6 +1313,9 @@ impl Cx<'_, '_> {
                 Ok(()) => Next::Advance(Stage::Unfence),
                 Err(why) => retry_or_halt(Stage::Readiness, why),
             },
+            // The owner is committed: the service step is retried, an interval apart, until
+            // the service points at it. Halting would leave clients at a fenced site.
+            Stage::Service if !failed.is_empty() => Next::Retry(Stage::Service, failed.join(", ")),
             Stage::Unfence | Stage::Switchover | Stage::Service => {
                 if !failed.is_empty() {
                     return retry_or_halt(t.stage, failed.join(", "));
@@ -1379,7 +1369,7 @@ impl Cx<'_, '_> {
             }
             if v.verdict == Verdict::Unknown {
                 match self.dead_man_fires_by(&site) {
-                    Some(by) if by <= self.now() => {
+                    Some((by, last_verified)) if by <= self.now() => {
                         let generation = self.state.generation;
                         let stopped = self.state.renewals_stopped[&site];
                         let now = self.now();
@@ -1389,6 +1379,7 @@ impl Cx<'_, '_> {
                             kind: EvidenceKind::DeadManExpired {
                                 renewals_stopped: stopped,
                                 fired_by: by,
+                                last_verified,
                             },
                             at: now,
                             carried: false,
@@ -1401,7 +1392,7 @@ impl Cx<'_, '_> {
                         self.judge_site(&site, Some(t.stage_started));
                         continue;
                     }
-                    Some(by) => waiting_dead_man = Some((site.clone(), by)),
+                    Some((by, _)) => waiting_dead_man = Some((site.clone(), by)),
                     None => {}
                 }
             }
@@ -1427,32 +1418,6 @@ impl Cx<'_, '_> {
                 t.attempt + 1
             ))
         }
-    }
-
-    /// When `site`'s dead-man switch has provably fired: renewals stopped when it lost the
-    /// plan; the last renewal could act until an interval later (its `not_after`); the switch
-    /// fires its timeout after that; a margin of one interval covers clock skew. `None` when
-    /// the site has no dead-man binding with a `timeout_seconds`, was never seen armed, or is
-    /// not the site this transition takes the plan from.
-    fn dead_man_fires_by(&self, site: &SiteId) -> Option<Millis> {
-        // Only the site this transition takes the plan from, and only if its switch was seen
-        // armed: a switch never armed, or armed in an earlier ownership, proves nothing.
-        let t = self.state.transition()?;
-        if &t.from != site || !self.state.dead_man_armed.contains(site) {
-            return None;
-        }
-        let stopped = *self.state.renewals_stopped.get(site)?;
-        let timeout = rules::keys(self.plan, site, Role::DeadMan)
-            .iter()
-            .filter_map(|k| rules::binding(self.plan, k))
-            .filter_map(|b| b.params.get("timeout_seconds")?.parse::<f64>().ok())
-            .filter(|t| t.is_finite() && *t > 0.0)
-            .map(Duration::from_secs_f64)
-            .max()?;
-        let margin = self.plan.interval;
-        Some(Millis(
-            stopped.0 + ms(self.plan.interval) + ms(timeout) + ms(margin),
-        ))
     }
 }
 

@@ -52,6 +52,9 @@ pub(crate) enum Note {
         target: SiteId,
         stage: Stage,
         owner: SiteId,
+        /// The fences undone at the old owner ("dc1 power.off"), and those left as they are.
+        undone: String,
+        left: String,
     },
     Steady {
         owner: SiteId,
@@ -88,6 +91,27 @@ pub(crate) enum Note {
     },
     RenewingDeadMan {
         until: Millis,
+        /// Arming (no chain of proof stands), not renewing.
+        arming: bool,
+    },
+    DeadManTrouble {
+        site: SiteId,
+        why: String,
+        /// The chain of proof broke (arm again), rather than an answer being unknown.
+        broken: bool,
+    },
+    ServiceElsewhere {
+        what: String,
+        detail: String,
+        at: Millis,
+        owner: SiteId,
+        paused: bool,
+    },
+    ServiceRetry {
+        why: String,
+        target: SiteId,
+        at: Millis,
+        attempt: u32,
     },
     EvidenceContradicted {
         site: SiteId,
@@ -252,10 +276,21 @@ fn render(plan: &PlanId, n: &Note) -> String {
             target,
             stage,
             owner,
-        } => format!(
-            "{by} aborted {plan}'s move to {target} at its {} step; {owner} owns it",
-            stage.as_str()
-        ),
+            undone,
+            left,
+        } => {
+            let mut s = format!(
+                "{by} aborted {plan}'s move to {target} at its {} step; {owner} owns it",
+                stage.as_str()
+            );
+            if !undone.is_empty() {
+                s.push_str(&format!(", undoing this move's fences there ({undone})"));
+            }
+            if !left.is_empty() {
+                s.push_str(&format!(", not undone: {left}"));
+            }
+            s
+        }
         Note::Steady {
             owner,
             generation,
@@ -313,7 +348,47 @@ fn render(plan: &PlanId, n: &Note) -> String {
                 format!("{by} switches {plan} over from {from} to {target} ({why})")
             }
         },
-        Note::RenewingDeadMan { until } => format!("renewing the dead-man switch until {until}"),
+        Note::RenewingDeadMan {
+            until,
+            arming: false,
+        } => format!("renewing the dead-man switch until {until}"),
+        Note::RenewingDeadMan {
+            until,
+            arming: true,
+        } => format!("arming the dead-man switch until {until}"),
+        Note::DeadManTrouble { site, why, broken } => format!(
+            "{site}'s dead-man switch is not confirmed armed ({why}){}",
+            if *broken {
+                ": it proves nothing until it is armed again"
+            } else {
+                ""
+            }
+        ),
+        Note::ServiceElsewhere {
+            what,
+            detail,
+            at,
+            owner,
+            paused,
+        } => {
+            if *paused {
+                format!(
+                    "{what} points away from {owner} ({detail} at {at}); paused, so it is left \
+                     as it is"
+                )
+            } else {
+                format!("{what} points away from {owner} ({detail} at {at}): pointing it back")
+            }
+        }
+        Note::ServiceRetry {
+            why,
+            target,
+            at,
+            attempt,
+        } => format!(
+            "{why}: the service does not point at the owner {target} yet; the service step is \
+             retried at {at} (attempt {attempt}) until it does"
+        ),
         Note::EvidenceContradicted { site } => {
             format!("{site} reads FAILED: its fence evidence no longer stands")
         }

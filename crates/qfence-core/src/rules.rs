@@ -24,6 +24,16 @@ pub enum Mutation {
     UnknownIsFenced,
     /// Forget which sites are in maintenance when choosing a failover target.
     MaintenanceIgnored,
+    /// Keep a dead-man switch counted armed (and its chain of proof) after a renewal failed,
+    /// was refused or read back not running: the old "armed once, armed forever".
+    DeadManArmedSticky,
+    /// Accept an abort at every stage, the switchover and after included.
+    AbortAfterSwitchover,
+    /// Point the service at the owner once, at the end of a move, and never keep it there.
+    ServiceNotKept,
+    /// The simulated executor acts on an arm or renewal after its `not_after` (a forwarded
+    /// call delayed past its deadline). The core does not read it: the runtime's side.
+    ActsAfterNotAfter,
 }
 
 /// The rules `decide` applies. [`Rules::default`] is the only one production uses.

@@ -61,9 +61,23 @@ pub struct PlanState {
     pub evidence: Vec<Evidence>,
     /// When renewals of each site's dead-man switch stopped (the site lost the plan then).
     pub renewals_stopped: BTreeMap<SiteId, Millis>,
-    /// Sites whose dead-man switch a renewal was seen to arm while they owned the plan. Only
-    /// an armed switch can prove anything by expiring.
+    /// The owner whose dead-man switches read armed now: the latest arm or renewal of every
+    /// one of its dead-man bindings since `owner_since` was Done with a read-back showing the
+    /// timer running with qfence's countdown. Any FAILED, UNKNOWN or not-running answer takes
+    /// the site out at once (with an alarm), and the next decision arms or renews again.
     pub dead_man_armed: BTreeSet<SiteId>,
+    /// The site's chain of proof for its dead-man switches: when a verified arm or renewal
+    /// last showed every switch running with qfence's countdown, while no answer since showed
+    /// one stopped, refused or set to another countdown (an UNKNOWN answer does not break
+    /// it: a renewal cannot stop a running switch). Written when the chain starts, when
+    /// `dead_man_armed` changes and when renewals stop; removed when the chain breaks. Only a
+    /// site with a chain can be proven stopped by its switch expiring.
+    #[serde(default)]
+    pub dead_man_verified: BTreeMap<SiteId, Millis>,
+    /// Sites whose dead-man trouble (not armed, not confirmed) an alarm was raised for; cleared
+    /// once the switch reads armed again.
+    #[serde(default)]
+    pub dead_man_alarmed: BTreeSet<SiteId>,
     /// Sites an alarm is raised for (not confirmed fenced while not owning the plan).
     pub alarmed: BTreeSet<SiteId>,
     /// Operators' requests, oldest first, not yet acted on.
@@ -91,6 +105,8 @@ impl PlanState {
             evidence: Vec::new(),
             renewals_stopped: BTreeMap::new(),
             dead_man_armed: BTreeSet::new(),
+            dead_man_verified: BTreeMap::new(),
+            dead_man_alarmed: BTreeSet::new(),
             alarmed: BTreeSet::new(),
             intents: Vec::new(),
             maintenance: BTreeSet::new(),
@@ -213,6 +229,9 @@ pub struct HealthTrack {
 /// What the plan is doing.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(tag = "phase", rename_all = "kebab-case")]
+// One per plan, held in the plan's state: boxing the transition would save a few hundred bytes
+// a plan and cost every match a deref.
+#[allow(clippy::large_enum_variant)]
 pub enum Phase {
     /// Owned by `owner`; health and fence watch run.
     Steady,
@@ -305,6 +324,11 @@ pub struct Transition {
     pub entered: bool,
     /// Stopped, and why: it waits for an operator (retry, abort, confirm fenced).
     pub halted: Option<String>,
+    /// Fences of the site given up that this transition issued while no fresh reading showed
+    /// them holding already: what an abort before the switchover may undo. A fence that
+    /// already held when the transition came to it is never undone by an abort.
+    #[serde(default)]
+    pub fenced: Vec<BindingKey>,
 }
 
 /// Evidence that a site is fenced without a read-back.
@@ -334,6 +358,10 @@ pub enum EvidenceKind {
     DeadManExpired {
         renewals_stopped: Millis,
         fired_by: Millis,
+        /// When a verified arm or renewal last showed the switch running with qfence's
+        /// countdown (the chain's latest link); no answer since showed it stopped.
+        #[serde(default)]
+        last_verified: Millis,
     },
 }
 
@@ -370,7 +398,9 @@ pub enum IntentKind {
     Resume,
     /// Retry a halted transition's step from scratch.
     Retry,
-    /// Give up a transition: back to steady at the current owner.
+    /// Give up a transition before anything irreversible: back to steady at the old owner,
+    /// undoing the fences this transition took there when that is safe. Refused from the
+    /// switchover on (the move can only roll forward). See the decision-core spec's table.
     Abort,
 }
 

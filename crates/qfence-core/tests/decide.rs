@@ -1,6 +1,7 @@
 //! `decide`, story by story: each test drives the demo lab (or the PostgreSQL plan) through
 //! one behaviour and asserts the exact commands, state and sentence.
 
+mod bench;
 mod sim;
 
 use std::collections::BTreeMap;
@@ -8,178 +9,13 @@ use std::time::Duration;
 
 use qfence_core::dry_run::{MoveKind, dry_run, parse_assumption};
 use qfence_core::{
-    Action, BindingKey, CoreError, Decision, EvidenceKind, Intent, IntentKind, Leadership, Millis,
-    Observation, Observed, OpId, OpResult, Outcome, Phase, PlanState, Snapshot, Stage,
-    StoredPlanState, TransitionKind, decide,
+    Action, CoreError, Decision, EvidenceKind, IntentKind, Observation, Observed, OpId, Outcome,
+    Phase, Stage, StoredPlanState, TransitionKind, decide,
 };
-use qfence_model::config::{PlanConfig, ValidatedConfig};
-use qfence_model::{Generation, PlanId, Term, Verdict};
+use qfence_model::{Generation, Term, Verdict};
 use sim::fixtures::{self, site};
 
-/// 14:02:00 UTC on some day, so sentences read like a log.
-const T0: Millis = Millis(1_699_970_520_000);
-
-fn k(s: &str, i: usize) -> BindingKey {
-    BindingKey::site(&site(s), i)
-}
-
-fn svc(i: usize) -> BindingKey {
-    BindingKey::service(i)
-}
-
-fn acts(d: &Decision) -> Vec<Action> {
-    d.commands.iter().map(|c| c.action.clone()).collect()
-}
-
-fn check(s: &str, i: usize) -> Action {
-    Action::Check { binding: k(s, i) }
-}
-
-fn fence(s: &str, i: usize) -> Action {
-    Action::Fence { binding: k(s, i) }
-}
-
-/// A test bench: the runtime's part, done by hand. `world` says what a check reads (default
-/// holds), `fail` what an action ends as (default done).
-struct Bench {
-    cfg: ValidatedConfig,
-    plan: PlanId,
-    state: PlanState,
-    obs: BTreeMap<BindingKey, Observation>,
-    results: BTreeMap<OpId, OpResult>,
-    in_flight: BTreeMap<OpId, BindingKey>,
-    term: Term,
-    lease_until: Option<Millis>,
-    leader: bool,
-    now: Millis,
-    world: BTreeMap<BindingKey, Observed>,
-    fail: BTreeMap<BindingKey, Outcome>,
-}
-
-impl Bench {
-    fn new(name: &str, plan: PlanConfig) -> Self {
-        let cfg = fixtures::config_with(vec![(name, plan)]);
-        let state = PlanState::initial(cfg.plan(name).unwrap());
-        Self {
-            cfg,
-            plan: fixtures::plan_id(name),
-            state,
-            obs: BTreeMap::new(),
-            results: BTreeMap::new(),
-            in_flight: BTreeMap::new(),
-            term: Term(2),
-            lease_until: None,
-            leader: true,
-            now: T0,
-            world: BTreeMap::new(),
-            fail: BTreeMap::new(),
-        }
-    }
-
-    fn lab() -> Self {
-        Self::new("erp-db", fixtures::erp_plan())
-    }
-
-    fn full() -> Self {
-        Self::new("erp-db", fixtures::erp_plan_full())
-    }
-
-    fn pg() -> Self {
-        Self::new("pg", fixtures::pg_plan())
-    }
-
-    fn plan(&self) -> &PlanConfig {
-        self.cfg.plan(self.plan.as_str()).unwrap()
-    }
-
-    fn snapshot(&self) -> Snapshot<'_> {
-        Snapshot {
-            config: &self.cfg,
-            plan: self.plan.clone(),
-            state: &self.state,
-            observations: &self.obs,
-            results: &self.results,
-            in_flight: &self.in_flight,
-            leadership: Leadership {
-                leader: self.leader,
-                term: self.term,
-                lease_until: self
-                    .lease_until
-                    .unwrap_or(self.now.plus(Duration::from_secs(2))),
-            },
-            now: self.now,
-        }
-    }
-
-    /// Decides and writes the state change, as the runtime would; runs nothing.
-    fn decide(&mut self) -> Decision {
-        let d = decide(&self.snapshot());
-        if let Some(ch) = &d.state_change {
-            self.state = self.state.apply(ch).expect("the bench is the only writer");
-        }
-        d
-    }
-
-    /// Runs the decision's commands against the bench's world.
-    fn run(&mut self, d: &Decision) {
-        for c in &d.commands {
-            let Some(b) = c.action.binding().cloned() else {
-                continue;
-            };
-            if let Action::Check { .. } = c.action {
-                let v = self.world.get(&b).copied().unwrap_or(Observed::Holds);
-                self.obs.insert(b.clone(), Observation::new(v, self.now));
-            }
-            let outcome = match c.action {
-                Action::Check { .. } => Outcome::Done,
-                _ => self.fail.get(&b).copied().unwrap_or(Outcome::Done),
-            };
-            self.results.insert(
-                c.op.clone(),
-                OpResult {
-                    binding: Some(b),
-                    outcome,
-                    at: self.now,
-                },
-            );
-        }
-    }
-
-    /// One second later: decide, write, run.
-    fn step(&mut self) -> Decision {
-        self.tick(1);
-        let d = self.decide();
-        self.run(&d);
-        d
-    }
-
-    fn tick(&mut self, secs: u64) {
-        self.now = self.now.plus(Duration::from_secs(secs));
-    }
-
-    fn read(&mut self, s: &str, i: usize, v: Observed) {
-        self.obs.insert(k(s, i), Observation::new(v, self.now));
-    }
-
-    fn intent(&mut self, kind: IntentKind) {
-        let generation = self.state.generation;
-        self.intent_at(kind, generation);
-    }
-
-    fn intent_at(&mut self, kind: IntentKind, generation: Generation) {
-        self.state.intents.push(Intent {
-            kind,
-            generation,
-            by: "alice".into(),
-            why: "test".into(),
-            at: self.now,
-        });
-    }
-
-    fn stage(&self) -> Option<Stage> {
-        self.state.transition().map(|t| t.stage)
-    }
-}
+use bench::*;
 
 // ----- verdicts -----
 
@@ -257,7 +93,9 @@ fn steady_state_checks_health_at_the_owner_and_fences_elsewhere_then_says_no_act
             check("dc1", 3),
             check("dc2", 0),
             check("dc2", 1),
-            check("dc2", 2)
+            check("dc2", 2),
+            // The service binding is kept: checked every interval.
+            Action::Check { binding: svc(0) }
         ]
     );
     for c in &d.commands {
@@ -280,7 +118,9 @@ fn steady_state_checks_health_at_the_owner_and_fences_elsewhere_then_says_no_act
             check("dc1", 3),
             check("dc2", 0),
             check("dc2", 1),
-            check("dc2", 2)
+            check("dc2", 2),
+            // The service binding is kept: checked every interval.
+            Action::Check { binding: svc(0) }
         ]
     );
 }
@@ -340,24 +180,37 @@ fn a_returning_site_raises_an_alarm_and_the_shield_and_is_never_unfenced() {
 fn the_owner_dead_man_switch_is_renewed_each_interval_only_under_a_valid_lease() {
     let mut b = Bench::full();
     let d = b.step();
-    let renew = Action::RenewDeadMan {
+    let arm = Action::ArmDeadMan {
         binding: k("dc1", 6),
         not_after: T0.plus(Duration::from_secs(3)),
     };
     assert!(
-        acts(&d).contains(&renew),
-        "bounded by the lease (2 s), not the interval: {d:?}"
+        acts(&d).contains(&arm),
+        "armed first, bounded by the lease (2 s), not the interval: {d:?}"
     );
     assert!(b.state.dead_man_armed.is_empty());
     let d = b.step();
     assert!(
         !acts(&d)
             .iter()
-            .any(|a| matches!(a, Action::RenewDeadMan { .. }))
+            .any(|a| matches!(a, Action::RenewDeadMan { .. } | Action::ArmDeadMan { .. }))
     );
     assert!(
         b.state.dead_man_armed.contains(&site("dc1")),
-        "seen armed once a renewal is done"
+        "armed once the arm is done and read back running"
+    );
+    assert_eq!(
+        b.state.dead_man_verified.get(&site("dc1")),
+        Some(&T0.plus(Duration::from_secs(1)))
+    );
+    b.tick(9);
+    let d = b.step();
+    assert!(
+        acts(&d).contains(&Action::RenewDeadMan {
+            binding: k("dc1", 6),
+            not_after: b.now.plus(Duration::from_secs(2)),
+        }),
+        "renewed an interval later: {d:?}"
     );
     // The lease runs out: nothing at all, and no write.
     b.tick(10);
@@ -366,7 +219,7 @@ fn the_owner_dead_man_switch_is_renewed_each_interval_only_under_a_valid_lease()
     assert_eq!((acts(&d), d.state_change.is_none()), (vec![], true));
     assert_eq!(
         d.reason,
-        "no action: the leader's lease (term 2) ran out at 14:02:12, so erp-db is left alone"
+        "no action: the leader's lease (term 2) ran out at 14:02:22, so erp-db is left alone"
     );
     b.lease_until = None;
     assert!(
@@ -462,7 +315,8 @@ fn a_readiness_reading_starts_nothing_by_itself() {
                 check("dc1", 3),
                 check("dc2", 0),
                 check("dc2", 1),
-                check("dc2", 2)
+                check("dc2", 2),
+                Action::Check { binding: svc(0) }
             ]
         );
         let d = b.step();
@@ -481,6 +335,8 @@ fn a_readiness_reading_starts_nothing_by_itself() {
         .insert(k("dc2", 0), Observation::new(Observed::Holds, b.now));
     b.obs
         .insert(k("dc2", 1), Observation::new(Observed::Holds, b.now));
+    b.obs
+        .insert(svc(0), Observation::new(Observed::Holds, b.now));
     let d = b.decide();
     assert_eq!((acts(&d), d.state_change), (vec![], None));
     assert_eq!(
@@ -502,7 +358,9 @@ fn the_readiness_watch_goes_on_while_paused() {
             check("dc1", 3),
             check("dc2", 0),
             check("dc2", 1),
-            check("dc2", 2)
+            check("dc2", 2),
+            // The service binding is kept: checked every interval.
+            Action::Check { binding: svc(0) }
         ]
     );
     b.tick(9);
@@ -1576,7 +1434,9 @@ fn a_site_in_maintenance_is_checked_and_shown_but_raises_no_alarm() {
             check("dc1", 3),
             check("dc2", 0),
             check("dc2", 1),
-            check("dc2", 2)
+            check("dc2", 2),
+            // The service binding is kept: checked every interval.
+            Action::Check { binding: svc(0) }
         ]
     );
     let d = b.step();

@@ -1,5 +1,8 @@
 //! The invariants can fail: a copy of the rules with a deliberate bug (an UNKNOWN reading
-//! counted as FENCED) is run through the same simulation, and the checker must catch it.
+//! counted as FENCED, a target in maintenance, and one per defect of issue 12: a dead-man
+//! switch kept armed, an arm or renewal acted on after its deadline, an abort after the
+//! switchover, a service never kept) is run through the same simulation, and the checker
+//! must catch it within a bounded number of schedules.
 
 mod sim;
 
@@ -75,4 +78,75 @@ fn a_failover_target_chosen_without_regard_to_maintenance_is_caught_by_the_simul
         sim::report(&v).lines().next().unwrap_or_default()
     );
     assert_eq!(v.invariant, sim::Invariant::MaintenanceNeverOwns);
+}
+
+/// The first of `n` schedules from `base` in which `mutation` breaks `invariant`, with how
+/// many schedules it took.
+fn first_caught(
+    mutation: Mutation,
+    invariant: sim::Invariant,
+    base: u64,
+    n: u64,
+) -> (u64, sim::Violation) {
+    let planted = Rules { mutation };
+    let (i, v) = (0..n)
+        .find_map(|i| {
+            sim::run_schedule(base + i, planted, &[invariant], sim::STEPS, false)
+                .err()
+                .map(|v| (i, v))
+        })
+        .unwrap_or_else(|| {
+            panic!(
+                "{n} schedules with {mutation:?} broke no {}",
+                invariant.name()
+            )
+        });
+    eprintln!(
+        "{mutation:?} caught by {} after {} schedules: {}",
+        invariant.name(),
+        i + 1,
+        sim::report(&v).lines().next().unwrap_or_default()
+    );
+    assert_eq!(v.invariant, invariant);
+    (i + 1, v)
+}
+
+#[test]
+fn a_dead_man_switch_kept_armed_after_a_failed_renewal_is_caught_by_the_world() {
+    first_caught(
+        Mutation::DeadManArmedSticky,
+        sim::Invariant::DeadManFired,
+        0x3A00_0000,
+        3000,
+    );
+}
+
+#[test]
+fn an_arm_or_renewal_acted_on_after_its_deadline_is_caught_by_the_world() {
+    first_caught(
+        Mutation::ActsAfterNotAfter,
+        sim::Invariant::DeadManFired,
+        0x3B00_0000,
+        5000,
+    );
+}
+
+#[test]
+fn an_abort_accepted_after_the_switchover_is_caught_by_the_world() {
+    first_caught(
+        Mutation::AbortAfterSwitchover,
+        sim::Invariant::OneCopyReachable,
+        0x3C00_0000,
+        3000,
+    );
+}
+
+#[test]
+fn a_service_applied_once_and_never_kept_is_caught_by_the_world() {
+    first_caught(
+        Mutation::ServiceNotKept,
+        sim::Invariant::VipAtOwner,
+        0x3D00_0000,
+        3000,
+    );
 }

@@ -8,11 +8,15 @@
 //!
 //! The checker does not reuse the core's rules: it recomputes what counts as proof from the
 //! raw observations and from the world's own record (which watchdog really fired, which
-//! operator really confirmed what), so a bug in the rules cannot hide itself.
+//! operator really confirmed what), so a bug in the rules cannot hide itself. `world.rs` holds
+//! the world (copies, the VIP, watchdogs) and the runtime acting on it; `world_check.rs` the
+//! invariants judged on the world itself, (m) to (o).
 
 #![allow(dead_code)]
 
 pub mod fixtures;
+mod world;
+mod world_check;
 
 use std::collections::{BTreeMap, BTreeSet, VecDeque};
 use std::fmt::Write as _;
@@ -20,11 +24,13 @@ use std::time::Duration;
 
 use qfence_core::rules::{binding, fence_level};
 use qfence_core::{
-    Action, BindingKey, Command, Decision, EvidenceKind, Intent, IntentKind, Leadership, Millis,
-    Observation, Observed, OpId, OpResult, Outcome, PlanState, Rules, Snapshot, decide_with,
+    Action, BindingKey, Decision, EvidenceKind, Intent, IntentKind, Leadership, Millis,
+    Observation, Observed, OpId, OpResult, PlanState, Rules, Snapshot, Stage, decide_with,
 };
 use qfence_model::config::{PlanConfig, ValidatedConfig};
 use qfence_model::{FenceLevel, Generation, PlanId, Role, SiteId, Term};
+use world::{Pending, World};
+use world_check::{MAX_DELAY, WorldWatch};
 
 /// The named safety invariants (see `docs/specs/invariants.md`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
@@ -42,16 +48,26 @@ pub enum Invariant {
     NoUnfenceAtNonOwner,
     /// (f) A site in maintenance never becomes owner, nor the target of a move.
     MaintenanceNeverOwns,
+    /// (m) Never two sites running a primary copy while clients can reach either.
+    OneCopyReachable,
+    /// (n) In steady state the VIP points at the owner, or is pointed back within two
+    /// intervals of the last disturbance.
+    VipAtOwner,
+    /// (o) No dead-man evidence unless the world's watchdog really fired.
+    DeadManFired,
 }
 
 impl Invariant {
-    pub const ALL: [Invariant; 6] = [
+    pub const ALL: [Invariant; 9] = [
         Invariant::FencedBeforePromote,
         Invariant::OneOwnerPerGeneration,
         Invariant::CurrentTermOnly,
         Invariant::UnknownIsNotProof,
         Invariant::NoUnfenceAtNonOwner,
         Invariant::MaintenanceNeverOwns,
+        Invariant::OneCopyReachable,
+        Invariant::VipAtOwner,
+        Invariant::DeadManFired,
     ];
 
     pub fn name(self) -> &'static str {
@@ -62,6 +78,9 @@ impl Invariant {
             Invariant::UnknownIsNotProof => "(d) UNKNOWN is never proof",
             Invariant::NoUnfenceAtNonOwner => "(e) no unfence at a non-owner",
             Invariant::MaintenanceNeverOwns => "(f) a site in maintenance never owns",
+            Invariant::OneCopyReachable => "(m) one reachable copy",
+            Invariant::VipAtOwner => "(n) the VIP at the owner",
+            Invariant::DeadManFired => "(o) dead-man evidence only when the watchdog fired",
         }
     }
 
@@ -73,6 +92,9 @@ impl Invariant {
             Invariant::UnknownIsNotProof => 0xD000_0000,
             Invariant::NoUnfenceAtNonOwner => 0xE000_0000,
             Invariant::MaintenanceNeverOwns => 0x1F00_0000,
+            Invariant::OneCopyReachable => 0x2A00_0000,
+            Invariant::VipAtOwner => 0x2B00_0000,
+            Invariant::DeadManFired => 0x2C00_0000,
         }
     }
 }
@@ -106,6 +128,9 @@ pub struct Stats {
     /// Sites put in maintenance, and requests to do so the core refused (owner, target).
     pub maintenance: usize,
     pub maintenance_refused: usize,
+    /// Watchdogs disarmed or re-set behind qfence's back, and VIPs moved by hand.
+    pub tampers: usize,
+    pub vip_moves: usize,
 }
 
 impl std::ops::AddAssign for Stats {
@@ -123,6 +148,8 @@ impl std::ops::AddAssign for Stats {
         self.recoveries += o.recoveries;
         self.maintenance += o.maintenance;
         self.maintenance_refused += o.maintenance_refused;
+        self.tampers += o.tampers;
+        self.vip_moves += o.vip_moves;
     }
 }
 
@@ -157,31 +184,6 @@ impl Rng {
     }
 }
 
-struct Pending {
-    cmd: Command,
-    ready_at: Millis,
-    lost: bool,
-}
-
-/// The imagined world the commands act on.
-struct World {
-    /// Fence bindings: whether the resource is really stopped.
-    stopped: BTreeMap<BindingKey, bool>,
-    healthy: BTreeMap<SiteId, bool>,
-    ready: BTreeMap<SiteId, bool>,
-    lost: BTreeSet<SiteId>,
-    shield_up: BTreeMap<BindingKey, bool>,
-    /// When each site's watchdog fires, if armed.
-    watchdog: BTreeMap<SiteId, Millis>,
-    /// Watchdogs that really fired, and when. (A host powered on later, while nobody can read
-    /// it, is a fact no orchestrator could see; the evidence was true when it was recorded.)
-    fired: BTreeMap<SiteId, Millis>,
-    /// When each watchdog was last armed or renewed.
-    last_armed: BTreeMap<SiteId, Millis>,
-    /// Percent of calls that time out.
-    flaky: u64,
-}
-
 /// One schedule's run.
 struct Sim<'c> {
     seed: u64,
@@ -189,6 +191,10 @@ struct Sim<'c> {
     /// Drives maintenance on its own stream, so the other events of a seed stay as they were
     /// before maintenance existed.
     maintenance_rng: Rng,
+    /// The world's own doings (tampering, a VIP moved by hand), on their own stream too.
+    world_rng: Rng,
+    /// What invariant (n) keeps between steps.
+    watch: WorldWatch,
     config: &'c ValidatedConfig,
     plan_id: PlanId,
     plan: &'c PlanConfig,
@@ -280,10 +286,13 @@ impl<'c> Sim<'c> {
         let mut owners = BTreeMap::new();
         owners.insert(state.generation, state.owner.clone());
         let now = Millis(1_700_000_000_000);
+        let owner = state.owner.clone();
         Self {
             seed,
             rng,
             maintenance_rng: Rng::new(seed ^ 0x6D61_696E_7465_6E61),
+            world_rng: Rng::new(seed ^ 0x776F_726C_6421),
+            watch: WorldWatch::new(now),
             config,
             plan_id,
             plan,
@@ -295,12 +304,9 @@ impl<'c> Sim<'c> {
                 stopped,
                 healthy,
                 ready,
-                lost: BTreeSet::new(),
                 shield_up,
-                watchdog: BTreeMap::new(),
-                fired: BTreeMap::new(),
-                last_armed: BTreeMap::new(),
                 flaky,
+                ..World::new(&owner, !plan.service.is_empty())
             },
             observations: BTreeMap::new(),
             results: BTreeMap::new(),
@@ -331,9 +337,11 @@ impl<'c> Sim<'c> {
                 .now
                 .plus(Duration::from_millis(500 + self.rng.below(4500)));
             self.events(keep);
+            self.world_events(keep);
             self.execute(keep);
             self.fire_watchdogs();
             self.leader_cycle(step, keep)?;
+            self.check_world(step)?;
         }
         Ok(self.stats)
     }
@@ -363,6 +371,7 @@ impl<'c> Sim<'c> {
         if self.rng.pct(3) {
             let s = self.rng.pick(&sites).clone();
             self.log(keep, || format!("  world: {s} lost"));
+            self.hold_calls_at(&s);
             self.world.lost.insert(s);
         }
         if self.rng.pct(6) && !self.world.lost.is_empty() {
@@ -462,6 +471,9 @@ impl<'c> Sim<'c> {
             && generation == self.state.generation
         {
             self.confirmed.insert((site.clone(), generation));
+            if self.world.primary.contains(site) && !self.site_down(site) {
+                self.world.confirmed_running.insert(site.clone());
+            }
         }
         let k = kind.clone();
         self.log(keep, || {
@@ -476,170 +488,6 @@ impl<'c> Sim<'c> {
             at: self.now,
         });
         self.state.revision += 1;
-    }
-
-    fn reachable(&mut self, k: &BindingKey) -> bool {
-        let Some(b) = binding(self.plan, k) else {
-            return false;
-        };
-        let c = self.config.controller(b.controller.as_str()).unwrap();
-        let ok = c.allowed_sites().any(|s| !self.world.lost.contains(s));
-        ok && !self.rng.pct(self.world.flaky)
-    }
-
-    fn read(&mut self, k: &BindingKey) -> Observed {
-        if !self.reachable(k) {
-            return Observed::Unknown;
-        }
-        let b = binding(self.plan, k).unwrap();
-        let site = k.site.clone();
-        let holds = match (b.role, &site) {
-            (Role::Fence, _) => self.world.stopped[k],
-            (Role::Shield, _) => self.world.shield_up[k],
-            (Role::Health, Some(s)) => self.world.healthy[s] && !self.site_down(s),
-            (Role::Readiness, Some(s)) => self.world.ready[s],
-            _ => true,
-        };
-        if holds {
-            Observed::Holds
-        } else {
-            Observed::NotHeld
-        }
-    }
-
-    fn site_down(&self, s: &SiteId) -> bool {
-        self.world.stopped.iter().any(|(k, v)| {
-            *v && k.site.as_ref() == Some(s) && binding(self.plan, k).is_some_and(|b| b.required)
-        })
-    }
-
-    // ----- the runtime executes commands -----
-
-    fn execute(&mut self, keep: bool) {
-        let mut later = VecDeque::new();
-        while let Some(p) = self.queue.pop_front() {
-            if p.ready_at > self.now {
-                later.push_back(p);
-                continue;
-            }
-            if p.lost {
-                continue;
-            }
-            // The executor refuses a command from a deposed leader.
-            let outcome = if p.cmd.term < self.term {
-                Outcome::Unknown
-            } else {
-                self.apply(&p.cmd, p.ready_at)
-            };
-            let c = p.cmd.to_string();
-            self.log(keep, || format!("  exec {c}: {outcome:?}"));
-            self.results.insert(
-                p.cmd.op.clone(),
-                OpResult {
-                    binding: p.cmd.action.binding().cloned(),
-                    outcome,
-                    at: p.ready_at,
-                },
-            );
-        }
-        self.queue = later;
-        let horizon = Millis(self.now.0.saturating_sub(90_000));
-        self.results.retain(|_, r| r.at >= horizon);
-    }
-
-    fn outcome(&mut self, k: &BindingKey) -> Outcome {
-        if !self.reachable(k) {
-            Outcome::Unknown
-        } else if self.rng.pct(8) {
-            Outcome::Failed
-        } else {
-            Outcome::Done
-        }
-    }
-
-    fn apply(&mut self, cmd: &Command, at: Millis) -> Outcome {
-        match &cmd.action {
-            Action::Check { binding } => {
-                let v = self.read(binding);
-                self.observations
-                    .insert(binding.clone(), Observation::new(v, at));
-                Outcome::Done
-            }
-            Action::Fence { binding } => {
-                let o = self.outcome(binding);
-                // A timed-out fence may or may not have taken.
-                if o == Outcome::Done || o == Outcome::Unknown && self.rng.pct(50) {
-                    self.world.stopped.insert(binding.clone(), true);
-                }
-                o
-            }
-            Action::Unfence { binding } => {
-                let o = self.outcome(binding);
-                if o == Outcome::Done {
-                    self.world.stopped.insert(binding.clone(), false);
-                }
-                o
-            }
-            Action::Recover { binding } | Action::Switchover { binding } => {
-                let o = self.outcome(binding);
-                if o == Outcome::Done
-                    && let Some(s) = &binding.site
-                {
-                    self.world.healthy.insert(s.clone(), true);
-                }
-                o
-            }
-            Action::Service { binding, .. } => self.outcome(binding),
-            Action::RaiseShield { binding } | Action::LowerShield { binding } => {
-                let o = self.outcome(binding);
-                if o == Outcome::Done {
-                    let up = matches!(cmd.action, Action::RaiseShield { .. });
-                    self.world.shield_up.insert(binding.clone(), up);
-                }
-                o
-            }
-            Action::ArmDeadMan { binding, not_after }
-            | Action::RenewDeadMan { binding, not_after } => {
-                // The executor honours `not_after`: that is what makes expiry provable.
-                if at > *not_after {
-                    return Outcome::Failed;
-                }
-                let o = self.outcome(binding);
-                if o == Outcome::Done {
-                    let timeout = binding_timeout(self.plan, binding);
-                    let s = binding.site.clone().unwrap();
-                    self.world.watchdog.insert(s.clone(), at.plus(timeout));
-                    self.world.last_armed.insert(s, at);
-                }
-                o
-            }
-            Action::Alarm { .. } => Outcome::Done,
-        }
-    }
-
-    fn fire_watchdogs(&mut self) {
-        let due: Vec<(SiteId, Millis)> = self
-            .world
-            .watchdog
-            .iter()
-            .filter(|(_, t)| **t <= self.now)
-            .map(|(s, t)| (s.clone(), *t))
-            .collect();
-        for (s, t) in due {
-            self.world.watchdog.remove(&s);
-            self.world.fired.insert(s.clone(), t);
-            let keys: Vec<BindingKey> = self
-                .world
-                .stopped
-                .keys()
-                .filter(|k| k.site.as_ref() == Some(&s))
-                .filter(|k| fence_level(self.config, self.plan, k) == Some(FenceLevel::Compute))
-                .cloned()
-                .collect();
-            for k in keys {
-                self.world.stopped.insert(k, true);
-            }
-        }
     }
 
     // ----- the leader decides -----
@@ -711,6 +559,9 @@ impl<'c> Sim<'c> {
             None => None,
         };
         self.check_decision(step, &snap, &d, next.as_ref())?;
+        if let Some(n) = &next {
+            self.check_dead_man_evidence(step, &state, n)?;
+        }
         if let Some(n) = next {
             if n.generation != self.state.generation {
                 self.stats.commits += 1;
@@ -752,12 +603,26 @@ impl<'c> Sim<'c> {
             }
             let line = c.to_string();
             self.log(keep, || format!("  issue {line}"));
-            let delay = self.rng.below(6000);
+            let delay = self.rng.below(MAX_DELAY.as_millis() as u64);
             let lost = self.rng.pct(2);
+            // Now and then a forwarded call is held up well past its deadline.
+            let forwarded = self.world_rng.pct(3);
+            let delay = if forwarded {
+                15_000 + self.world_rng.below(75_000)
+            } else {
+                delay
+            };
+            if delay >= MAX_DELAY.as_millis() as u64
+                && c.action.binding().is_some_and(|b| b.site.is_none())
+            {
+                self.watch
+                    .disturb(self.now.plus(Duration::from_millis(delay)));
+            }
             self.queue.push_back(Pending {
                 ready_at: self.now.plus(Duration::from_millis(delay)),
                 cmd: c,
                 lost,
+                forwarded,
             });
         }
         Ok(())
@@ -850,12 +715,10 @@ impl<'c> Sim<'c> {
             }
         }
         Err(format!(
-            "{site} not proven at generation {generation}: {}; evidence {:?}; watchdog armed {:?}, last armed {:?}, fired {:?}",
+            "{site} not proven at generation {generation}: {}; evidence {:?}; watchdog {:?}",
             readings.join(", "),
             state.evidence,
-            self.world.watchdog.get(site),
-            self.world.last_armed.get(site),
-            self.world.fired.get(site),
+            self.world.dog.get(site),
         ))
     }
 
@@ -864,7 +727,7 @@ impl<'c> Sim<'c> {
         site: &SiteId,
         kind: &EvidenceKind,
         generation: Generation,
-        owner_since: Millis,
+        _owner_since: Millis,
     ) -> bool {
         match kind {
             // Confirmations carry over to the generation the new owner commits.
@@ -874,18 +737,9 @@ impl<'c> Sim<'c> {
                         .confirmed
                         .contains(&(site.clone(), Generation(generation.0.saturating_sub(1))))
             }
-            // The world's own record: this site's watchdog was armed while it owned the plan,
-            // and really fired after it was last renewed.
-            EvidenceKind::DeadManExpired { .. } => {
-                self.world.fired.get(site).is_some_and(|t| {
-                    *t <= self.now
-                        && self
-                            .world
-                            .last_armed
-                            .get(site)
-                            .is_some_and(|a| a <= t && *a >= owner_since)
-                }) && !self.world.watchdog.contains_key(site)
-            }
+            // The world's own record: this site's watchdog really fired (or was changed
+            // behind qfence's back where no read-back could show it).
+            EvidenceKind::DeadManExpired { .. } => self.dog_fired_or_unseen(site),
         }
     }
 
@@ -927,6 +781,35 @@ impl<'c> Sim<'c> {
                 _ => None,
             };
             let Some(target) = promoted_at else { continue };
+            // Keeping the VIP at the owner in steady state is not a promotion: (n) and (m)
+            // watch it. Only a move's service step must stand on proof.
+            if matches!(c.action, Action::Service { .. }) && after.transition().is_none() {
+                if self.on(Invariant::FencedBeforePromote)
+                    && (target != after.owner || c.generation != after.generation)
+                {
+                    return Err(self.violation(
+                        step,
+                        Invariant::FencedBeforePromote,
+                        format!("{c}: the service kept pointing at a site that does not own it"),
+                    ));
+                }
+                continue;
+            }
+            // An abort before the switchover undoes the move's fences at the old owner, which
+            // owns the plan again: (m) watches that no second copy runs.
+            // (Another move may start in the same decision: an intent after the abort.)
+            if matches!(c.action, Action::Unfence { .. })
+                && after.owner == target
+                && after.generation == snap.state.generation
+                && snap.state.transition().is_some_and(|t| {
+                    t.from == target
+                        && t.stage < Stage::Switchover
+                        && t.after_verify < Stage::Switchover
+                        && after.transition().is_none_or(|n| n.started != t.started)
+                })
+            {
+                continue;
+            }
             let inv = if matches!(c.action, Action::Unfence { .. }) {
                 Invariant::NoUnfenceAtNonOwner
             } else {
@@ -1067,7 +950,7 @@ fn binding_timeout(plan: &PlanConfig, k: &BindingKey) -> Duration {
         .unwrap_or(Duration::from_secs(60))
 }
 
-/// Schedules per invariant file by default: six files make 12,000 per run.
+/// Schedules per invariant file by default: nine files make 18,000 per run.
 pub const DEFAULT_SCHEDULES: u64 = 2000;
 
 /// Steps per schedule: about seven minutes of simulated time (2.75 s a step on average).
@@ -1139,7 +1022,9 @@ pub fn run_invariant(invariant: Invariant, default: u64) {
                 && total.shields > 0
                 && total.recoveries > 0
                 && total.maintenance > 0
-                && total.maintenance_refused > 0,
+                && total.maintenance_refused > 0
+                && total.tampers > 0
+                && total.vip_moves > 0,
             "the schedules missed a behaviour: {total:?}"
         );
     }
