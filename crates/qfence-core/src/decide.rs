@@ -10,6 +10,7 @@
 //! one sentence (see `reason.rs`). The rules themselves are in `docs/specs/decision-core.md`.
 
 use std::collections::BTreeMap;
+use std::time::Duration;
 
 use qfence_model::config::{PlanConfig, ValidatedConfig};
 use qfence_model::{FenceLevel, PlanId, Role, SiteId, Verdict};

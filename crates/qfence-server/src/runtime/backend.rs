@@ -989,6 +989,9 @@ impl Backend for RuntimeBackend {
             next.renewals_stopped
                 .retain(|s, _| new.instance(s).is_some());
             next.dead_man_armed.retain(|s| new.instance(s).is_some());
+            next.dead_man_verified
+                .retain(|s, _| new.instance(s).is_some());
+            next.dead_man_alarmed.retain(|s| new.instance(s).is_some());
             next.alarmed.retain(|s| new.instance(s).is_some());
             record.spec = staged.spec;
             self.write_plan_record(name, state.generation, &record, Some(&next))

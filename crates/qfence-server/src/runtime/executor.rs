@@ -11,7 +11,7 @@ use tokio_util::sync::CancellationToken;
 
 use super::capitalised;
 use super::drivers::{PreFence, Verb, WireCall, WireResult};
-use super::engine::Inner;
+use super::engine::{Inner, PLAN_STATE_SCHEMA};
 use crate::events::{EventKind, NewEvent};
 use crate::metrics::Direction;
 
@@ -127,6 +127,19 @@ impl Executor {
         });
     }
 
+    /// The plan's owner in the replicated state, if it can be read.
+    fn current_owner(&self, plan: &qfence_model::PlanId) -> Option<qfence_model::SiteId> {
+        let doc = self
+            .inner
+            .node
+            .read(|s| s.plans.get(plan).map(|r| r.state.clone()))?;
+        let state = doc
+            .decode::<qfence_core::StoredPlanState>(PLAN_STATE_SCHEMA)
+            .ok()?
+            .into_current();
+        Some(state.owner)
+    }
+
     fn controller_of(&self, command: &Command, key: &BindingKey) -> Option<String> {
         let config = self.inner.config();
         let plan = config.plan(command.plan.as_str())?;
@@ -176,7 +189,15 @@ impl Executor {
         let capability = binding.capability.clone();
         let site = match &command.action {
             Action::Service { site, .. } => site.clone(),
-            _ => key.site.clone().unwrap_or_else(|| plan.owner.clone()),
+            _ => match &key.site {
+                Some(s) => s.clone(),
+                // A service binding's check asks "does it point at the owner": the owner the
+                // replicated state names now, not the configuration's first one (after a
+                // failover that is the other site).
+                None => self
+                    .current_owner(&command.plan)
+                    .unwrap_or_else(|| plan.owner.clone()),
+            },
         };
         let mut not_after_unix_ms = None;
         let verb = match &command.action {
@@ -419,7 +440,12 @@ impl Executor {
                     OpResult {
                         binding: Some(key.clone()),
                         outcome: f.outcome,
-                        at,
+                        // A reading's result carries the reading's own stamp (its start): the
+                        // core asks "read since the last act" as `reading.at >= result.at`,
+                        // which a check's own later finish would make false for ever (a shield
+                        // never raised, a VIP never re-applied), and a renewal is due an
+                        // interval after the last one started, not after it answered.
+                        at: if observes { started_at } else { at },
                     },
                 );
             }

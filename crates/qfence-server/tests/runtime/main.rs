@@ -30,7 +30,7 @@ use qfence_server::runtime::RuntimeBackend;
 use qfence_server::runtime::engine::without_times;
 use qfence_server::{Backend, BackendError};
 
-use lab::{Orchestrator, Sims, eventually, phase, plan};
+use lab::{Orchestrator, Sims, VIP, eventually, phase, plan};
 
 /// Prints the event log, so a failed story shows where it stopped.
 fn dump(o: &Orchestrator) {
@@ -112,6 +112,43 @@ async fn a_lost_site_fails_over_step_by_step_and_the_vip_follows() -> Result<()>
     assert_eq!(
         sims.pve2.snapshot().vm(101).map(|v| v.status),
         Some(VmStatus::Running)
+    );
+
+    phase("the VIP is kept at the new owner: checked every interval, not applied again");
+    // A service binding's check reads "points at the owner": the replicated owner (dc2), not
+    // the configuration's first one, which would re-apply the VIP and alarm every interval.
+    tokio::time::sleep(Duration::from_secs(4)).await;
+    let applied = o
+        .engine
+        .events()
+        .iter()
+        .filter(|e| e.kind == EventKind::Command && e.message.starts_with("service service[0]"))
+        .count();
+    assert_eq!(applied, 1, "the VIP was applied once, by the failover");
+    assert_eq!(sims.vip(), ["10.2.1.5"]);
+
+    phase("a VIP moved back by hand is pointed at the owner again, with an alarm");
+    sims.fgt.edit(|s| {
+        s.vdoms
+            .get_mut("root")
+            .unwrap()
+            .vips
+            .get_mut(VIP)
+            .unwrap()
+            .mappedip = vec!["10.1.1.5".into()];
+    });
+    eventually(Duration::from_secs(15), "the VIP back at dc2", || async {
+        (sims.vip() == ["10.2.1.5"]).then_some(())
+    })
+    .await
+    .inspect_err(|_| dump(&o))?;
+    assert!(
+        o.engine
+            .events()
+            .iter()
+            .any(|e| e.kind == EventKind::Alarm
+                && e.message.contains("pointed away from the owner dc2")),
+        "an alarm says the VIP pointed away"
     );
 
     phase("the event log tells the story and verifies");
