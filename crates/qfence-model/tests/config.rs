@@ -922,3 +922,40 @@ fn capability_params_doc_matches_the_catalog() {
         "docs/specs/capabilities.md's params table and catalog.rs differ\nonly in the doc: {only_doc:#?}\nonly in the code: {only_code:#?}"
     );
 }
+
+/// A dead-man countdown shorter than three intervals is refused at its path (issue 12): it is
+/// renewed once an interval, and a failed renewal or a drain may skip one.
+#[test]
+fn a_dead_man_countdown_under_three_intervals_is_refused_with_its_path() {
+    let with_watchdog = |countdown: u32| {
+        LAB.replacen(
+            "controllers:\n",
+            "controllers:\n  ipmi-dc1:\n    type: ipmi\n    endpoint: 127.0.0.1:6230\n    \
+             site: dc1\n    secret: lab-ipmi\n    username: qfence\n",
+            1,
+        )
+        .replacen(
+            "      dc1:\n",
+            &format!(
+                "      dc1:\n        - {{controller: ipmi-dc1, capability: watchdog, resource: \
+                 pve-dc1-01, role: dead-man, params: {{timeout_seconds: {countdown}}}}}\n"
+            ),
+            1,
+        )
+    };
+    // interval_seconds is 10 in the lab: 29 s is too short, 30 s is enough.
+    let issues = load_str(&with_watchdog(29), "lab.yaml").expect_err("refused");
+    let issue = issues
+        .iter()
+        .find(|i| i.path == "plans.erp-db.instances.dc1[0].params.timeout_seconds")
+        .unwrap_or_else(|| panic!("no issue at the countdown's path: {issues:#?}"));
+    assert_eq!(issue.severity, Severity::Error);
+    assert!(
+        issue
+            .message
+            .contains("at least three intervals (3 x interval_seconds = 30 s)"),
+        "{}",
+        issue.message
+    );
+    load_str(&with_watchdog(30), "lab.yaml").expect("three intervals are enough");
+}

@@ -321,6 +321,34 @@ impl Decoder {
                 );
             }
         }
+        // A dead-man switch is renewed once an interval; a renewal that fails, a drain or a
+        // leader's hand-over can cost one more. Below three intervals a routine restart of
+        // the orchestrators could let the owner's own watchdog power it off.
+        for (site, bindings) in &plan.instances {
+            let sp = child(&child(path, "instances"), site.as_str());
+            for (i, b) in bindings.iter().enumerate() {
+                let countdown = b
+                    .params
+                    .get("timeout_seconds")
+                    .and_then(|t| t.parse::<f64>().ok())
+                    .filter(|t| t.is_finite());
+                let Some(countdown) = countdown.filter(|_| b.role == Role::DeadMan) else {
+                    continue;
+                };
+                let floor = 3.0 * plan.interval.as_secs_f64();
+                if countdown < floor {
+                    self.error(
+                        &child(&child(&index(&sp, i), "params"), "timeout_seconds"),
+                        format!(
+                            "the dead-man countdown ({countdown} s) must be at least three \
+                             intervals (3 x interval_seconds = {floor} s): it is renewed once an \
+                             interval, and a failed renewal, a drain or a leader's hand-over may \
+                             skip one without the owner being lost"
+                        ),
+                    );
+                }
+            }
+        }
         // A controller's own call deadline must fit inside the plan's fence deadline.
         let mut reported = BTreeSet::new();
         for b in plan.instances.values().flatten() {
