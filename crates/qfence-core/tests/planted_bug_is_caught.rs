@@ -127,7 +127,7 @@ fn an_arm_or_renewal_acted_on_after_its_deadline_is_caught_by_the_world() {
         Mutation::ActsAfterNotAfter,
         sim::Invariant::DeadManFired,
         0x3B00_0000,
-        5000,
+        12000,
     );
 }
 

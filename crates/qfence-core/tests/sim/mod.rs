@@ -131,6 +131,8 @@ pub struct Stats {
     /// Watchdogs disarmed or re-set behind qfence's back, and VIPs moved by hand.
     pub tampers: usize,
     pub vip_moves: usize,
+    /// Drains of the leader, each ended by a hand-over.
+    pub drains: usize,
 }
 
 impl std::ops::AddAssign for Stats {
@@ -150,6 +152,7 @@ impl std::ops::AddAssign for Stats {
         self.maintenance_refused += o.maintenance_refused;
         self.tampers += o.tampers;
         self.vip_moves += o.vip_moves;
+        self.drains += o.drains;
     }
 }
 
@@ -193,6 +196,11 @@ struct Sim<'c> {
     maintenance_rng: Rng,
     /// The world's own doings (tampering, a VIP moved by hand), on their own stream too.
     world_rng: Rng,
+    /// Drains of the leader (`serve`'s first signal), on their own stream too.
+    drain_rng: Rng,
+    /// While the leader drains: until when. It starts nothing new but keeps arming and
+    /// renewing the owner's dead-man switches, then hands the leadership over (ADR 0013).
+    draining_until: Option<Millis>,
     /// What invariant (n) keeps between steps.
     watch: WorldWatch,
     config: &'c ValidatedConfig,
@@ -292,6 +300,8 @@ impl<'c> Sim<'c> {
             rng,
             maintenance_rng: Rng::new(seed ^ 0x6D61_696E_7465_6E61),
             world_rng: Rng::new(seed ^ 0x776F_726C_6421),
+            drain_rng: Rng::new(seed ^ 0x6472_6169_6E21),
+            draining_until: None,
             watch: WorldWatch::new(now),
             config,
             plan_id,
@@ -337,6 +347,7 @@ impl<'c> Sim<'c> {
                 .now
                 .plus(Duration::from_millis(500 + self.rng.below(4500)));
             self.events(keep);
+            self.drain(keep);
             self.world_events(keep);
             self.execute(keep);
             self.fire_watchdogs();
@@ -407,6 +418,34 @@ impl<'c> Sim<'c> {
             self.operator(keep);
         }
         self.maintenance(keep);
+    }
+
+    /// Now and then the leader drains for a few seconds (a rolling restart), in the middle of
+    /// whatever it was doing, and then hands the leadership over: a new term.
+    fn drain(&mut self, keep: bool) {
+        match self.draining_until {
+            Some(until) if self.now >= until => {
+                self.draining_until = None;
+                self.term = Term(self.term.0 + 1);
+                self.leader = true;
+                self.lease_until = self.now.plus(Duration::from_secs(2));
+                let t = self.term;
+                self.log(keep, || {
+                    format!("  cluster: drained, leadership handed over, term {t}")
+                });
+            }
+            None if self.drain_rng.below(1000) < 6 => {
+                let until = self
+                    .now
+                    .plus(Duration::from_millis(2_000 + self.drain_rng.below(10_000)));
+                self.draining_until = Some(until);
+                self.stats.drains += 1;
+                self.log(keep, || {
+                    format!("  cluster: the leader drains until {until}")
+                });
+            }
+            _ => {}
+        }
     }
 
     /// Operators take sites in and out of maintenance, through the core's own check (the
@@ -604,7 +643,17 @@ impl<'c> Sim<'c> {
             let line = c.to_string();
             self.log(keep, || format!("  issue {line}"));
             let delay = self.rng.below(MAX_DELAY.as_millis() as u64);
-            let lost = self.rng.pct(2);
+            // A draining leader starts nothing new but its dead-man calls (and alarms): the
+            // rest never runs and never answers, as a call lost on the way.
+            let drained = self.draining_until.is_some()
+                && !matches!(
+                    c.action,
+                    Action::ArmDeadMan { .. } | Action::RenewDeadMan { .. } | Action::Alarm { .. }
+                );
+            if drained {
+                self.log(keep, || "    (not started: draining)".to_string());
+            }
+            let lost = self.rng.pct(2) || drained;
             // Now and then a forwarded call is held up well past its deadline.
             let forwarded = self.world_rng.pct(3);
             let delay = if forwarded {
@@ -1024,7 +1073,8 @@ pub fn run_invariant(invariant: Invariant, default: u64) {
                 && total.maintenance > 0
                 && total.maintenance_refused > 0
                 && total.tampers > 0
-                && total.vip_moves > 0,
+                && total.vip_moves > 0
+                && total.drains > 0,
             "the schedules missed a behaviour: {total:?}"
         );
     }
