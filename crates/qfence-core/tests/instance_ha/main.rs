@@ -8,4 +8,6 @@ mod invariants;
 mod planted;
 mod scenarios;
 mod sim;
+#[path = "../support/spread.rs"]
+mod spread;
 mod world;

@@ -15,6 +15,8 @@
 #![allow(dead_code)]
 
 pub mod fixtures;
+#[path = "../support/spread.rs"]
+mod spread;
 mod world;
 mod world_check;
 
@@ -1027,34 +1029,17 @@ pub fn run_invariant(invariant: Invariant, default: u64) {
     }
     let n = env_u64("QFENCE_SIM_SCHEDULES").unwrap_or(default);
     let started = std::time::Instant::now();
-    // Schedules are independent: spread them over the cores (seed i goes to thread i % t).
     let steps = steps();
-    let threads = std::thread::available_parallelism().map_or(1, |p| p.get()) as u64;
-    let outcomes: Vec<Result<Stats, Violation>> = std::thread::scope(|scope| {
-        let handles: Vec<_> = (0..threads)
-            .map(|t| {
-                scope.spawn(move || {
-                    let mut total = Stats::default();
-                    for i in (t..n).step_by(threads as usize) {
-                        let seed = invariant.seed_base() + i;
-                        total += run_schedule(seed, Rules::default(), &[invariant], steps, false)?;
-                    }
-                    Ok(total)
-                })
-            })
-            .collect();
-        handles
-            .into_iter()
-            .map(|h| h.join().expect("a simulation thread panicked"))
-            .collect()
-    });
-    let mut total = Stats::default();
-    for o in outcomes {
-        match o {
-            Ok(s) => total += s,
-            Err(v) => panic!("{}", report(&v)),
-        }
-    }
+    let total = spread::over_cores(n, |i| {
+        run_schedule(
+            invariant.seed_base() + i,
+            Rules::default(),
+            &[invariant],
+            steps,
+            false,
+        )
+    })
+    .unwrap_or_else(|v| panic!("{}", report(&v)));
     eprintln!(
         "{}: {n} schedules in {:.1?}: {total:?}",
         invariant.name(),
