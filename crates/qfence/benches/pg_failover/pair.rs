@@ -1,0 +1,124 @@
+//! The PostgreSQL pair (tools/emulators/start-pg-pair.sh) and the fence agent that stands in
+//! for each host's BMC.
+
+use std::collections::BTreeMap;
+use std::os::unix::fs::PermissionsExt;
+use std::path::{Path, PathBuf};
+use std::process::Command;
+
+use anyhow::{Context, Result, bail};
+
+/// A running pair: a primary at `ports[0]` (dc1) streaming to a replica at `ports[1]` (dc2).
+pub struct Pair {
+    pub run: PathBuf,
+    pub ports: [u16; 2],
+    pub sockets: PathBuf,
+    tools: PathBuf,
+}
+
+/// The fence agent: `off` kills the server listening on its port (the postmaster and its
+/// children, as a power cut would, while the host stays up), `status` is OFF once none runs.
+/// The server is found by its socket's lock file, whose first line is the postmaster's pid.
+const AGENT: &str = r#"#!/bin/sh
+in=$(cat)
+opt() { printf '%s\n' "$in" | sed -n "s/^$1=//p" | tail -n 1; }
+lock="$(opt sockets)/.s.PGSQL.$(opt pgport).lock"
+pm() { [ -f "$lock" ] && p=$(head -n 1 "$lock") && [ -n "$p" ] && kill -0 "$p" 2>/dev/null && echo "$p"; }
+case "$(opt action)" in
+metadata) cat <<'XML'
+<resource-agent name="fence_pgkill" shortdesc="kills a PostgreSQL server (pg_failover bench)">
+<parameters><parameter name="pgport" unique="0" required="1"/><parameter name="sockets" unique="0" required="1"/></parameters>
+<actions><action name="off"/><action name="status"/><action name="monitor"/><action name="metadata"/></actions>
+</resource-agent>
+XML
+    exit 0;;
+monitor) exit 0;;
+status) if [ -n "$(pm)" ]; then echo "Status: ON"; exit 0; else echo "Status: OFF"; exit 2; fi;;
+off) p=$(pm); if [ -n "$p" ]; then pkill -KILL -P "$p"; kill -KILL "$p"; fi; exit 0;;
+*) echo "unsupported action"; exit 1;;
+esac
+"#;
+
+/// Writes `fence_pgkill` into `dir` (put it on the orchestrator's PATH).
+pub fn write_agent(dir: &Path) -> Result<PathBuf> {
+    std::fs::create_dir_all(dir)?;
+    let p = dir.join("fence_pgkill");
+    std::fs::write(&p, AGENT)?;
+    std::fs::set_permissions(&p, std::fs::Permissions::from_mode(0o755))?;
+    Ok(p)
+}
+
+impl Pair {
+    /// Builds a fresh pair in `run` (a short path: the sockets live there).
+    pub fn start(tools: &Path, run: &Path, ports: [u16; 2]) -> Result<Self> {
+        std::fs::create_dir_all(run)?;
+        let out = Command::new("bash")
+            .arg(tools.join("start-pg-pair.sh"))
+            .env("QFENCE_EMU_RUN", run)
+            .env("PG_PRIMARY_PORT", ports[0].to_string())
+            .env("PG_REPLICA_PORT", ports[1].to_string())
+            .env("PG_FRESH", "1")
+            .output()
+            .context("running start-pg-pair.sh")?;
+        if !out.status.success() {
+            bail!(
+                "start-pg-pair.sh failed: {}",
+                String::from_utf8_lossy(&out.stderr)
+            );
+        }
+        let env: BTreeMap<String, String> = String::from_utf8_lossy(&out.stdout)
+            .lines()
+            .filter_map(|l| l.split_once('='))
+            .map(|(k, v)| (k.to_owned(), v.to_owned()))
+            .collect();
+        let sockets = env
+            .get("PG_SOCKETS")
+            .context("start-pg-pair.sh printed no PG_SOCKETS")?;
+        Ok(Self {
+            run: run.to_owned(),
+            ports,
+            sockets: sockets.into(),
+            tools: tools.to_owned(),
+        })
+    }
+
+    /// Kills the server at `site` (0 = dc1) the way the fence agent does.
+    pub fn kill(&self, agent: &Path, site: usize) -> Result<()> {
+        use std::io::Write as _;
+        let mut child = Command::new(agent)
+            .stdin(std::process::Stdio::piped())
+            .stdout(std::process::Stdio::null())
+            .spawn()?;
+        let input = format!(
+            "action=off\npgport={}\nsockets={}\n",
+            self.ports[site],
+            self.sockets.display()
+        );
+        child
+            .stdin
+            .take()
+            .context("agent stdin")?
+            .write_all(input.as_bytes())?;
+        child.wait()?;
+        Ok(())
+    }
+
+    /// A libpq URL of the server at `site`, for the bench's own client (superuser, trust
+    /// over the socket is not used: TCP with the password).
+    pub fn url(&self, site: usize) -> String {
+        format!(
+            "host=127.0.0.1 port={} user=postgres password=postgres dbname=app connect_timeout=2",
+            self.ports[site]
+        )
+    }
+}
+
+impl Drop for Pair {
+    fn drop(&mut self) {
+        let _ = Command::new("bash")
+            .arg(self.tools.join("stop.sh"))
+            .arg("pg-pair")
+            .env("QFENCE_EMU_RUN", &self.run)
+            .output();
+    }
+}
