@@ -29,10 +29,10 @@ use qfence_model::ControllerId;
 use super::editor::{FieldIssues, forbidden};
 use super::{FormSession, Session, page};
 use crate::api::AppState;
-use crate::backend::BackendError;
+use crate::backend::{BackendError, CheckedController};
 use form::{ControllerForm, looks_inline, place, validate, without_password};
 use list::{list, test};
-use page::{ProbeView, context, register_page};
+use page::{Context, ProbeView, context, register_page};
 
 /// The registration and list routes.
 pub(crate) fn routes() -> Router<AppState> {
@@ -71,19 +71,67 @@ async fn start(session: Session, State(s): State<AppState>) -> Response {
     ))
 }
 
-async fn step(
-    FormSession(session): FormSession,
-    State(s): State<AppState>,
-    axum::Form(fields): axum::Form<Vec<(String, String)>>,
-) -> Response {
-    if !session.admin() {
-        return forbidden(&session, "Registering a controller");
+/// The page of a step, drawn for one request: the session and the configuration's context.
+struct Screen<'a> {
+    session: &'a Session,
+    ctx: &'a Context,
+}
+
+impl Screen<'_> {
+    /// Step `step` of `form` with `status`.
+    fn show(
+        &self,
+        form: &ControllerForm,
+        step: u8,
+        issues: FieldIssues,
+        probe: Option<ProbeView>,
+        warnings: Vec<String>,
+        status: StatusCode,
+    ) -> Response {
+        (
+            status,
+            page(&register_page(
+                self.session,
+                self.ctx,
+                form,
+                step,
+                issues,
+                probe,
+                warnings,
+            )),
+        )
+            .into_response()
     }
-    let ctx = match context(&s, &session).await {
-        Ok(c) => c,
-        Err(r) => return r,
-    };
-    let mut form = ControllerForm::from_fields(&fields);
+
+    /// Step `step` of `form`, nothing to say.
+    fn plain(&self, form: &ControllerForm, step: u8) -> Response {
+        self.show(
+            form,
+            step,
+            FieldIssues::default(),
+            None,
+            Vec::new(),
+            StatusCode::OK,
+        )
+    }
+
+    /// Step `step` of `form` with the `issues` that stopped it.
+    fn refused(&self, form: &ControllerForm, step: u8, issues: FieldIssues) -> Response {
+        self.show(
+            form,
+            step,
+            issues,
+            None,
+            Vec::new(),
+            StatusCode::UNPROCESSABLE_ENTITY,
+        )
+    }
+}
+
+/// What a posted step says: the form, the step it was posted from (1 to 4) and the action
+/// (`next` unless a button said otherwise).
+fn posted(fields: &[(String, String)]) -> (ControllerForm, u8, &str) {
+    let mut form = ControllerForm::from_fields(fields);
     let at: u8 = fields
         .iter()
         .find(|(k, _)| k == "step")
@@ -100,20 +148,26 @@ async fn step(
         .find(|(k, _)| k == "action")
         .map(|(_, v)| v.as_str())
         .unwrap_or("next");
-    let show = |form: &ControllerForm,
-                step: u8,
-                issues: FieldIssues,
-                probe: Option<ProbeView>,
-                warnings: Vec<String>,
-                status: StatusCode| {
-        (
-            status,
-            page(&register_page(
-                &session, &ctx, form, step, issues, probe, warnings,
-            )),
-        )
-            .into_response()
+    (form, at, action)
+}
+
+async fn step(
+    FormSession(session): FormSession,
+    State(s): State<AppState>,
+    axum::Form(fields): axum::Form<Vec<(String, String)>>,
+) -> Response {
+    if !session.admin() {
+        return forbidden(&session, "Registering a controller");
+    }
+    let ctx = match context(&s, &session).await {
+        Ok(c) => c,
+        Err(r) => return r,
     };
+    let screen = Screen {
+        session: &session,
+        ctx: &ctx,
+    };
+    let (mut form, at, action) = posted(&fields);
     // A secret that looks inline is never kept, not even in the page sent back; nor is a
     // password written into the endpoint (validation refuses it and says why).
     let inline = looks_inline(&form.get("secret"));
@@ -130,28 +184,9 @@ async fn step(
     let target = match action {
         // Step 3 is the test's result (and its pin box): back to it runs the test again.
         "back" if at == 4 => 3,
-        "back" => {
-            let to = at.saturating_sub(1).max(1);
-            return show(
-                &form,
-                to,
-                FieldIssues::default(),
-                None,
-                Vec::new(),
-                StatusCode::OK,
-            );
-        }
+        "back" => return screen.plain(&form, at.saturating_sub(1).max(1)),
         // Step 1 without the script: show the chosen type's fields.
-        "refresh" => {
-            return show(
-                &form,
-                at,
-                FieldIssues::default(),
-                None,
-                Vec::new(),
-                StatusCode::OK,
-            );
-        }
+        "refresh" => return screen.plain(&form, at),
         "retest" => at,
         "register" => 5,
         _ => at + 1,
@@ -159,14 +194,7 @@ async fn step(
     if let Some(why) = inline {
         let mut issues = FieldIssues::default();
         issues.add(Some("secret".into()), why);
-        return show(
-            &form,
-            2,
-            issues,
-            None,
-            Vec::new(),
-            StatusCode::UNPROCESSABLE_ENTITY,
-        );
+        return screen.refused(&form, 2, issues);
     }
     if had_password {
         let (_, mut issues, _, _) = validate(&ctx, &form, at.min(4));
@@ -175,37 +203,16 @@ async fn step(
             "inline credentials are refused: the password written into the endpoint was \
              removed and not kept; name a secret at step 2",
         );
-        return show(
-            &form,
-            1,
-            issues,
-            None,
-            Vec::new(),
-            StatusCode::UNPROCESSABLE_ENTITY,
-        );
+        return screen.refused(&form, 1, issues);
     }
     // Validate what was typed so far: the fields of the steps before the target.
     let upto = at.min(4);
     let (checked, issues, earliest, warnings) = validate(&ctx, &form, upto);
     if !issues.is_empty() {
-        return show(
-            &form,
-            earliest.unwrap_or(at).min(at),
-            issues,
-            None,
-            Vec::new(),
-            StatusCode::UNPROCESSABLE_ENTITY,
-        );
+        return screen.refused(&form, earliest.unwrap_or(at).min(at), issues);
     }
     if target == 2 {
-        return show(
-            &form,
-            2,
-            FieldIssues::default(),
-            None,
-            Vec::new(),
-            StatusCode::OK,
-        );
+        return screen.plain(&form, 2);
     }
     let Some(checked) = checked else {
         // Every step's fields were checked above; this is a bug, said as one.
@@ -214,101 +221,120 @@ async fn step(
             None,
             "the controller did not validate, but no issue named a field",
         );
-        return show(
-            &form,
-            1,
-            issues,
-            None,
-            Vec::new(),
-            StatusCode::UNPROCESSABLE_ENTITY,
-        );
+        return screen.refused(&form, 1, issues);
     };
     match target {
-        3 | 4 => {
-            // The test runs from a site allowed to call the controller; a failure is shown,
-            // not a refusal: its steps say what went wrong.
-            match s.backend.probe_controller(&session.caller, checked).await {
-                Ok(t) => {
-                    let probe = ProbeView::from(&t);
-                    let before = form.get("probed_fingerprint");
-                    let mut issues = FieldIssues::default();
-                    let mut step = target;
-                    if let Some(fp) = &probe.fingerprint {
-                        // A pin is only ever the certificate the user saw: a different one
-                        // than the last test's unticks the box and goes back to compare.
-                        if form.pinned() && !before.is_empty() && before != *fp {
-                            form.set("pin_fingerprint", "");
-                            issues.add(
-                                None,
-                                format!(
-                                    "the certificate changed since the last test (it was {before}, \
-                                     it is {fp}): compare the new one with the device's before \
-                                     pinning it"
-                                ),
-                            );
-                            step = 3;
-                        }
-                        form.set("probed_fingerprint", fp.clone());
-                    }
-                    show(&form, step, issues, Some(probe), warnings, StatusCode::OK)
+        3 | 4 => probe_step(&s, &screen, form, checked, target, warnings).await,
+        _ => register_step(&s, &screen, &form, checked, warnings).await,
+    }
+}
+
+/// Steps 3 and 4: the connectivity test runs from a site allowed to call the controller; a
+/// failure is shown, not a refusal: its steps say what went wrong.
+async fn probe_step(
+    s: &AppState,
+    screen: &Screen<'_>,
+    mut form: ControllerForm,
+    checked: CheckedController,
+    target: u8,
+    warnings: Vec<String>,
+) -> Response {
+    match s
+        .backend
+        .probe_controller(&screen.session.caller, checked)
+        .await
+    {
+        Ok(t) => {
+            let probe = ProbeView::from(&t);
+            let before = form.get("probed_fingerprint");
+            let mut issues = FieldIssues::default();
+            let mut step = target;
+            if let Some(fp) = &probe.fingerprint {
+                // A pin is only ever the certificate the user saw: a different one
+                // than the last test's unticks the box and goes back to compare.
+                if form.pinned() && !before.is_empty() && before != *fp {
+                    form.set("pin_fingerprint", "");
+                    issues.add(
+                        None,
+                        format!(
+                            "the certificate changed since the last test (it was {before}, \
+                             it is {fp}): compare the new one with the device's before \
+                             pinning it"
+                        ),
+                    );
+                    step = 3;
                 }
-                Err(e) => {
-                    let mut issues = FieldIssues::default();
-                    issues.add(None, format!("the connectivity test could not run: {e}"));
-                    show(&form, 3, issues, None, warnings, status_of(&e))
-                }
+                form.set("probed_fingerprint", fp.clone());
             }
+            screen.show(&form, step, issues, Some(probe), warnings, StatusCode::OK)
         }
-        _ => match s
-            .backend
-            .register_controller(&session.caller, checked)
-            .await
-        {
-            Ok(v) => {
-                // Registering records the controller, not the grades the user just saw: test
-                // it once as registered (read-only, like step 4) so the list shows its grades.
-                // A test that fails or hangs leaves the list saying "not tested".
-                if let Ok(id) = ControllerId::new(v.name.as_str()) {
-                    let t = s.backend.test_controller(&session.caller, &id);
-                    match tokio::time::timeout(std::time::Duration::from_secs(15), t).await {
-                        Ok(Ok(_)) => {}
-                        Ok(Err(e)) => {
-                            tracing::warn!(controller = %v.name, error = %e, "The first test of a registered controller failed");
-                        }
-                        Err(_) => {
-                            tracing::warn!(controller = %v.name, "The first test of a registered controller did not finish in 15 s");
-                        }
+        Err(e) => {
+            let mut issues = FieldIssues::default();
+            issues.add(None, format!("the connectivity test could not run: {e}"));
+            screen.show(&form, 3, issues, None, warnings, status_of(&e))
+        }
+    }
+}
+
+/// Register: the controller is recorded, then tested once as registered; a refusal goes back
+/// to the step its issue names, everything typed kept.
+async fn register_step(
+    s: &AppState,
+    screen: &Screen<'_>,
+    form: &ControllerForm,
+    checked: CheckedController,
+    warnings: Vec<String>,
+) -> Response {
+    let session = screen.session;
+    match s
+        .backend
+        .register_controller(&session.caller, checked)
+        .await
+    {
+        Ok(v) => {
+            // Registering records the controller, not the grades the user just saw: test
+            // it once as registered (read-only, like step 4) so the list shows its grades.
+            // A test that fails or hangs leaves the list saying "not tested".
+            if let Ok(id) = ControllerId::new(v.name.as_str()) {
+                let t = s.backend.test_controller(&session.caller, &id);
+                match tokio::time::timeout(std::time::Duration::from_secs(15), t).await {
+                    Ok(Ok(_)) => {}
+                    Ok(Err(e)) => {
+                        tracing::warn!(controller = %v.name, error = %e, "The first test of a registered controller failed");
+                    }
+                    Err(_) => {
+                        tracing::warn!(controller = %v.name, "The first test of a registered controller did not finish in 15 s");
                     }
                 }
-                Redirect::to(&format!("/controllers?registered={}", v.name)).into_response()
             }
-            Err(e) => {
-                let mut issues = FieldIssues::default();
-                let status = status_of(&e);
-                let back = match &e {
-                    BackendError::Conflict(m) => {
-                        issues.add(Some("name".into()), m.clone());
-                        1
-                    }
-                    BackendError::Invalid {
-                        message,
-                        issues: found,
-                    } => {
-                        issues.add(None, message.clone());
-                        let name = form.get("name");
-                        place(&mut issues, found, &name, 4).unwrap_or(4)
-                    }
-                    _ => {
-                        issues.add(
-                            None,
-                            format!("{e}; nothing was registered, everything typed is kept"),
-                        );
-                        4
-                    }
-                };
-                show(&form, back, issues, None, warnings, status)
-            }
-        },
+            Redirect::to(&format!("/controllers?registered={}", v.name)).into_response()
+        }
+        Err(e) => {
+            let mut issues = FieldIssues::default();
+            let status = status_of(&e);
+            let back = match &e {
+                BackendError::Conflict(m) => {
+                    issues.add(Some("name".into()), m.clone());
+                    1
+                }
+                BackendError::Invalid {
+                    message,
+                    issues: found,
+                } => {
+                    issues.add(None, message.clone());
+                    let name = form.get("name");
+                    place(&mut issues, found, &name, 4).unwrap_or(4)
+                }
+                _ => {
+                    issues.add(
+                        None,
+                        format!("{e}; nothing was registered, everything typed is kept"),
+                    );
+                    4
+                }
+            };
+            screen.show(form, back, issues, None, warnings, status)
+        }
     }
 }
 
