@@ -31,11 +31,8 @@ use qfence_cluster::tls::CertificateAuthority;
 use qfence_controllers::SecretStore;
 use qfence_controllers::secrets::{ENV_PREFIX, SecretSource, env_name};
 use qfence_core::{BindingKey, Observed, Phase, StoredPlanState};
-use qfence_lab::fortios::{self, FortiSim, FortiState, Vip};
-use qfence_lab::lab::{self, PveVm};
-use qfence_lab::proxmox::{self, PveHandle, PveState, VmStatus};
-use qfence_lab::redfish::{self, Account, BmcHandle, BmcState, PowerState, Role, System};
-use qfence_lab::{LabTls, TlsIdentity};
+use qfence_lab::lab::{self, Scenario, Sims};
+use qfence_lab::redfish::PowerState;
 use qfence_model::{OrchestratorId, PlanId, SiteId};
 use qfence_server::Metrics;
 use qfence_server::events::{EventLog, JsonlStore};
@@ -43,9 +40,6 @@ use qfence_server::runtime::engine::PLAN_STATE_SCHEMA;
 use qfence_server::runtime::{ConfigCell, DriverExecutor, Engine, EngineOptions, LocalDrivers};
 use tokio_util::sync::CancellationToken;
 
-use qfence_lab::lab::PVE_TOKEN;
-const BMC_PASSWORD: &str = "lab-bmc-pw";
-const FGT_KEY: &str = "admin-key";
 const SIM_THREADS: &str = "lab-sim";
 const ORCH_THREADS: &str = "qfence-orch";
 /// Linux's USER_HZ on every architecture qfence targets (reading sysconf would need unsafe).
@@ -316,298 +310,56 @@ fn loopback() -> std::net::SocketAddr {
     "127.0.0.1:0".parse().expect("an address")
 }
 
-fn vmid(i: usize) -> u32 {
-    1000 + u32::try_from(i).expect("a plan count below 60000")
-}
-
-/// Plan `i`'s address at a site: 10.1.x.y at dc1, 10.2.x.y at dc2.
-fn vip_addr(site: u8, i: usize) -> String {
-    format!("10.{site}.{}.{}", i / 250, i % 250 + 1)
-}
-
-fn vip_name(i: usize) -> String {
-    format!("vip-p{i:05}")
-}
-
-fn plan_name(i: usize) -> String {
-    format!("p{i:05}")
-}
-
-/// The scenario of one Proxmox VE cluster holding the `names`' VMs (ids from [`vmid`]), each
-/// replicated to `replica_to` every 5 s: the lab's, with N VMs.
-fn pve_state(
-    cluster: &str,
-    node: &str,
-    names: &[String],
-    vm: VmStatus,
-    replica_to: &str,
-) -> PveState {
-    let vms: Vec<PveVm<'_>> = names
-        .iter()
-        .enumerate()
-        .map(|(i, name)| PveVm { id: vmid(i), name })
-        .collect();
-    lab::pve_state(cluster, node, &vms, vm, replica_to, Duration::from_secs(5))
-}
-
-fn bmc_state(host: &str, power: PowerState) -> BmcState {
-    let mut system = System::new(host, "5b7e4f10-0001-4c2a-9d5e-000000000001");
-    system.power = power;
-    BmcState::new(
-        vec![system],
-        vec![Account::new("qfence", BMC_PASSWORD, Role::Operator)],
+/// Every plan's settings: the command line's timings, and dc2 powered on when promoted.
+fn plan_lines(o: &Options) -> String {
+    format!(
+        "    interval_seconds: {interval}\n    recovery_after_seconds: {recovery}\n    \
+         failover_after_seconds: {failover}\n    fence_timeout_seconds: {fence}\n    \
+         unfence_on_promote: true\n",
+        fence = o.fence_timeout_seconds,
+        interval = o.interval_seconds,
+        recovery = (o.failover_after_seconds / 2).max(1),
+        failover = o.failover_after_seconds,
     )
 }
 
-/// The simulators of both sites and the edge firewall.
-struct Sims {
-    bmc1: BmcHandle,
-    bmc2: BmcHandle,
-    pve1: PveHandle,
-    pve2: PveHandle,
-    fgt: FortiSim,
-    fgt_pin: String,
+/// Listings and single reads (VMs, then replication jobs) both Proxmox simulators have
+/// answered.
+fn vm_reads(sims: &Sims) -> [u64; 4] {
+    use std::sync::atomic::Ordering::Relaxed;
+    let (a, b) = (sims.pve1.reads(), sims.pve2.reads());
+    [
+        a.listings.load(Relaxed) + b.listings.load(Relaxed),
+        a.status_current.load(Relaxed) + b.status_current.load(Relaxed),
+        a.job_listings.load(Relaxed) + b.job_listings.load(Relaxed),
+        a.job_status.load(Relaxed) + b.job_status.load(Relaxed),
+    ]
 }
 
-impl Sims {
-    /// Listings and single reads (VMs, then replication jobs) both Proxmox simulators have
-    /// answered.
-    fn vm_reads(&self) -> [u64; 4] {
-        use std::sync::atomic::Ordering::Relaxed;
-        let (a, b) = (self.pve1.reads(), self.pve2.reads());
-        [
-            a.listings.load(Relaxed) + b.listings.load(Relaxed),
-            a.status_current.load(Relaxed) + b.status_current.load(Relaxed),
-            a.job_listings.load(Relaxed) + b.job_listings.load(Relaxed),
-            a.job_status.load(Relaxed) + b.job_status.load(Relaxed),
-        ]
-    }
-
-    /// dc1 runs every plan's VM on a powered host whose power is wired to dc1's Proxmox API;
-    /// dc2 is the fenced standby (host off at its BMC, VMs stopped, API up).
-    async fn start(n: usize) -> Result<Self> {
-        let bmc1 = redfish::start(
-            loopback(),
-            TlsIdentity::loopback()?,
-            bmc_state("pve-dc1-01", PowerState::On),
-        )
-        .await?;
-        let bmc2 = redfish::start(
-            loopback(),
-            TlsIdentity::loopback()?,
-            bmc_state("pve-dc2-01", PowerState::Off),
-        )
-        .await?;
-        let names: Vec<String> = (0..n).map(plan_name).collect();
-        let pve1 = proxmox::start(
-            loopback(),
-            TlsIdentity::loopback()?,
-            pve_state(
-                "pve-dc1",
-                "pve-dc1-01",
-                &names,
-                VmStatus::Running,
-                "pve-dc2-01",
-            ),
-        )
-        .await?;
-        pve1.attach_power(
-            "pve-dc1-01",
-            bmc1.power_line("pve-dc1-01").context("power line")?,
-        );
-        let pve2 = proxmox::start(
-            loopback(),
-            TlsIdentity::loopback()?,
-            pve_state(
-                "pve-dc2",
-                "pve-dc2-01",
-                &names,
-                VmStatus::Stopped,
-                "pve-dc1-01",
-            ),
-        )
-        .await?;
-        let mut forti = FortiState::example();
-        let root = forti.vdoms.get_mut("root").context("vdom root")?;
-        for i in 0..n {
-            root.vips.insert(
-                vip_name(i),
-                Vip {
-                    extip: format!("198.18.{}.{}", i / 250, i % 250 + 1),
-                    mappedip: vec![vip_addr(1, i)],
-                    extintf: "port1".into(),
-                    enabled: true,
-                },
-            );
-        }
-        let tls = LabTls::self_signed(&["127.0.0.1", "localhost"])?;
-        let fgt_pin = hex_sha256(&tls.cert_der);
-        let fgt = fortios::start(loopback(), Some(tls), forti).await?;
-        Ok(Self {
-            bmc1,
-            bmc2,
-            pve1,
-            pve2,
-            fgt,
-            fgt_pin,
-        })
-    }
-
-    /// For each plan, whether its VIP points at its dc2 address now.
-    /// Which of the `waiting` VIPs (index, name, dc2 address) now point at dc2. Names and
-    /// addresses are made once by the caller: this runs under the FortiOS simulator's lock,
-    /// which the orchestrator's VIP changes need too (at 5,000 plans, building them here on
-    /// every poll kept the lock so busy that VIP changes timed out).
-    fn at_dc2(&self, waiting: &[(usize, String, String)]) -> Vec<usize> {
-        self.fgt.edit(|s| {
-            let vips = &s.vdoms["root"].vips;
-            waiting
-                .iter()
-                .filter(|(_, name, addr)| {
-                    vips.get(name)
-                        .is_some_and(|v| v.mappedip == [addr.as_str()])
-                })
-                .map(|(i, _, _)| *i)
-                .collect()
-        })
-    }
-
-    /// The lab's configuration for `n` plans, pointed at these simulators with pinned
-    /// certificates, on the lab test's fast clock. Every controller is reachable from dc2,
-    /// where the only orchestrator runs.
-    fn config_text(&self, n: usize, o: &Options) -> String {
-        let mut t = String::with_capacity(1200 * n + 4096);
-        let controller = |t: &mut String,
-                          name: &str,
-                          kind: &str,
-                          url: &str,
-                          pin: &str,
-                          site: &str,
-                          extra: &str| {
-            let _ = write!(
-                t,
-                "  {name}:\n    type: {kind}\n    endpoint: {url}\n    site: {site}\n    \
-                 reach: [{other}]\n{extra}    timeout_seconds: 2\n    tls: {{pin: \"sha256:{pin}\"}}\n",
-                other = if site == "dc1" { "dc2" } else { "dc1" },
-            );
-        };
-        t.push_str(
-            "cluster:\n  name: bench\nsites:\n  dc1: {}\n  dc2: {}\n  witness: {witness: true}\n\
-             orchestrators:\n  dc1-a: {site: dc1, address: \"127.0.0.1:7401\"}\n  \
-             dc2-a: {site: dc2, address: \"127.0.0.1:7402\"}\n  \
-             witness-a: {site: witness, address: \"127.0.0.1:7403\"}\ncontrollers:\n",
-        );
-        let redfish_extra = "    secret: lab-redfish\n    username: qfence\n";
-        let pve_extra = "    secret: lab-proxmox\n    token_id: qfence@pve!fence\n";
-        controller(
-            &mut t,
-            "bmc-dc1",
-            "redfish",
-            &self.bmc1.base_url(),
-            self.bmc1.fingerprint(),
-            "dc1",
-            redfish_extra,
-        );
-        controller(
-            &mut t,
-            "bmc-dc2",
-            "redfish",
-            &self.bmc2.base_url(),
-            self.bmc2.fingerprint(),
-            "dc2",
-            redfish_extra,
-        );
-        controller(
-            &mut t,
-            "pve-dc1",
-            "proxmox",
-            &self.pve1.base_url(),
-            self.pve1.fingerprint(),
-            "dc1",
-            pve_extra,
-        );
-        controller(
-            &mut t,
-            "pve-dc2",
-            "proxmox",
-            &self.pve2.base_url(),
-            self.pve2.fingerprint(),
-            "dc2",
-            pve_extra,
-        );
-        controller(
-            &mut t,
-            "fgt-edge",
-            "fortigate",
-            &self.fgt.url(),
-            &self.fgt_pin,
-            "dc1",
-            "    secret: lab-fortigate\n    vdom: root\n",
-        );
-        t.push_str("plans:\n");
-        for i in 0..n {
-            let id = vmid(i);
-            let _ = write!(
-                t,
-                "  {plan}:\n    owner: dc1\n    interval_seconds: {interval}\n    \
-                 recovery_after_seconds: {recovery}\n    failover_after_seconds: {failover}\n    \
-                 fence_timeout_seconds: {fence}\n    unfence_on_promote: true\n    instances:\n",
-                plan = plan_name(i),
-                fence = o.fence_timeout_seconds,
-                interval = o.interval_seconds,
-                recovery = (o.failover_after_seconds / 2).max(1),
-                failover = o.failover_after_seconds,
-            );
-            for site in ["dc1", "dc2"] {
-                let _ = write!(
-                    t,
-                    "      {site}:\n        \
-                     - {{controller: bmc-{site}, capability: power.off, resource: pve-{site}-01, role: fence, required: true}}\n        \
-                     - {{controller: pve-{site}, capability: vm.stop, resource: pve-{site}-01/{id}, role: fence}}\n        \
-                     - {{controller: pve-{site}, capability: replication.lag, resource: {id}-1, role: readiness, params: {{max_age_seconds: 120}}}}\n        \
-                     - {{controller: pve-{site}, capability: vm.status, resource: pve-{site}-01/{id}, role: health}}\n        \
-                     - {{controller: pve-{site}, capability: vm.start, resource: pve-{site}-01/{id}, role: switchover}}\n"
-                );
-            }
-            let _ = write!(
-                t,
-                "    service:\n      - {{controller: fgt-edge, capability: vip.own, resource: {vip}, role: service, \
-                 params: {{dc1: {a}, dc2: {b}}}}}\n",
-                vip = vip_name(i),
-                a = vip_addr(1, i),
-                b = vip_addr(2, i),
-            );
-        }
-        t
-    }
-
-    async fn stop(mut self) {
-        self.fgt.shutdown().await;
-        self.pve1.shutdown().await;
-        self.pve2.shutdown().await;
-        self.bmc1.shutdown().await;
-        self.bmc2.shutdown().await;
-    }
-}
-
-fn hex_sha256(der: &[u8]) -> String {
-    ring::digest::digest(&ring::digest::SHA256, der)
-        .as_ref()
-        .iter()
-        .map(|b| format!("{b:02x}"))
-        .collect()
+/// Which of the `waiting` VIPs (index, name, dc2 address) now point at dc2. Names and
+/// addresses are made once by the caller: this runs under the FortiOS simulator's lock,
+/// which the orchestrator's VIP changes need too (at 5,000 plans, building them here on
+/// every poll kept the lock so busy that VIP changes timed out).
+fn at_dc2(sims: &Sims, waiting: &[(usize, String, String)]) -> Vec<usize> {
+    sims.fgt.edit(|s| {
+        let vips = &s.vdoms["root"].vips;
+        waiting
+            .iter()
+            .filter(|(_, name, addr)| {
+                vips.get(name)
+                    .is_some_and(|v| v.mappedip == [addr.as_str()])
+            })
+            .map(|(i, _, _)| *i)
+            .collect()
+    })
 }
 
 /// The orchestrator's own secret store, from a map (the process environment stays untouched).
 fn secrets() -> SecretStore {
-    let values: BTreeMap<String, String> = [
-        ("lab-redfish", BMC_PASSWORD),
-        ("lab-proxmox", PVE_TOKEN),
-        ("lab-fortigate", FGT_KEY),
-    ]
-    .into_iter()
-    .map(|(k, v)| (env_name(ENV_PREFIX, k), v.to_owned()))
-    .collect();
+    let values: BTreeMap<String, String> = lab::SECRETS
+        .into_iter()
+        .map(|(k, v)| (env_name(ENV_PREFIX, k), v.to_owned()))
+        .collect();
     SecretStore::new(vec![SecretSource::Env {
         prefix: ENV_PREFIX.into(),
         lookup: Arc::new(move |k| values.get(k).cloned()),
@@ -733,11 +485,15 @@ fn one(n: usize, o: &Options) -> Result<Figures> {
     let say = |what: &str| eprintln!("[{n} plans] {what}");
 
     say("starting the simulators");
-    let sims = sim_rt.block_on(Sims::start(n))?;
+    // The lab's plan shape N times; each VM's replication syncs every 5 s.
+    let scenario = Scenario::scaled(n, Duration::from_secs(5));
+    let sims = sim_rt.block_on(Sims::start_with(&scenario))?;
     let sims_rss_kib = status_kib("VmRSS");
-    let text = sims.config_text(n, o);
-    let plans: Vec<PlanId> = (0..n)
-        .map(|i| PlanId::new(plan_name(i)))
+    let text = sims.scaled_config(&scenario.plans, &plan_lines(o));
+    let plans: Vec<PlanId> = scenario
+        .plans
+        .iter()
+        .map(|p| PlanId::new(p.name.as_str()))
         .collect::<Result<_, _>>()?;
 
     say("starting the orchestrator");
@@ -773,12 +529,12 @@ fn one(n: usize, o: &Options) -> Result<Figures> {
     ));
 
     let (p0, t0) = cpu(ORCH_THREADS);
-    let reads0 = sims.vm_reads();
+    let reads0 = vm_reads(&sims);
     let idle_start = Instant::now();
     std::thread::sleep(o.idle);
     let (p1, t1) = cpu(ORCH_THREADS);
     let idle_seconds = idle_start.elapsed().as_secs_f64();
-    let reads1 = sims.vm_reads();
+    let reads1 = vm_reads(&sims);
     let rate = |i: usize| (reads1[i] - reads0[i]) as f64 / idle_seconds;
     say(&format!(
         "while idle, both Proxmox APIs answered per second {:.1} VM listings, {:.1} single-VM \
@@ -799,11 +555,15 @@ fn one(n: usize, o: &Options) -> Result<Figures> {
     let mut left = n;
     let mut rss_max = 0;
     let mut samples = 0u64;
-    let mut waiting: Vec<(usize, String, String)> =
-        (0..n).map(|i| (i, vip_name(i), vip_addr(2, i))).collect();
+    let mut waiting: Vec<(usize, String, String)> = scenario
+        .plans
+        .iter()
+        .enumerate()
+        .map(|(i, p)| (i, p.vip.clone(), p.dc2.clone()))
+        .collect();
     while left > 0 && lost.elapsed() < o.limit {
         let at = lost.elapsed().as_millis() as u64;
-        let moved = sims.at_dc2(&waiting);
+        let moved = at_dc2(&sims, &waiting);
         for &i in &moved {
             done[i] = Some(at);
             left -= 1;

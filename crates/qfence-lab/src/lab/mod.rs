@@ -31,8 +31,8 @@ mod sims;
 pub use control::{ControlFile, FaultRequest, LabState, OrchestratorView};
 pub use orchestrators::{Orchestrator, Orchestrators, Topology};
 pub use sims::{
-    BMC_PASSWORD, FGT_KEY, PVE_TOKEN, PveVm, Sims, TIMINGS, VIP, VIP_DC1, VIP_DC2, hex_sha256,
-    pve_state,
+    BMC_PASSWORD, FGT_KEY, LabConfig, PVE_TOKEN, PveVm, SECRETS, Scenario, ScenarioPlan, Sims,
+    TIMINGS, VIP, VIP_DC1, VIP_DC2, hex_sha256, pve_state, scaled_plan_name,
 };
 
 use std::path::{Path, PathBuf};
@@ -142,11 +142,7 @@ impl Lab {
             std::fs::set_permissions(&secrets, std::fs::Permissions::from_mode(0o700))
                 .map_err(io_err(&secrets))?;
         }
-        for (name, value) in [
-            ("lab-redfish", BMC_PASSWORD),
-            ("lab-proxmox", PVE_TOKEN),
-            ("lab-fortigate", FGT_KEY),
-        ] {
+        for (name, value) in SECRETS {
             write_private(&secrets.join(name), value)?;
         }
 

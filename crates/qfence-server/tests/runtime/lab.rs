@@ -6,16 +6,12 @@ use std::collections::BTreeMap;
 use std::sync::Arc;
 use std::time::Duration;
 
-use anyhow::{Context, Result, bail};
+use anyhow::{Result, bail};
 use qfence_cluster::node::{ClusterNode, NodeOptions, Timing};
 use qfence_cluster::tls::CertificateAuthority;
 use qfence_controllers::SecretStore;
 use qfence_controllers::secrets::{ENV_PREFIX, SecretSource, env_name};
-use qfence_lab::fortios::{self, FortiSim, FortiState, Vip};
-use qfence_lab::lab::{PveVm, pve_state};
-use qfence_lab::proxmox::{self, PveHandle, VmStatus};
-use qfence_lab::redfish::{self, Account, BmcHandle, BmcState, PowerState, Role, System};
-use qfence_lab::{LabTls, TlsIdentity};
+use qfence_lab::lab::{self, LabConfig, Scenario};
 use qfence_model::{OrchestratorId, PlanId, SiteId};
 use qfence_server::Metrics;
 use qfence_server::events::{EventLog, JsonlStore};
@@ -23,10 +19,9 @@ use qfence_server::runtime::{ConfigCell, DriverExecutor, Engine, EngineOptions, 
 use tokio::sync::watch;
 use tokio_util::sync::CancellationToken;
 
-pub use qfence_lab::lab::PVE_TOKEN;
-pub const BMC_PASSWORD: &str = "lab-bmc-pw";
-pub const FGT_KEY: &str = "admin-key";
-pub const VIP: &str = "vip-erp-db";
+// Not every test binary that includes this file names them all.
+#[allow(unused_imports)]
+pub use qfence_lab::lab::{BMC_PASSWORD, PVE_TOKEN, VIP};
 
 pub fn phase(what: &str) {
     eprintln!("--- {what}");
@@ -36,31 +31,20 @@ fn loopback() -> std::net::SocketAddr {
     "127.0.0.1:0".parse().expect("an address")
 }
 
-/// The simulators of both sites and the edge firewall.
-pub struct Sims {
-    pub bmc1: BmcHandle,
-    pub bmc2: BmcHandle,
-    pub pve1: PveHandle,
-    pub pve2: PveHandle,
-    pub fgt: FortiSim,
-    pub fgt_pin: String,
+/// The lab's simulators ([`lab::Sims`]) on the runtime tests' clock: VM 101 replicated every
+/// 200 ms, a lost site failed over after 4 s.
+pub struct Sims(lab::Sims);
+
+impl std::ops::Deref for Sims {
+    type Target = lab::Sims;
+    fn deref(&self) -> &lab::Sims {
+        &self.0
+    }
 }
 
-/// The runtime tests' VM 101, replicated every 200 ms.
-const VMS: &[PveVm<'static>] = &[PveVm {
-    id: 101,
-    name: "erp-db",
-}];
 const SYNC_EVERY: Duration = Duration::from_millis(200);
-
-fn bmc_state(host: &str, power: PowerState) -> BmcState {
-    let mut system = System::new(host, "5b7e4f10-0001-4c2a-9d5e-000000000001");
-    system.power = power;
-    BmcState::new(
-        vec![system],
-        vec![Account::new("qfence", BMC_PASSWORD, Role::Operator)],
-    )
-}
+const TIMINGS: &str = "    interval_seconds: 1\n    recovery_after_seconds: 2\n    \
+                       failover_after_seconds: 4\n    fence_timeout_seconds: 3\n";
 
 impl Sims {
     /// dc1 runs VM 101 on a powered host; dc2 is the fenced standby (its host powered off at
@@ -74,80 +58,12 @@ impl Sims {
     /// As [`Sims::start`], but dc1's host power is `dc1_power` (another BMC's, such as the
     /// dead-man tests' IPMI BMC) instead of the Redfish BMC's.
     pub async fn start_powered_by(dc1_power: Option<watch::Receiver<bool>>) -> Result<Self> {
-        let bmc1 = redfish::start(
-            loopback(),
-            TlsIdentity::loopback()?,
-            bmc_state("pve-dc1-01", PowerState::On),
-        )
-        .await?;
-        let bmc2 = redfish::start(
-            loopback(),
-            TlsIdentity::loopback()?,
-            bmc_state("pve-dc2-01", PowerState::Off),
-        )
-        .await?;
-        let pve1 = proxmox::start(
-            loopback(),
-            TlsIdentity::loopback()?,
-            pve_state(
-                "pve-dc1",
-                "pve-dc1-01",
-                VMS,
-                VmStatus::Running,
-                "pve-dc2-01",
-                SYNC_EVERY,
-            ),
-        )
-        .await?;
-        let line = match dc1_power {
-            Some(line) => line,
-            None => bmc1.power_line("pve-dc1-01").context("power line")?,
+        let scenario = Scenario {
+            sync_every: SYNC_EVERY,
+            dc1_power,
+            ..Scenario::lab()
         };
-        pve1.attach_power("pve-dc1-01", line);
-        let pve2 = proxmox::start(
-            loopback(),
-            TlsIdentity::loopback()?,
-            pve_state(
-                "pve-dc2",
-                "pve-dc2-01",
-                VMS,
-                VmStatus::Stopped,
-                "pve-dc1-01",
-                SYNC_EVERY,
-            ),
-        )
-        .await?;
-        let mut forti = FortiState::example();
-        forti
-            .vdoms
-            .get_mut("root")
-            .context("vdom root")?
-            .vips
-            .insert(
-                VIP.into(),
-                Vip {
-                    extip: "192.0.2.20".into(),
-                    mappedip: vec!["10.1.1.5".into()],
-                    extintf: "port1".into(),
-                    enabled: true,
-                },
-            );
-        let tls = LabTls::self_signed(&["127.0.0.1", "localhost"])?;
-        let fgt_pin = hex_sha256(&tls.cert_der);
-        let fgt = fortios::start(loopback(), Some(tls), forti).await?;
-        Ok(Self {
-            bmc1,
-            bmc2,
-            pve1,
-            pve2,
-            fgt,
-            fgt_pin,
-        })
-    }
-
-    /// Where the VIP points now.
-    pub fn vip(&self) -> Vec<String> {
-        self.fgt.state().vdoms["root"].vips[VIP].mappedip.clone()
+        Ok(Self(lab::Sims::start_with(&scenario).await?))
     }
 
     /// examples/lab.yaml, pointed at these simulators with pinned certificates, on a fast
@@ -159,84 +75,26 @@ impl Sims {
     /// The lab configuration; `one_orchestrator` lets dc1 call pve-dc2 itself (otherwise only
     /// an orchestrator at dc2 may, as in examples/lab.yaml).
     pub fn config_text_for(&self, one_orchestrator: bool) -> String {
-        let mut text = include_str!("../../../../examples/lab.yaml").to_owned();
-        let targets = [
-            (
-                "8443",
-                self.bmc1.base_url(),
-                self.bmc1.fingerprint().to_owned(),
-            ),
-            (
-                "8444",
-                self.bmc2.base_url(),
-                self.bmc2.fingerprint().to_owned(),
-            ),
-            (
-                "8006",
-                self.pve1.base_url(),
-                self.pve1.fingerprint().to_owned(),
-            ),
-            (
-                "8007",
-                self.pve2.base_url(),
-                self.pve2.fingerprint().to_owned(),
-            ),
-            ("8445", self.fgt.url(), self.fgt_pin.clone()),
-        ];
-        for (port, url, pin) in targets {
-            let old = format!("endpoint: https://127.0.0.1:{port}");
-            let at = text.find(&old).expect("lab.yaml names the endpoint");
-            let tls_at = at + text[at..].find("tls: {insecure: true}").expect("its tls");
-            text.replace_range(
-                tls_at..tls_at + "tls: {insecure: true}".len(),
-                &format!("timeout_seconds: 2\n    tls: {{pin: \"sha256:{pin}\"}}"),
-            );
-            text = text.replacen(&old, &format!("endpoint: {url}"), 1);
-        }
-        if one_orchestrator {
-            text = text.replacen(
-                "    site: dc2\n    secret: lab-proxmox",
-                "    site: dc2\n    reach: [dc1]\n    secret: lab-proxmox",
-                1,
-            );
-        }
-        text.replacen(
-            "    interval_seconds: 10\n",
-            "    interval_seconds: 1\n    recovery_after_seconds: 2\n    \
-             failover_after_seconds: 4\n    fence_timeout_seconds: 3\n",
-            1,
-        )
+        self.0.config_text_with(&LabConfig {
+            timings: TIMINGS,
+            one_orchestrator,
+            ..LabConfig::default()
+        })
     }
 
-    pub async fn stop(mut self) {
-        self.fgt.shutdown().await;
-        self.pve1.shutdown().await;
-        self.pve2.shutdown().await;
-        self.bmc1.shutdown().await;
-        self.bmc2.shutdown().await;
+    pub async fn stop(self) {
+        self.0.stop().await;
     }
-}
-
-fn hex_sha256(der: &[u8]) -> String {
-    ring::digest::digest(&ring::digest::SHA256, der)
-        .as_ref()
-        .iter()
-        .map(|b| format!("{b:02x}"))
-        .collect()
 }
 
 /// The orchestrator's own secret store: environment-style names, looked up in a map (the test
 /// does not touch the process environment).
 pub fn secrets() -> SecretStore {
-    let values: BTreeMap<String, String> = [
-        ("lab-redfish", BMC_PASSWORD),
-        ("lab-proxmox", PVE_TOKEN),
-        ("lab-fortigate", FGT_KEY),
-        ("lab-ipmi", "password"),
-    ]
-    .into_iter()
-    .map(|(k, v)| (env_name(ENV_PREFIX, k), v.to_owned()))
-    .collect();
+    let values: BTreeMap<String, String> = lab::SECRETS
+        .into_iter()
+        .chain([("lab-ipmi", "password")])
+        .map(|(k, v)| (env_name(ENV_PREFIX, k), v.to_owned()))
+        .collect();
     SecretStore::new(vec![SecretSource::Env {
         prefix: ENV_PREFIX.into(),
         lookup: Arc::new(move |k| values.get(k).cloned()),
