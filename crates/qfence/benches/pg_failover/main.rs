@@ -413,10 +413,10 @@ async fn main() -> Result<()> {
             .iter_mut()
             .map(|(n, v)| {
                 v.sort_unstable();
-                format!(
-                    "{n} {:.2}",
-                    v.get(v.len() / 2).copied().unwrap_or(0) as f64 / 1000.0
-                )
+                match v.get(v.len() / 2) {
+                    Some(ms) => format!("{n} {:.2}", *ms as f64 / 1000.0),
+                    None => format!("{n} —"),
+                }
             })
             .collect::<Vec<_>>()
             .join(", ");
