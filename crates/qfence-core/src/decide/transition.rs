@@ -89,72 +89,81 @@ impl Cx<'_, '_> {
                 }
                 continue;
             }
-            match self.judge(&t) {
-                Next::Wait => return,
-                Next::Advance(stage) => {
-                    if !(t.stage == Stage::Fences && stage == Stage::Verify) {
-                        t.attempt = 0;
-                    }
-                    t.stage = stage;
-                    t.entered = false;
-                    t.pending.clear();
-                    self.set_t(t);
-                }
-                Next::Retry(stage, why) => {
-                    t.attempt += 1;
-                    let at = self.now().plus(self.plan.interval);
-                    t.retry_at = Some(at);
-                    if stage == Stage::Service {
-                        self.notes.push(Note::ServiceRetry {
-                            why,
-                            target: t.target.clone(),
-                            at,
-                            attempt: t.attempt + 1,
-                        });
-                    } else {
-                        self.notes.push(Note::Retry {
-                            why,
-                            stage,
-                            at,
-                            attempt: t.attempt + 1,
-                            of: self.plan.max_retries + 1,
-                        });
-                    }
-                    t.stage = stage;
-                    t.entered = false;
-                    t.pending.clear();
-                    self.set_t(t);
-                    return;
-                }
-                Next::Halt(why) => {
-                    self.issue(Action::Alarm {
-                        site: Some(t.target.clone()),
-                        detail: format!(
-                            "moving to {} halted at {}: {why}",
-                            t.target,
-                            t.stage.as_str()
-                        ),
-                    });
-                    self.notes.push(Note::Halted {
-                        target: t.target.clone(),
-                        stage: t.stage,
-                        why: why.clone(),
-                    });
-                    t.halted = Some(why);
-                    self.set_t(t);
-                    return;
-                }
-                Next::Steady => {
-                    self.change().phase = Phase::Steady;
-                    self.notes.push(Note::Done {
-                        owner: self.state.owner.clone(),
-                        generation: self.state.generation,
-                    });
-                    return;
-                }
+            let next = self.judge(&t);
+            if !self.follow(t, next) {
+                return;
             }
         }
         self.notes.push(Note::StepLimit);
+    }
+
+    /// Follows what judging the step found; whether the transition may go on at once.
+    fn follow(&mut self, mut t: Transition, next: Next) -> bool {
+        match next {
+            Next::Wait => false,
+            Next::Advance(stage) => {
+                if !(t.stage == Stage::Fences && stage == Stage::Verify) {
+                    t.attempt = 0;
+                }
+                t.stage = stage;
+                t.entered = false;
+                t.pending.clear();
+                self.set_t(t);
+                true
+            }
+            Next::Retry(stage, why) => {
+                t.attempt += 1;
+                let at = self.now().plus(self.plan.interval);
+                t.retry_at = Some(at);
+                if stage == Stage::Service {
+                    self.notes.push(Note::ServiceRetry {
+                        why,
+                        target: t.target.clone(),
+                        at,
+                        attempt: t.attempt + 1,
+                    });
+                } else {
+                    self.notes.push(Note::Retry {
+                        why,
+                        stage,
+                        at,
+                        attempt: t.attempt + 1,
+                        of: self.plan.max_retries + 1,
+                    });
+                }
+                t.stage = stage;
+                t.entered = false;
+                t.pending.clear();
+                self.set_t(t);
+                false
+            }
+            Next::Halt(why) => {
+                self.issue(Action::Alarm {
+                    site: Some(t.target.clone()),
+                    detail: format!(
+                        "moving to {} halted at {}: {why}",
+                        t.target,
+                        t.stage.as_str()
+                    ),
+                });
+                self.notes.push(Note::Halted {
+                    target: t.target.clone(),
+                    stage: t.stage,
+                    why: why.clone(),
+                });
+                t.halted = Some(why);
+                self.set_t(t);
+                false
+            }
+            Next::Steady => {
+                self.change().phase = Phase::Steady;
+                self.notes.push(Note::Done {
+                    owner: self.state.owner.clone(),
+                    generation: self.state.generation,
+                });
+                false
+            }
+        }
     }
 
     /// Whether every site but the target reads FENCED (or has evidence) now.
