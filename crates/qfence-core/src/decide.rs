@@ -28,6 +28,8 @@ mod steady;
 mod target;
 mod transition;
 
+pub use target::{FailoverOrder, failover_order};
+
 use crate::reason::{Note, sentence};
 use crate::rules::{self, Rules, SiteVerdict};
 use crate::schedule;

@@ -39,7 +39,7 @@ pub mod schedule;
 pub mod state;
 pub mod types;
 
-pub use decide::{Decision, Snapshot, decide, decide_with};
+pub use decide::{Decision, FailoverOrder, Snapshot, decide, decide_with, failover_order};
 pub use error::CoreError;
 pub use rules::{Rules, SiteVerdict};
 pub use state::{

@@ -145,7 +145,7 @@ impl Cx<'_, '_> {
             });
             return false;
         }
-        match self.choose_target(owner) {
+        match self.choose_target() {
             Ok(target) => {
                 let cause = if lost {
                     format!("owner site {owner} lost ({detail})")

@@ -2,36 +2,63 @@
 
 use std::collections::BTreeMap;
 
+use qfence_model::config::PlanConfig;
 use qfence_model::{Role, SiteId};
 
 use super::Cx;
 use super::judge::not_ready;
 use crate::reason::Note;
-use crate::rules;
-use crate::state::{HealthTrack, Phase, Stage, Transition, TransitionKind};
+use crate::rules::{self, Mutation, Rules};
+use crate::state::{HealthTrack, Phase, PlanState, Stage, Transition, TransitionKind};
 use crate::types::{Action, Observed};
 
-impl Cx<'_, '_> {
-    /// The failover target when none is named: the first site, by plan priority, whose
-    /// readiness passes. Issues readiness checks it still needs.
-    pub(super) fn choose_target(&mut self, owner: &SiteId) -> Result<SiteId, String> {
-        let mut order: Vec<SiteId> = self
-            .plan
-            .priority
-            .iter()
-            .filter(|s| *s != owner && self.plan.instances.contains_key(*s))
-            .cloned()
-            .collect();
-        for s in self.plan.sites() {
-            if s != owner && !order.contains(s) {
-                order.push(s.clone());
-            }
+/// The sites a failover may go to, in the order the core tries them: the plan's priority list
+/// first, then the other sites by name; never the owner, and never a site in maintenance (it
+/// is not even asked for its readiness). The core takes the first that reads ready; the API
+/// names the first when an operator asks for a failover without a target.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct FailoverOrder {
+    /// The sites that may be the target, in order.
+    pub candidates: Vec<SiteId>,
+    /// The sites left out because they are in maintenance, in the same order.
+    pub in_maintenance: Vec<SiteId>,
+}
+
+/// Where a failover of `plan`, in `state`, may go, in order (see [`FailoverOrder`]).
+pub fn failover_order(plan: &PlanConfig, state: &PlanState) -> FailoverOrder {
+    order(plan, state, &Rules::default())
+}
+
+fn order(plan: &PlanConfig, state: &PlanState, rules: &Rules) -> FailoverOrder {
+    let owner = &state.owner;
+    let mut order: Vec<SiteId> = plan
+        .priority
+        .iter()
+        .filter(|s| *s != owner && plan.instances.contains_key(*s))
+        .cloned()
+        .collect();
+    for s in plan.sites() {
+        if s != owner && !order.contains(s) {
+            order.push(s.clone());
         }
-        // A site in maintenance is never a target; it is not even asked for its readiness.
-        let (maintenance, order): (Vec<SiteId>, Vec<SiteId>) = order.into_iter().partition(|s| {
-            self.state.in_maintenance(s)
-                && self.rules.mutation != rules::Mutation::MaintenanceIgnored
-        });
+    }
+    let (in_maintenance, candidates) = order
+        .into_iter()
+        .partition(|s| state.in_maintenance(s) && rules.mutation != Mutation::MaintenanceIgnored);
+    FailoverOrder {
+        candidates,
+        in_maintenance,
+    }
+}
+
+impl Cx<'_, '_> {
+    /// The failover target when none is named: the first site of the [`FailoverOrder`] whose
+    /// readiness passes. Issues readiness checks it still needs.
+    pub(super) fn choose_target(&mut self) -> Result<SiteId, String> {
+        let FailoverOrder {
+            candidates: order,
+            in_maintenance: maintenance,
+        } = order(self.plan, &self.state, self.rules);
         let in_maintenance = || {
             let names: Vec<&str> = maintenance.iter().map(SiteId::as_str).collect();
             let verb = if names.len() == 1 { "is" } else { "are" };
