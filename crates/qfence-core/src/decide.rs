@@ -16,7 +16,7 @@ use std::time::Duration;
 
 use qfence_model::config::{PlanConfig, ValidatedConfig};
 use qfence_model::{FenceLevel, PlanId, SiteId};
-use serde::{Deserialize, Serialize};
+use serde::Serialize;
 
 mod abort;
 mod dead_man;
@@ -30,7 +30,7 @@ mod transition;
 
 pub use target::{FailoverOrder, failover_order};
 
-use crate::reason::{Note, sentence};
+use crate::reason::{Note, Reason};
 use crate::rules::{self, Rules, SiteVerdict};
 use crate::schedule;
 use crate::state::{Phase, PlanState, PlanStateChange};
@@ -59,10 +59,11 @@ pub struct Snapshot<'a> {
 ///
 /// The runtime writes `state_change` (a compare-and-set) before it runs any command; when the
 /// write is refused, it drops the commands.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
 pub struct Decision {
     pub commands: Vec<Command>,
-    pub reason: String,
+    /// Why: the decision's notes, which read (and serialise) as its one sentence.
+    pub reason: Reason,
     pub state_change: Option<PlanStateChange>,
     /// Each site's verdict as this decision judged it (same readings, same `now`, the state
     /// it leaves): the sentence's verdict for every site the sentence names, and
@@ -120,7 +121,7 @@ pub fn decide_with(s: &Snapshot<'_>, rules: &Rules) -> Decision {
 fn idle(plan: &PlanId, note: Note) -> Decision {
     Decision {
         commands: Vec::new(),
-        reason: sentence(plan, &[note], false),
+        reason: Reason::new(plan, vec![note], false),
         state_change: None,
         sites: Vec::new(),
     }
@@ -145,7 +146,6 @@ impl Cx<'_, '_> {
 
     fn finish(self) -> Decision {
         let acted = self.changed || !self.commands.is_empty();
-        let reason = sentence(&self.s.plan, &self.notes, acted);
         let sites = self
             .plan
             .sites()
@@ -161,6 +161,7 @@ impl Cx<'_, '_> {
                 ),
             })
             .collect();
+        let reason = Reason::new(&self.s.plan, self.notes, acted);
         let state_change = self.changed.then(|| {
             let mut next = self.state;
             next.revision = self.s.state.revision + 1;
@@ -251,7 +252,7 @@ impl Cx<'_, '_> {
         let mut n = 0;
         for k in keys {
             if self.due(k) {
-                self.issue(Action::Check { binding: k.clone() });
+                self.issue(Action::check(k.clone()));
                 n += 1;
             }
         }

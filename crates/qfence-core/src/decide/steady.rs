@@ -169,7 +169,7 @@ impl Cx<'_, '_> {
                 (None, _) => false,
             };
             if !read_since_act || self.due(&k) {
-                self.issue(Action::Check { binding: k });
+                self.issue(Action::check(k));
                 continue;
             }
             let up = self.obs(&k).is_some_and(|o| o.value == Observed::Holds);

@@ -91,7 +91,7 @@ impl Cx<'_, '_> {
                         ready = false;
                         pending = true;
                         if !self.busy(k) {
-                            self.issue(Action::Check { binding: k.clone() });
+                            self.issue(Action::check(k.clone()));
                         }
                     }
                 }

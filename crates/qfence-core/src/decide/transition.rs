@@ -189,7 +189,7 @@ impl Cx<'_, '_> {
         match t.stage {
             Stage::Preflight => {
                 for k in rules::keys(self.plan, &t.target, Role::Readiness) {
-                    out.push(Action::Check { binding: k });
+                    out.push(Action::check(k));
                 }
             }
             Stage::Readiness => {
@@ -200,7 +200,7 @@ impl Cx<'_, '_> {
                 let switchover = matches!(t.kind, TransitionKind::Switchover { .. });
                 for k in rules::keys(self.plan, &t.target, Role::Readiness) {
                     if switchover || !self.ready_fresh(&k) {
-                        out.push(Action::Check { binding: k });
+                        out.push(Action::check(k));
                     }
                 }
             }
@@ -219,7 +219,7 @@ impl Cx<'_, '_> {
                 // ones decide (and only they are waited for).
                 for s in &others {
                     for k in rules::keys(self.plan, s, Role::Fence) {
-                        out.push(Action::Check { binding: k });
+                        out.push(Action::check(k));
                     }
                 }
             }
