@@ -1535,6 +1535,24 @@ fn an_automatic_failover_with_the_only_other_site_in_maintenance_does_nothing_an
 }
 
 #[test]
+fn the_failover_order_is_priority_then_name_without_the_owner_or_a_site_in_maintenance() {
+    // The one order both the core's automatic failover and the API (a failover that names no
+    // target goes to the first candidate) take.
+    let mut b = Bench::new("erp-db", fixtures::erp_plan_three(&["dc3"]));
+    let order = qfence_core::failover_order(b.plan(), &b.state);
+    assert_eq!(order.candidates, vec![site("dc3"), site("dc2")]);
+    assert!(order.in_maintenance.is_empty());
+    put_in_maintenance(&mut b, "dc3");
+    let order = qfence_core::failover_order(b.plan(), &b.state);
+    assert_eq!(order.candidates, vec![site("dc2")]);
+    assert_eq!(order.in_maintenance, vec![site("dc3")]);
+    put_in_maintenance(&mut b, "dc2");
+    let order = qfence_core::failover_order(b.plan(), &b.state);
+    assert!(order.candidates.is_empty());
+    assert_eq!(order.in_maintenance, vec![site("dc3"), site("dc2")]);
+}
+
+#[test]
 fn an_automatic_failover_picks_the_next_site_when_the_first_is_in_maintenance() {
     // dc3 comes first by priority, is ready, and is in maintenance: dc2 is chosen.
     let mut b = Bench::new("erp-db", fixtures::erp_plan_three(&["dc3", "dc2"]));
