@@ -161,7 +161,7 @@ pub fn dry_run(
             now,
         };
         let d = decide(&snap);
-        outcome = d.reason.clone();
+        outcome = d.reason.to_string();
         let before = state.clone();
         if let Some(change) = &d.state_change {
             state = state.apply(change).expect("the dry run is its only writer");

@@ -33,14 +33,15 @@ pub mod dry_run;
 pub mod error;
 pub mod instance_ha;
 pub mod maintenance;
-mod reason;
+pub mod reason;
 pub mod rules;
 pub mod schedule;
 pub mod state;
 pub mod types;
 
-pub use decide::{Decision, Snapshot, decide, decide_with};
+pub use decide::{Decision, FailoverOrder, Snapshot, decide, decide_with, failover_order};
 pub use error::CoreError;
+pub use reason::{Note, Reason};
 pub use rules::{Rules, SiteVerdict};
 pub use state::{
     Evidence, EvidenceKind, Intent, IntentKind, Phase, PlanState, PlanStateChange, Stage,

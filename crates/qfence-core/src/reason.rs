@@ -1,8 +1,13 @@
 //! Every sentence qfence says about a plan is made here, so each decision has exactly one,
 //! and they all speak alike: "no action: erp-db owned by dc1 at generation 7; dc2 fenced
 //! (power.off FENCED at 14:02:07)".
+//!
+//! A decision's [`Reason`] is data: its [`Note`]s, one per clause, in order. The sentence is
+//! their `Display`, rendered once; what a reader needs to know about a decision (whether it
+//! says anything new, [`Reason::gist`]) is asked of the notes, never parsed back from the text.
 
 use std::collections::BTreeSet;
+use std::fmt;
 
 use qfence_model::{Generation, PlanId, SiteId, Term, Verdict};
 
@@ -10,9 +15,9 @@ use crate::rules::{Basis, SiteVerdict};
 use crate::state::{EvidenceKind, IntentKind, Stage, TransitionKind};
 use crate::types::{BindingKey, Millis};
 
-/// One clause of a decision's sentence.
-#[derive(Debug, Clone)]
-pub(crate) enum Note {
+/// One clause of a decision's sentence. [`Note::render`] says it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Note {
     UnknownPlan,
     NotLeader {
         term: Term,
@@ -241,6 +246,19 @@ pub(crate) fn not_fenced(v: &SiteVerdict) -> String {
             )
         }
         _ => format!("{} not fenced ({})", v.site, readings(v)),
+    }
+}
+
+impl Note {
+    /// Routine: said every interval while nothing happens, so never news by itself (a
+    /// steady plan's health checks go out and come back in turn).
+    pub fn routine(&self) -> bool {
+        matches!(self, Note::CheckingHealth { .. })
+    }
+
+    /// The clause, as it reads in the sentence about `plan`.
+    pub fn render(&self, plan: &PlanId) -> String {
+        render(plan, self)
     }
 }
 
@@ -474,16 +492,169 @@ fn plural(n: usize) -> &'static str {
 }
 
 /// The decision's one sentence: its clauses in order, "no action: " first when nothing is done.
-pub(crate) fn sentence(plan: &PlanId, notes: &[Note], acted: bool) -> String {
-    let body: Vec<String> = notes.iter().map(|n| render(plan, n)).collect();
-    let body = if body.is_empty() {
-        format!("{plan}: nothing to report")
-    } else {
-        body.join("; ")
-    };
+fn sentence(plan: &PlanId, notes: &[Note], acted: bool) -> String {
+    let body = body(plan, notes);
     if acted {
         body
     } else {
         format!("no action: {body}")
+    }
+}
+
+fn body(plan: &PlanId, notes: &[Note]) -> String {
+    let body: Vec<String> = notes.iter().map(|n| render(plan, n)).collect();
+    if body.is_empty() {
+        format!("{plan}: nothing to report")
+    } else {
+        body.join("; ")
+    }
+}
+
+/// Why a decision is what it is: its notes, in order, and whether it acted. It reads as its
+/// one sentence (`Display`, `as_str`, and a `&str` through `Deref`), which is also its
+/// serialised form, so the event log and the API show the sentence.
+#[derive(Clone, PartialEq, Eq)]
+pub struct Reason {
+    plan: PlanId,
+    notes: Vec<Note>,
+    acted: bool,
+    sentence: String,
+}
+
+impl Reason {
+    /// The reason for a decision about `plan` that says `notes` and acted (changed the state
+    /// or issued commands) or not.
+    pub fn new(plan: &PlanId, notes: Vec<Note>, acted: bool) -> Self {
+        let sentence = sentence(plan, &notes, acted);
+        Self {
+            plan: plan.clone(),
+            notes,
+            acted,
+            sentence,
+        }
+    }
+
+    /// The clauses, in order.
+    pub fn notes(&self) -> &[Note] {
+        &self.notes
+    }
+
+    /// Whether the decision acted: false is the sentence's "no action: " opening.
+    pub fn acted(&self) -> bool {
+        self.acted
+    }
+
+    /// The sentence.
+    pub fn as_str(&self) -> &str {
+        &self.sentence
+    }
+
+    /// What the sentence says once routine wording is set aside: without the "no action: "
+    /// opening and without a routine first clause ([`Note::routine`]) when more follow, since
+    /// a steady plan alternates between the two every interval and neither is news. Two
+    /// decisions with the same gist (times of day aside) say nothing new one after the other.
+    pub fn gist(&self) -> String {
+        let notes = match self.notes.split_first() {
+            Some((first, rest)) if first.routine() && !rest.is_empty() => rest,
+            _ => &self.notes[..],
+        };
+        body(&self.plan, notes)
+    }
+}
+
+impl fmt::Display for Reason {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(&self.sentence)
+    }
+}
+
+impl fmt::Debug for Reason {
+    /// The sentence, quoted: what a failing test should show.
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        fmt::Debug::fmt(&self.sentence, f)
+    }
+}
+
+impl std::ops::Deref for Reason {
+    type Target = str;
+
+    fn deref(&self) -> &str {
+        &self.sentence
+    }
+}
+
+impl PartialEq<str> for Reason {
+    fn eq(&self, other: &str) -> bool {
+        self.sentence == other
+    }
+}
+
+impl PartialEq<&str> for Reason {
+    fn eq(&self, other: &&str) -> bool {
+        self.sentence == *other
+    }
+}
+
+impl PartialEq<String> for Reason {
+    fn eq(&self, other: &String) -> bool {
+        self.sentence == *other
+    }
+}
+
+impl serde::Serialize for Reason {
+    fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        s.serialize_str(&self.sentence)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn plan() -> PlanId {
+        PlanId::new("erp-db").unwrap()
+    }
+
+    fn site(s: &str) -> SiteId {
+        SiteId::new(s).unwrap()
+    }
+
+    fn steady() -> Note {
+        Note::Steady {
+            owner: site("dc2"),
+            generation: Generation(2),
+            paused: false,
+            sites: Vec::new(),
+            ready: Vec::new(),
+            maintenance: BTreeSet::new(),
+        }
+    }
+
+    #[test]
+    fn routine_checks_and_no_action_openings_are_not_news() {
+        let checking = Reason::new(&plan(), vec![Note::CheckingHealth { n: 1 }, steady()], true);
+        let quiet = Reason::new(&plan(), vec![steady()], false);
+        assert_eq!(
+            checking,
+            "checking health (1 check); erp-db owned by dc2 at generation 2"
+        );
+        assert_eq!(quiet, "no action: erp-db owned by dc2 at generation 2");
+        assert_eq!(checking.gist(), quiet.gist());
+        assert_eq!(quiet.gist(), "erp-db owned by dc2 at generation 2");
+        let paused = Reason::new(&plan(), vec![Note::Paused { by: "alice".into() }], true);
+        assert_ne!(paused.gist(), quiet.gist());
+        assert_eq!(paused.gist(), paused.as_str());
+        // Alone, the routine clause is all there is to say.
+        let alone = Reason::new(&plan(), vec![Note::CheckingHealth { n: 2 }], true);
+        assert_eq!(alone.gist(), "checking health (2 checks)");
+    }
+
+    #[test]
+    fn a_reason_serialises_as_its_sentence() {
+        let r = Reason::new(&plan(), vec![steady()], false);
+        assert_eq!(
+            serde_json::to_value(&r).unwrap(),
+            serde_json::json!("no action: erp-db owned by dc2 at generation 2")
+        );
     }
 }

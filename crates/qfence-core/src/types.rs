@@ -231,8 +231,13 @@ impl fmt::Display for OpId {
 #[serde(tag = "action", rename_all = "kebab-case")]
 pub enum Action {
     /// Read the binding's state (fence check, health, readiness, shield status) and record it
-    /// as an observation.
-    Check { binding: BindingKey },
+    /// as an observation. A service binding's check asks whether the service points at
+    /// `points_at` (the owner, as the decision saw it); a site binding's has none.
+    Check {
+        binding: BindingKey,
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        points_at: Option<SiteId>,
+    },
     /// Run the fence. Idempotent: an already stopped resource is success. Proves nothing by
     /// itself; a later `Check` is the proof.
     Fence { binding: BindingKey },
@@ -273,10 +278,18 @@ pub enum Action {
 }
 
 impl Action {
+    /// A site binding's check.
+    pub fn check(binding: BindingKey) -> Self {
+        Action::Check {
+            binding,
+            points_at: None,
+        }
+    }
+
     /// The binding acted on, if any.
     pub fn binding(&self) -> Option<&BindingKey> {
         match self {
-            Action::Check { binding }
+            Action::Check { binding, .. }
             | Action::Fence { binding }
             | Action::Unfence { binding }
             | Action::Recover { binding }

@@ -100,7 +100,7 @@ impl Loop {
             self.failover_at = Some(now);
         }
         for c in d.commands {
-            let Action::Check { binding } = &c.action else {
+            let Action::Check { binding, .. } = &c.action else {
                 continue;
             };
             if *binding == health() {

@@ -95,7 +95,7 @@ fn steady_state_checks_health_at_the_owner_and_fences_elsewhere_then_says_no_act
             check("dc2", 1),
             check("dc2", 2),
             // The service binding is kept: checked every interval.
-            Action::Check { binding: svc(0) }
+            check_svc(0, "dc1")
         ]
     );
     for c in &d.commands {
@@ -120,7 +120,7 @@ fn steady_state_checks_health_at_the_owner_and_fences_elsewhere_then_says_no_act
             check("dc2", 1),
             check("dc2", 2),
             // The service binding is kept: checked every interval.
-            Action::Check { binding: svc(0) }
+            check_svc(0, "dc1")
         ]
     );
 }
@@ -235,7 +235,7 @@ fn the_owner_dead_man_switch_is_renewed_each_interval_only_under_a_valid_lease()
 fn readiness_checks(d: &Decision) -> Vec<Action> {
     acts(d)
         .into_iter()
-        .filter(|a| matches!(a, Action::Check { binding } if binding.index == 2))
+        .filter(|a| matches!(a, Action::Check { binding, .. } if binding.index == 2))
         .collect()
 }
 
@@ -316,7 +316,7 @@ fn a_readiness_reading_starts_nothing_by_itself() {
                 check("dc2", 0),
                 check("dc2", 1),
                 check("dc2", 2),
-                Action::Check { binding: svc(0) }
+                check_svc(0, "dc1")
             ]
         );
         let d = b.step();
@@ -360,7 +360,7 @@ fn the_readiness_watch_goes_on_while_paused() {
             check("dc2", 1),
             check("dc2", 2),
             // The service binding is kept: checked every interval.
-            Action::Check { binding: svc(0) }
+            check_svc(0, "dc1")
         ]
     );
     b.tick(9);
@@ -941,7 +941,7 @@ fn with_auto_failover_off_qfence_only_says_it_would() {
             .iter()
             .filter(|a| matches!(a, Action::Alarm { site: Some(s), .. } if *s == site("dc1")))
             .count();
-        last = d.reason;
+        last = d.reason.to_string();
     }
     assert_eq!(b.state.phase, Phase::Steady);
     assert_eq!(alarms, 1);
@@ -961,7 +961,7 @@ fn the_target_is_the_first_ready_site_by_priority() {
     b.world.insert(k("dc2", 2), Observed::NotHeld);
     let mut last = String::new();
     for _ in 0..80 {
-        last = b.step().reason;
+        last = b.step().reason.to_string();
     }
     assert_eq!(b.state.phase, Phase::Steady);
     assert!(
@@ -1140,7 +1140,7 @@ fn a_lost_owner_counts_as_fenced_once_its_dead_man_switch_has_provably_fired() {
     for _ in 0..8 {
         let d = b.step();
         if d.reason.contains("waiting for dc1's dead-man switch") {
-            waited = d.reason;
+            waited = d.reason.to_string();
             break;
         }
     }
@@ -1316,7 +1316,7 @@ fn a_late_orchestrator_does_not_read_a_healthy_owner_as_lost() {
                 (_, Some(key)) if *key == k("dc1", 3) => {
                     b.in_flight.insert(c.op.clone(), key.clone());
                 }
-                (Action::Check { binding }, _) => {
+                (Action::Check { binding, .. }, _) => {
                     let v = b.world.get(binding).copied().unwrap_or(Observed::Holds);
                     b.obs.insert(binding.clone(), Observation::new(v, b.now));
                 }
@@ -1436,7 +1436,7 @@ fn a_site_in_maintenance_is_checked_and_shown_but_raises_no_alarm() {
             check("dc2", 1),
             check("dc2", 2),
             // The service binding is kept: checked every interval.
-            Action::Check { binding: svc(0) }
+            check_svc(0, "dc1")
         ]
     );
     let d = b.step();
@@ -1513,7 +1513,7 @@ fn an_automatic_failover_with_the_only_other_site_in_maintenance_does_nothing_an
     for _ in 0..90 {
         let d = b.step();
         all.extend(acts(&d));
-        last = d.reason;
+        last = d.reason.to_string();
     }
     assert_eq!(b.state.phase, Phase::Steady);
     // Nothing is fenced, nothing promoted, no alarm.
@@ -1532,6 +1532,24 @@ fn an_automatic_failover_with_the_only_other_site_in_maintenance_does_nothing_an
         last.contains(") but no site to fail over to: dc2 is in maintenance; "),
         "{last}"
     );
+}
+
+#[test]
+fn the_failover_order_is_priority_then_name_without_the_owner_or_a_site_in_maintenance() {
+    // The one order both the core's automatic failover and the API (a failover that names no
+    // target goes to the first candidate) take.
+    let mut b = Bench::new("erp-db", fixtures::erp_plan_three(&["dc3"]));
+    let order = qfence_core::failover_order(b.plan(), &b.state);
+    assert_eq!(order.candidates, vec![site("dc3"), site("dc2")]);
+    assert!(order.in_maintenance.is_empty());
+    put_in_maintenance(&mut b, "dc3");
+    let order = qfence_core::failover_order(b.plan(), &b.state);
+    assert_eq!(order.candidates, vec![site("dc2")]);
+    assert_eq!(order.in_maintenance, vec![site("dc3")]);
+    put_in_maintenance(&mut b, "dc2");
+    let order = qfence_core::failover_order(b.plan(), &b.state);
+    assert!(order.candidates.is_empty());
+    assert_eq!(order.in_maintenance, vec![site("dc3"), site("dc2")]);
 }
 
 #[test]
@@ -1577,7 +1595,7 @@ fn an_automatic_failover_picks_the_next_site_when_the_first_is_in_maintenance() 
     b.world.insert(k("dc2", 2), Observed::NotHeld);
     let mut last = String::new();
     for _ in 0..80 {
-        last = b.step().reason;
+        last = b.step().reason.to_string();
     }
     assert_eq!(b.state.phase, Phase::Steady);
     assert!(

@@ -328,7 +328,7 @@ fn a_vip_moved_by_hand_is_pointed_back_at_the_owner_with_an_alarm() {
     b.world.insert(svc(0), Observed::NotHeld);
     b.tick(9);
     let d = b.step();
-    assert!(acts(&d).contains(&Action::Check { binding: svc(0) }));
+    assert!(acts(&d).contains(&check_svc(0, "dc1")));
     b.world.remove(&svc(0));
     let d = b.step();
     assert!(

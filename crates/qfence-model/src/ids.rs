@@ -124,6 +124,12 @@ name_type!(
     /// An OpenStack cloud watched by Instance HA (`instance_ha.NAME`).
     CloudId
 );
+name_type!(
+    /// A binding's stable id within its list: named by the binding's `id:` key, or derived
+    /// from its content ([`crate::config::Binding::stable_id`]). Unlike its position, it does
+    /// not change when another binding is added, removed or moved.
+    BindingId
+);
 
 /// A plan's generation: it grows by one with every change of owner, and every command carries
 /// the generation it was decided at. A command from an older generation is refused.

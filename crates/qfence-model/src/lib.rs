@@ -22,4 +22,4 @@ pub mod time;
 
 pub use catalog::{CapabilitySpec, ControllerType, ResourceKind};
 pub use domain::{AgentAlgorithm, FenceLevel, Grade, Role, Verdict};
-pub use ids::{CloudId, ControllerId, Generation, OrchestratorId, PlanId, SiteId, Term};
+pub use ids::{BindingId, CloudId, ControllerId, Generation, OrchestratorId, PlanId, SiteId, Term};

@@ -623,6 +623,49 @@ fn duplicate_keys_and_bindings_are_errors() {
 }
 
 #[test]
+fn a_binding_id_is_named_or_derived_and_unique_in_its_list() {
+    let fence = "        - {controller: pve-dc1, capability: vm.stop, resource: pve-dc1-01/101, role: fence}\n";
+    let named = "        - {id: stop-101, controller: pve-dc1, capability: vm.stop, resource: pve-dc1-01/101, role: fence}\n";
+    let ids = |text: &str| {
+        let l = load_str(text, "lab.yaml").unwrap_or_else(|i| panic!("{}", show(&i)));
+        let plan = l.config.plan("erp-db").unwrap();
+        plan.instances[&qfence_model::SiteId::new("dc1").unwrap()]
+            .iter()
+            .map(|b| b.stable_id().to_string())
+            .collect::<Vec<_>>()
+    };
+    let before = ids(LAB);
+    let with_name = ids(&LAB.replacen(fence, named, 1));
+    assert!(with_name.contains(&"stop-101".to_owned()), "{with_name:?}");
+    // A derived id is the binding's own: inserting another binding before it leaves it as
+    // it was, where its position moves on.
+    let extra = "        - {controller: pve-dc1, capability: vm.status, resource: pve-dc1-01/999, role: health}\n";
+    let inserted = ids(&LAB.replacen(fence, &format!("{extra}{fence}"), 1));
+    assert_eq!(inserted[0], before[0]);
+    assert_eq!(&inserted[2..], &before[1..], "{inserted:?} {before:?}");
+    assert!(!before.contains(&inserted[1]));
+    // Two bindings named alike are refused at the later one's id.
+    let twin = "        - {id: stop-101, controller: pve-dc1, capability: vm.start, resource: pve-dc1-01/101, role: recovery}\n";
+    let issues = lab_with(fence, &format!("{named}{twin}"));
+    assert_reports(
+        &issues,
+        "plans.erp-db.instances.dc1[2].id",
+        Severity::Error,
+        "duplicate binding id \"stop-101\": the same as [1]'s",
+    );
+    let issues = lab_with(
+        fence,
+        "        - {id: 'not a name', controller: pve-dc1, capability: vm.stop, resource: pve-dc1-01/101, role: fence}\n",
+    );
+    assert_reports(
+        &issues,
+        "plans.erp-db.instances.dc1[1].id",
+        Severity::Error,
+        "not a valid name",
+    );
+}
+
+#[test]
 fn syntax_errors_and_empty_files_are_issues_too() {
     let i = load_str("cluster: {name: lab\n", "x.yaml").unwrap_err();
     assert_eq!(i.len(), 1);

@@ -45,6 +45,7 @@ fn binding(resource: &str) -> Binding {
         role: Role::Fence,
         required: true,
         params: BTreeMap::new(),
+        id: None,
     }
 }
 

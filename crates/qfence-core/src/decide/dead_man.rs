@@ -20,7 +20,8 @@ use std::time::Duration;
 
 use qfence_model::{Role, SiteId};
 
-use super::{Cx, outcome_word};
+use super::Cx;
+use super::judge::outcome_word;
 use crate::reason::Note;
 use crate::rules::{self, Mutation};
 use crate::types::{Action, BindingKey, Millis, Observed, OpResult, Outcome, ms};

@@ -63,7 +63,10 @@ impl Cx<'_, '_> {
                 }
                 _ => {
                     if self.due(&k) {
-                        self.issue(Action::Check { binding: k });
+                        self.issue(Action::Check {
+                            binding: k,
+                            points_at: Some(owner.clone()),
+                        });
                     }
                 }
             }

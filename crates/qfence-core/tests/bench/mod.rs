@@ -31,7 +31,15 @@ pub fn acts(d: &Decision) -> Vec<Action> {
 }
 
 pub fn check(s: &str, i: usize) -> Action {
-    Action::Check { binding: k(s, i) }
+    Action::check(k(s, i))
+}
+
+/// A service binding's check: does it point at `owner`?
+pub fn check_svc(i: usize, owner: &str) -> Action {
+    Action::Check {
+        binding: svc(i),
+        points_at: Some(site(owner)),
+    }
 }
 
 pub fn fence(s: &str, i: usize) -> Action {

@@ -42,6 +42,7 @@ pub fn bind(controller: &str, capability: &str, resource: &str, role: Role) -> B
         role,
         required: false,
         params: BTreeMap::new(),
+        id: None,
     }
 }
 

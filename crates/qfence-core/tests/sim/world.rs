@@ -248,7 +248,7 @@ impl Sim<'_> {
 
     fn apply(&mut self, cmd: &Command, at: Millis, forwarded: bool) -> Outcome {
         match &cmd.action {
-            Action::Check { binding } => {
+            Action::Check { binding, .. } => {
                 let v = self.read(binding);
                 if binding.site.is_none() && v == Observed::Unknown {
                     self.watch.disturb(at);

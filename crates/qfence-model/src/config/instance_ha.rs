@@ -275,6 +275,7 @@ impl HostRule {
             role: Role::Fence,
             required: true,
             params: BTreeMap::new(),
+            id: None,
         })
     }
 }

@@ -87,6 +87,7 @@ pub const PLAN: &[&str] = &[
 
 /// A binding, in `plans.NAME.instances.SITE[i]` or `plans.NAME.service[i]`.
 pub const BINDING: &[&str] = &[
+    "id",
     "controller",
     "capability",
     "resource",

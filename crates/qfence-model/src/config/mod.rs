@@ -22,7 +22,7 @@ use serde::Serialize;
 
 use crate::catalog::{CapabilitySpec, ControllerType};
 use crate::domain::{AgentAlgorithm, FenceLevel, Role};
-use crate::ids::{CloudId, ControllerId, OrchestratorId, PlanId, SecretRef, SiteId};
+use crate::ids::{BindingId, CloudId, ControllerId, OrchestratorId, PlanId, SecretRef, SiteId};
 
 pub mod instance_ha;
 mod issue;
@@ -354,6 +354,40 @@ pub struct Binding {
     /// Capability parameters, checked per capability (`params: {max_lag_bytes: "1048576"}`;
     /// for `vip.own`, the address the VIP points at for each site: `params: {dc1: 10.1.1.5}`).
     pub params: BTreeMap<String, String>,
+    /// The binding's id as configured (`id`, default: none, and then one is derived from its
+    /// content: see [`Binding::stable_id`]).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub id: Option<BindingId>,
+}
+
+impl Binding {
+    /// The binding's stable id: its configured `id`, or else a short hash of what it is
+    /// (controller, capability, resource, role and params), which no edit of another binding
+    /// changes. Unique within its list: the loader refuses two bindings with the same one.
+    pub fn stable_id(&self) -> BindingId {
+        if let Some(id) = &self.id {
+            return id.clone();
+        }
+        // FNV-1a, 64 bits, folded to 32: stable across builds and platforms, unlike std's
+        // hasher. Fields are separated by a byte no name or value holds.
+        let mut h: u64 = 0xcbf2_9ce4_8422_2325;
+        let mut eat = |s: &str| {
+            for b in s.bytes().chain([0xff]) {
+                h ^= u64::from(b);
+                h = h.wrapping_mul(0x0100_0000_01b3);
+            }
+        };
+        eat(self.controller.as_str());
+        eat(&self.capability);
+        eat(&self.resource);
+        eat(self.role.as_str());
+        for (k, v) in &self.params {
+            eat(k);
+            eat(v);
+        }
+        let folded = (h >> 32) ^ (h & 0xffff_ffff);
+        BindingId::new(format!("{folded:08x}")).expect("hex digits are a name")
+    }
 }
 
 /// `plans.NAME:`

@@ -1086,7 +1086,11 @@ impl Backend for RuntimeBackend {
             DryRun::Failover { target: Some(t) } => (MoveKind::Failover, self.site(name, t)?),
             DryRun::Failover { target: None } => (
                 MoveKind::Failover,
-                pick_target(&cfg, &state).ok_or_else(|| no_target(name, &state))?,
+                qfence_core::failover_order(&cfg, &state)
+                    .candidates
+                    .first()
+                    .cloned()
+                    .ok_or_else(|| no_target(name, &state))?,
             ),
         };
         if state.in_maintenance(&target) {
@@ -1422,7 +1426,11 @@ impl Backend for RuntimeBackend {
         let state = self.state(plan)?;
         let to = match &req.target {
             Some(t) => self.site(plan, t)?,
-            None => pick_target(&cfg, &state).ok_or_else(|| no_target(plan, &state))?,
+            None => qfence_core::failover_order(&cfg, &state)
+                .candidates
+                .first()
+                .cloned()
+                .ok_or_else(|| no_target(plan, &state))?,
         };
         self.refuse_owner(plan, &to)?;
         let why = req
@@ -1612,13 +1620,4 @@ fn no_target(plan: &PlanId, state: &PlanState) -> BackendError {
             names.join(", ")
         ))
     }
-}
-
-/// The failover target when none is named: the plan's priority list first, then by name.
-fn pick_target(plan: &qfence_model::config::PlanConfig, state: &PlanState) -> Option<SiteId> {
-    plan.priority
-        .iter()
-        .chain(plan.sites())
-        .find(|s| **s != state.owner && !state.in_maintenance(s))
-        .cloned()
 }

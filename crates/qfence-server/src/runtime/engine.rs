@@ -12,8 +12,8 @@ use qfence_cluster::state::{
     SiteVerdict, StatusDraft,
 };
 use qfence_core::{
-    BindingKey, Decision, Leadership, Millis, Observation, OpId, OpResult, PlanState, Rules,
-    Snapshot, StoredPlanState, decide,
+    BindingKey, Decision, Leadership, Millis, Observation, OpId, OpResult, PlanState, Reason,
+    Rules, Snapshot, StoredPlanState, decide,
 };
 use qfence_model::config::ValidatedConfig;
 use qfence_model::{Generation, OrchestratorId, PlanId, Verdict};
@@ -145,23 +145,6 @@ pub(crate) fn site_verdicts(
             }
         })
         .collect()
-}
-
-/// What a sentence says once routine wording is set aside: times of day masked, and the
-/// "no action: " and "checking health (N checks); " openings dropped, since a steady plan
-/// alternates between the two every interval and neither is news.
-pub fn routine_gist(s: &str) -> String {
-    let masked = without_times(s);
-    let mut rest = masked.as_str();
-    if let Some(r) = rest.strip_prefix("no action: ") {
-        rest = r;
-    }
-    if rest.starts_with("checking health (")
-        && let Some((_, r)) = rest.split_once("); ")
-    {
-        rest = r;
-    }
-    rest.to_owned()
 }
 
 /// The sentence with every `HH:MM:SS` replaced by `--:--:--`, to tell a new sentence from the
@@ -846,13 +829,13 @@ impl Engine {
                 .commands
                 .iter()
                 .any(|c| !matches!(c.action, qfence_core::Action::Check { .. }));
-        let gist = routine_gist(&decision.reason);
+        let gist = without_times(&decision.reason.gist());
         let changed = view.last_recorded.as_deref() != Some(gist.as_str());
         if acted || changed {
             tracing::info!(plan = %plan, term = %leadership.term, generation = %state.generation,
                 "{}", super::capitalised(&decision.reason));
             inner.record(
-                NewEvent::new(EventKind::Decision, inner.me.as_str(), decision.reason.clone())
+                NewEvent::new(EventKind::Decision, inner.me.as_str(), decision.reason.to_string())
                     .plan(plan.as_str())
                     .term(leadership.term.0)
                     .generation(state.generation.0)
@@ -865,7 +848,7 @@ impl Engine {
         {
             let mut all = inner.runtime();
             let entry = all.entry(plan.clone()).or_default();
-            entry.last_reason = Some(decision.reason.clone());
+            entry.last_reason = Some(decision.reason.to_string());
             entry.last_sites = decision.sites.clone();
             if acted || changed {
                 entry.last_recorded = Some(gist);
@@ -942,7 +925,7 @@ impl Engine {
 
     /// The plan's status (the leader's verdicts and sentence) if it is due for publication:
     /// it changed, or the last publication is old (see [`PUBLISH_DURING_TRANSITION`],
-    /// [`PUBLISH_WHEN_STEADY`]). "Changed" reads the sentence's gist ([`routine_gist`]): a
+    /// [`PUBLISH_WHEN_STEADY`]). "Changed" reads the reason's gist ([`Reason::gist`]): a
     /// steady plan's sentence alternates between "checking health (N checks); ..." and
     /// "no action: ..." as its checks go out and come back, which is not news.
     fn status_to_publish(
@@ -950,7 +933,7 @@ impl Engine {
         config: &EffectiveConfig,
         plan: &PlanId,
         term: qfence_model::Term,
-        reason: &str,
+        reason: &Reason,
         state: &PlanState,
     ) -> Option<(StatusDraft, String)> {
         let inner = &self.inner;
@@ -972,7 +955,7 @@ impl Engine {
                 .map(|s| format!("{}={}", s.site, s.verdict.as_str()))
                 .collect::<Vec<_>>()
                 .join(","),
-            routine_gist(reason)
+            without_times(&reason.gist())
         );
         let every = if state.transition().is_some() {
             PUBLISH_DURING_TRANSITION
@@ -989,7 +972,7 @@ impl Engine {
             format: STATUS_FORMAT,
             plan: plan.clone(),
             sites,
-            reason: reason.to_owned(),
+            reason: reason.to_string(),
             at_unix_ms: now.0,
             by: inner.me.clone(),
         };
@@ -1119,7 +1102,7 @@ mod tests {
             "{}",
             decision.reason
         );
-        view.last_reason = Some(decision.reason.clone());
+        view.last_reason = Some(decision.reason.to_string());
         view.last_sites = decision.sites;
         // Two seconds on, the reading is past freshness (30 s); the sentence still says
         // fenced until the next decision, and so does the status.
@@ -1133,19 +1116,6 @@ mod tests {
         view.last_reason = None;
         let judged_now = site_verdicts(&config, plan, &state, &view, at(31));
         assert_eq!(judged_now[1].verdict, Verdict::Unknown);
-    }
-
-    #[test]
-    fn routine_checks_and_no_action_openings_are_not_news() {
-        let a = "checking health (1 check); erp-db owned by dc2 at generation 2; dc1 fenced \
-                 (power.off FENCED at 15:17:08)";
-        let b = "no action: erp-db owned by dc2 at generation 2; dc1 fenced (power.off FENCED at \
-                 15:17:10)";
-        assert_eq!(routine_gist(a), routine_gist(b));
-        let c = "no action: erp-db owned by dc2 at generation 2; dc1 reads UNKNOWN";
-        assert_ne!(routine_gist(b), routine_gist(c));
-        let d = "failing erp-db over from dc1 to dc2: health lost";
-        assert_eq!(routine_gist(d), d);
     }
 
     #[test]

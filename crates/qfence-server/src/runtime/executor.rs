@@ -11,7 +11,7 @@ use tokio_util::sync::CancellationToken;
 
 use super::capitalised;
 use super::drivers::{PreFence, Verb, WireCall, WireResult};
-use super::engine::{Inner, PLAN_STATE_SCHEMA};
+use super::engine::Inner;
 use crate::events::{EventKind, NewEvent};
 use crate::metrics::Direction;
 
@@ -127,19 +127,6 @@ impl Executor {
         });
     }
 
-    /// The plan's owner in the replicated state, if it can be read.
-    fn current_owner(&self, plan: &qfence_model::PlanId) -> Option<qfence_model::SiteId> {
-        let doc = self
-            .inner
-            .node
-            .read(|s| s.plans.get(plan).map(|r| r.state.clone()))?;
-        let state = doc
-            .decode::<qfence_core::StoredPlanState>(PLAN_STATE_SCHEMA)
-            .ok()?
-            .into_current();
-        Some(state.owner)
-    }
-
     fn controller_of(&self, command: &Command, key: &BindingKey) -> Option<String> {
         let config = self.inner.config();
         let plan = config.plan(command.plan.as_str())?;
@@ -188,16 +175,13 @@ impl Executor {
         let mut timeout = controller.timeout.min(plan.fence_timeout);
         let capability = binding.capability.clone();
         let site = match &command.action {
-            Action::Service { site, .. } => site.clone(),
-            _ => match &key.site {
-                Some(s) => s.clone(),
-                // A service binding's check asks "does it point at the owner": the owner the
-                // replicated state names now, not the configuration's first one (after a
-                // failover that is the other site).
-                None => self
-                    .current_owner(&command.plan)
-                    .unwrap_or_else(|| plan.owner.clone()),
-            },
+            // A service binding's check asks "does it point at the owner the decision saw".
+            Action::Service { site, .. }
+            | Action::Check {
+                points_at: Some(site),
+                ..
+            } => site.clone(),
+            _ => key.site.clone().unwrap_or_else(|| plan.owner.clone()),
         };
         let mut not_after_unix_ms = None;
         let verb = match &command.action {

@@ -9,7 +9,7 @@ use crate::catalog::{CapabilitySpec, ControllerType, Params};
 use crate::config::tree::Node;
 use crate::config::{Binding, ControllerConfig, keys};
 use crate::domain::{FenceLevel, Role};
-use crate::ids::{ControllerId, SiteId};
+use crate::ids::{BindingId, ControllerId, SiteId};
 
 impl Decoder {
     pub(super) fn bindings(
@@ -48,6 +48,22 @@ impl Decoder {
                 ok = false;
                 continue;
             }
+            // Two bindings of one list may not share a stable id (named alike, or derived
+            // from the same content), whichever way it came.
+            let id = b.stable_id();
+            if let Some((j, _)) = firsts.iter().find(|(_, f)| f.stable_id() == id) {
+                let at = if b.id.is_some() {
+                    child(&index(path, i), "id")
+                } else {
+                    index(path, i)
+                };
+                self.error(
+                    &at,
+                    format!("duplicate binding id \"{id}\": the same as [{j}]'s"),
+                );
+                ok = false;
+                continue;
+            }
             firsts.push((i, b));
         }
         for b in decoded.into_iter().flatten() {
@@ -65,6 +81,12 @@ impl Decoder {
         controllers: &BTreeMap<ControllerId, ControllerConfig>,
     ) -> Option<Binding> {
         let f = self.fields(node, path, keys::BINDING)?;
+        let id = match f.get("id") {
+            None => Some(None),
+            Some(n) => self
+                .name::<BindingId>(n, &f.path("id"), "a binding id")
+                .map(Some),
+        };
         let controller = self
             .require(&f, "controller", "the controller to act through")
             .and_then(|n| self.controller_ref(n, &f.path("controller")));
@@ -102,6 +124,7 @@ impl Decoder {
             role: b.role?,
             required: b.required?,
             params: b.params?,
+            id: id?,
         })
     }
 

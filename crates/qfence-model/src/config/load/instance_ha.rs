@@ -619,6 +619,7 @@ impl FromFence for Binding {
             role: Role::Fence,
             required: true,
             params: BTreeMap::new(),
+            id: None,
         })
     }
 }

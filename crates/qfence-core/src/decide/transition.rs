@@ -1,0 +1,375 @@
+//! A transition under way, step by step as far as it can go without waiting: each step is
+//! entered (its guard checked, its commands issued) and later judged (`judge.rs`), then
+//! advanced, retried, halted or finished.
+
+use qfence_model::{FenceLevel, Role, Verdict};
+
+use super::Cx;
+use super::judge::Next;
+use crate::reason::Note;
+use crate::rules;
+use crate::state::{HealthTrack, Phase, Stage, Transition, TransitionKind};
+use crate::types::{Action, BindingKey, Observed};
+
+const MAX_STEPS_PER_DECISION: usize = 24;
+
+impl Cx<'_, '_> {
+    pub(super) fn t(&self) -> Transition {
+        self.state
+            .transition()
+            .cloned()
+            .expect("called only during a transition")
+    }
+
+    pub(super) fn set_t(&mut self, t: Transition) {
+        self.change().phase = Phase::Transition(t);
+    }
+
+    pub(super) fn transition(&mut self) {
+        let t0 = self.t();
+        match t0.stage {
+            // Nothing is touched before the target proves ready: the owner keeps its
+            // dead-man switch renewed meanwhile.
+            Stage::Preflight => self.renew_dead_man(&t0.from),
+            // Committed: the new owner's switches are armed while its service step runs.
+            Stage::Service => {
+                let owner = self.state.owner.clone();
+                self.renew_dead_man(&owner);
+            }
+            // Renewals stopped: answers still arriving can only break the chain of proof.
+            _ => {
+                self.track_dead_man(&t0.from);
+            }
+        }
+        for _ in 0..MAX_STEPS_PER_DECISION {
+            let mut t = self.t();
+            if let Some(h) = &t.halted {
+                self.notes.push(Note::Halted {
+                    target: t.target.clone(),
+                    stage: t.stage,
+                    why: h.clone(),
+                });
+                return;
+            }
+            if self.state.paused {
+                self.notes.push(Note::Holding {
+                    target: t.target.clone(),
+                    stage: t.stage,
+                });
+                return;
+            }
+            if t.entered && t.term != self.s.leadership.term {
+                // A new leader repeats the step it found under way: every step is idempotent.
+                self.notes.push(Note::NewLeaderRepeats {
+                    term: self.s.leadership.term,
+                    stage: t.stage,
+                });
+                t.entered = false;
+            }
+            if !t.entered
+                && let Some(at) = t.retry_at.filter(|at| *at > self.now())
+            {
+                self.notes.push(Note::RetryWaiting {
+                    target: t.target.clone(),
+                    stage: t.stage,
+                    at,
+                });
+                return;
+            }
+            if !t.entered {
+                match self.enter(&mut t) {
+                    Some(true) => {
+                        self.set_t(t);
+                        return;
+                    }
+                    Some(false) => {
+                        self.set_t(t);
+                    }
+                    None => return,
+                }
+                continue;
+            }
+            let next = self.judge(&t);
+            if !self.follow(t, next) {
+                return;
+            }
+        }
+        self.notes.push(Note::StepLimit);
+    }
+
+    /// Follows what judging the step found; whether the transition may go on at once.
+    fn follow(&mut self, mut t: Transition, next: Next) -> bool {
+        match next {
+            Next::Wait => false,
+            Next::Advance(stage) => {
+                if !(t.stage == Stage::Fences && stage == Stage::Verify) {
+                    t.attempt = 0;
+                }
+                t.stage = stage;
+                t.entered = false;
+                t.pending.clear();
+                self.set_t(t);
+                true
+            }
+            Next::Retry(stage, why) => {
+                t.attempt += 1;
+                let at = self.now().plus(self.plan.interval);
+                t.retry_at = Some(at);
+                if stage == Stage::Service {
+                    self.notes.push(Note::ServiceRetry {
+                        why,
+                        target: t.target.clone(),
+                        at,
+                        attempt: t.attempt + 1,
+                    });
+                } else {
+                    self.notes.push(Note::Retry {
+                        why,
+                        stage,
+                        at,
+                        attempt: t.attempt + 1,
+                        of: self.plan.max_retries + 1,
+                    });
+                }
+                t.stage = stage;
+                t.entered = false;
+                t.pending.clear();
+                self.set_t(t);
+                false
+            }
+            Next::Halt(why) => {
+                self.issue(Action::Alarm {
+                    site: Some(t.target.clone()),
+                    detail: format!(
+                        "moving to {} halted at {}: {why}",
+                        t.target,
+                        t.stage.as_str()
+                    ),
+                });
+                self.notes.push(Note::Halted {
+                    target: t.target.clone(),
+                    stage: t.stage,
+                    why: why.clone(),
+                });
+                t.halted = Some(why);
+                self.set_t(t);
+                false
+            }
+            Next::Steady => {
+                self.change().phase = Phase::Steady;
+                self.notes.push(Note::Done {
+                    owner: self.state.owner.clone(),
+                    generation: self.state.generation,
+                });
+                false
+            }
+        }
+    }
+
+    /// Whether every site but the target reads FENCED (or has evidence) now.
+    pub(super) fn guard(&mut self, t: &Transition) -> Result<(), String> {
+        let bad: Vec<String> = self
+            .other_sites(&t.target)
+            .iter()
+            .map(|s| self.judge_site(s, None))
+            .filter(|v| v.verdict != Verdict::Fenced)
+            .map(|v| crate::reason::not_fenced(&v))
+            .collect();
+        if bad.is_empty() {
+            Ok(())
+        } else {
+            Err(bad.join(", "))
+        }
+    }
+
+    /// The commands a step issues.
+    pub(super) fn stage_actions(&self, t: &Transition) -> Vec<Action> {
+        let others = self.other_sites(&t.target);
+        let mut out = Vec::new();
+        match t.stage {
+            Stage::Preflight => {
+                for k in rules::keys(self.plan, &t.target, Role::Readiness) {
+                    out.push(Action::check(k));
+                }
+            }
+            Stage::Readiness => {
+                // In a failover, a fresh ready reading from the readiness watch stands (the
+                // source may be gone by now); everything else is read again in this step. A
+                // planned switchover always reads again: it wants the state after the owner
+                // stopped.
+                let switchover = matches!(t.kind, TransitionKind::Switchover { .. });
+                for k in rules::keys(self.plan, &t.target, Role::Readiness) {
+                    if switchover || !self.ready_fresh(&k) {
+                        out.push(Action::check(k));
+                    }
+                }
+            }
+            Stage::AppFences | Stage::Fences => {
+                let app = t.stage == Stage::AppFences;
+                for s in &others {
+                    for k in rules::keys(self.plan, s, Role::Fence) {
+                        if (self.level(&k) == Some(FenceLevel::Application)) == app {
+                            out.push(Action::Fence { binding: k });
+                        }
+                    }
+                }
+            }
+            Stage::Verify => {
+                // Every fence is read back, so the operator sees each; only the required
+                // ones decide (and only they are waited for).
+                for s in &others {
+                    for k in rules::keys(self.plan, s, Role::Fence) {
+                        out.push(Action::check(k));
+                    }
+                }
+            }
+            Stage::Unfence => {
+                if self.plan.unfence_on_promote {
+                    for k in rules::keys(self.plan, &t.target, Role::Fence) {
+                        if rules::unfence_capability(self.s.config, self.plan, &k).is_some() {
+                            out.push(Action::Unfence { binding: k });
+                        }
+                    }
+                }
+            }
+            Stage::Switchover => {
+                for k in rules::keys(self.plan, &t.target, Role::Switchover) {
+                    out.push(Action::Switchover { binding: k });
+                }
+            }
+            Stage::Commit => {}
+            Stage::Service => {
+                for i in 0..self.plan.service.len() {
+                    out.push(Action::Service {
+                        binding: BindingKey::service(i),
+                        site: t.target.clone(),
+                    });
+                }
+            }
+        }
+        out
+    }
+
+    /// Enters `t.stage`: checks its guard and issues its commands. `Some(true)` when commands
+    /// were issued (wait for them), `Some(false)` when the step has none (judge it at once),
+    /// `None` when it must wait before it can start.
+    pub(super) fn enter(&mut self, t: &mut Transition) -> Option<bool> {
+        let guarded = matches!(
+            t.stage,
+            Stage::Readiness | Stage::Unfence | Stage::Switchover | Stage::Commit | Stage::Service
+        );
+        if guarded && let Err(why) = self.guard(t) {
+            // The proof went stale or was contradicted: read the fences back again.
+            self.notes.push(Note::Reverify {
+                stage: t.stage,
+                why,
+            });
+            t.after_verify = t.stage;
+            t.stage = Stage::Verify;
+            t.entered = false;
+            t.pending.clear();
+            return Some(false);
+        }
+        if t.stage == Stage::Commit {
+            self.commit(t);
+            return None;
+        }
+        let actions = self.stage_actions(t);
+        if let Some(k) = actions
+            .iter()
+            .filter_map(Action::binding)
+            .find(|k| self.busy(k))
+        {
+            self.notes.push(Note::WaitingBusy {
+                binding: k.clone(),
+                stage: t.stage,
+            });
+            return None;
+        }
+        t.entered = true;
+        t.retry_at = None;
+        t.stage_started = self.now();
+        t.term = self.s.leadership.term;
+        t.pending.clear();
+        let n = actions.len();
+        for a in &actions {
+            // A fence at the site given up that does not read holding, fresh: this
+            // transition takes it, and an abort before the switchover may undo it. One that
+            // already held stays as it was.
+            if let Action::Fence { binding } = a
+                && binding.site.as_ref() == Some(&t.from)
+                && !self
+                    .obs(binding)
+                    .is_some_and(|o| o.value == Observed::Holds && self.fresh(o))
+                && !t.fenced.contains(binding)
+            {
+                t.fenced.push(binding.clone());
+            }
+        }
+        for a in actions {
+            let key = a.binding().cloned().expect("stage actions have bindings");
+            let op = self.issue(a);
+            t.pending.insert(key, op);
+        }
+        if n > 0 {
+            self.notes.push(Note::Step {
+                stage: t.stage,
+                target: t.target.clone(),
+                what: self.describe(t),
+            });
+        }
+        Some(n > 0)
+    }
+
+    pub(super) fn describe(&self, t: &Transition) -> String {
+        let mut v: Vec<String> = t
+            .pending
+            .keys()
+            .map(|k| {
+                format!(
+                    "{} {}",
+                    k.site.as_ref().map_or("service", |s| s.as_str()),
+                    self.capability(k)
+                )
+            })
+            .collect();
+        v.dedup();
+        v.join(", ")
+    }
+
+    pub(super) fn commit(&mut self, t: &Transition) {
+        let old = self.state.generation;
+        let now = self.now();
+        let generation = old.next();
+        let target = t.target.clone();
+        let mut nt = t.clone();
+        nt.stage = Stage::Service;
+        nt.entered = false;
+        nt.attempt = 0;
+        nt.pending.clear();
+        let st = self.change();
+        // Evidence that proved the other sites fenced carries into the new generation: it
+        // is what the new owner stands on.
+        for e in &mut st.evidence {
+            if e.site != target && e.generation == old && (!e.carried || e.at >= t.started) {
+                e.generation = generation;
+                e.carried = true;
+            }
+        }
+        st.evidence.retain(|e| e.generation == generation);
+        st.owner = target.clone();
+        st.generation = generation;
+        st.owner_since = now;
+        st.renewals_stopped.remove(&target);
+        st.dead_man_armed.clear();
+        st.dead_man_verified.clear();
+        st.dead_man_alarmed.clear();
+        st.alarmed.clear();
+        st.health = HealthTrack::default();
+        st.phase = Phase::Transition(nt);
+        self.notes.push(Note::Committed {
+            owner: target,
+            generation,
+        });
+    }
+}
