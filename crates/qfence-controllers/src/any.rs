@@ -51,21 +51,6 @@ fn build_error(id: &ControllerId) -> impl Fn(DriverError) -> Error + '_ {
 }
 
 impl AnyDriver {
-    /// Whether a check of `capability` is answered from a listing shared by many checks
-    /// (one request to the target for all of them), so that the runtime need not ration
-    /// such checks as it rations requests.
-    pub fn reads_in_bulk(&self, capability: &str) -> bool {
-        matches!(self, AnyDriver::Proxmox(_)) && crate::proxmox::reads_in_bulk(capability)
-    }
-
-    /// Ends what the driver keeps between calls at the target (a Redfish session), waiting
-    /// a couple of seconds at most. Other drivers keep nothing there.
-    pub async fn close(&self) {
-        if let AnyDriver::Redfish(d) = self {
-            d.close().await;
-        }
-    }
-
     /// Builds the driver for `config`, with its secret already resolved by this orchestrator.
     pub fn build(
         id: &ControllerId,
@@ -206,6 +191,22 @@ impl Driver for AnyDriver {
 
     async fn renew(&self, ctx: &CallContext, target: &Target) -> Result<Reading, DriverError> {
         dispatch!(self, d => d.renew(ctx, target).await)
+    }
+
+    async fn check_many(
+        &self,
+        ctx: &CallContext,
+        targets: &[Target],
+    ) -> Vec<Result<Reading, DriverError>> {
+        dispatch!(self, d => d.check_many(ctx, targets).await)
+    }
+
+    fn reads_in_bulk(&self, capability: &str) -> bool {
+        dispatch!(self, d => d.reads_in_bulk(capability))
+    }
+
+    async fn close(&self) {
+        dispatch!(self, d => d.close().await)
     }
 }
 

@@ -38,7 +38,7 @@ use tokio::sync::OnceCell;
 
 use crate::driver::{
     CallContext, CapabilityGrade, Discovered, Driver, DriverError, ErrorKind, Identity, Probe,
-    Reading, Target,
+    Reading, Target, unsupported,
 };
 
 const STOP: &str = "container.stop";
@@ -253,7 +253,7 @@ impl DockerDriver {
                 // No HEALTHCHECK: running is all there is to read, and the detail says so.
                 None => running,
             },
-            _ => return Err(self.unsupported(target, "the capability")),
+            _ => return Err(unsupported(self, "the capability", target)),
         };
         let detail = if health.is_none() && target.capability == HEALTH {
             format!("{detail} (no HEALTHCHECK: running state only)")
@@ -328,15 +328,6 @@ impl DockerDriver {
             ..target.clone()
         };
         self.read(ctx, &t).await
-    }
-
-    fn unsupported(&self, target: &Target, what: &str) -> DriverError {
-        self.err(
-            ErrorKind::Unsupported,
-            &target.capability,
-            format!("{what} is not offered for {}", target.capability),
-            false,
-        )
     }
 }
 
@@ -471,7 +462,7 @@ impl Driver for DockerDriver {
     ) -> Result<Vec<String>, DriverError> {
         ctx.run(&self.id, "check_binding", async {
             if ![STOP, START, HEALTH].contains(&target.capability.as_str()) {
-                return Err(self.unsupported(target, "the capability"));
+                return Err(unsupported(self, "the capability", target));
             }
             match self.inspect(&target.resource).await {
                 Ok(_) => Ok(Vec::new()),
@@ -494,7 +485,7 @@ impl Driver for DockerDriver {
             match target.capability.as_str() {
                 STOP => self.stop(ctx, target).await,
                 START => self.start(ctx, target).await,
-                _ => Err(self.unsupported(target, "perform")),
+                _ => Err(unsupported(self, "perform", target)),
             }
         })
         .await
@@ -509,13 +500,9 @@ impl Driver for DockerDriver {
                     .start(ctx, target)
                     .await
                     .map(crate::driver::Reading::negated),
-                _ => Err(self.unsupported(target, "undo")),
+                _ => Err(unsupported(self, "undo", target)),
             }
         })
         .await
-    }
-
-    async fn renew(&self, _ctx: &CallContext, target: &Target) -> Result<Reading, DriverError> {
-        Err(self.unsupported(target, "renew"))
     }
 }

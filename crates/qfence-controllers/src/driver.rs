@@ -312,19 +312,72 @@ pub trait Driver: Send + Sync + fmt::Debug {
     ) -> impl Future<Output = Result<Reading, DriverError>> + Send;
 
     /// Undoes the capability (unfence, lower the shield, disarm the dead-man) and returns the
-    /// read-back. `Unsupported` for capabilities without an undo.
+    /// read-back. By default (and for capabilities without an undo) `Unsupported`.
     fn undo(
         &self,
-        ctx: &CallContext,
+        _ctx: &CallContext,
         target: &Target,
-    ) -> impl Future<Output = Result<Reading, DriverError>> + Send;
+    ) -> impl Future<Output = Result<Reading, DriverError>> + Send {
+        std::future::ready(Err(unsupported(self, "undo", target)))
+    }
 
-    /// Renews a dead-man switch. `Unsupported` for every other capability.
+    /// Renews a dead-man switch. By default (and for every other capability) `Unsupported`.
     fn renew(
         &self,
-        ctx: &CallContext,
+        _ctx: &CallContext,
         target: &Target,
-    ) -> impl Future<Output = Result<Reading, DriverError>> + Send;
+    ) -> impl Future<Output = Result<Reading, DriverError>> + Send {
+        std::future::ready(Err(unsupported(self, "renew", target)))
+    }
+
+    /// Reads many targets of this controller in one call: one result per target, in their
+    /// order, each as [`Driver::check`] would give it (one target's failure fails only its
+    /// own result). By default one `check` after another; a driver that answers checks from
+    /// a shared listing reads them together, so that one request answers them all.
+    fn check_many(
+        &self,
+        ctx: &CallContext,
+        targets: &[Target],
+    ) -> impl Future<Output = Vec<Result<Reading, DriverError>>> + Send {
+        async move {
+            let mut out = Vec::with_capacity(targets.len());
+            for t in targets {
+                out.push(self.check(ctx, t).await);
+            }
+            out
+        }
+    }
+
+    /// Whether a check of `capability` is answered from a listing shared by many checks (one
+    /// request to the target for all of them), so that the caller need not ration such checks
+    /// as it rations requests. By default no.
+    fn reads_in_bulk(&self, _capability: &str) -> bool {
+        false
+    }
+
+    /// Ends what the driver keeps between calls at the target (a session, a ticket, a token),
+    /// waiting a couple of seconds at most; the next call starts a new one. Never fails: what
+    /// cannot be ended expires at the target. By default there is nothing to end.
+    fn close(&self) -> impl Future<Output = ()> + Send {
+        std::future::ready(())
+    }
+}
+
+/// The error for a call `driver` does not offer for `target`'s capability: what the defaults
+/// of [`Driver::undo`] and [`Driver::renew`] answer, and what drivers answer for capabilities
+/// without that call.
+pub fn unsupported<D: Driver + ?Sized>(driver: &D, call: &str, target: &Target) -> DriverError {
+    let ty = driver.controller_type();
+    DriverError::new(
+        ErrorKind::Unsupported,
+        driver.id(),
+        target.capability.clone(),
+        format!(
+            "{call} is not offered for {:?} by a {ty} controller",
+            target.capability
+        ),
+        false,
+    )
 }
 
 #[cfg(test)]

@@ -798,15 +798,6 @@ impl Driver for FenceAgentDriver {
     async fn undo(&self, ctx: &CallContext, target: &Target) -> Result<Reading, DriverError> {
         self.act(ctx, "power.on", target, "on", false).await
     }
-
-    async fn renew(&self, _ctx: &CallContext, target: &Target) -> Result<Reading, DriverError> {
-        Err(self.err(
-            ErrorKind::Unsupported,
-            &format!("{} renew", target.capability),
-            "fence agents have no dead-man switch",
-            false,
-        ))
-    }
 }
 
 #[cfg(test)]

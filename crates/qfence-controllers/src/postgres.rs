@@ -47,7 +47,7 @@ use tokio_postgres::error::SqlState;
 
 use crate::driver::{
     CallContext, CapabilityGrade, Discovered, Driver, DriverError, ErrorKind, Identity, Probe,
-    Reading, Target,
+    Reading, Target, unsupported,
 };
 
 const HEALTH: &str = "db.health";
@@ -690,15 +690,6 @@ impl PostgresDriver {
             },
         ])
     }
-
-    fn unsupported(&self, target: &Target, what: &str) -> DriverError {
-        self.err(
-            ErrorKind::Unsupported,
-            &target.capability,
-            format!("{what} is not offered for {}", target.capability),
-            false,
-        )
-    }
 }
 
 impl Driver for PostgresDriver {
@@ -836,7 +827,7 @@ impl Driver for PostgresDriver {
     ) -> Result<Vec<String>, DriverError> {
         ctx.run(&self.id, "check_binding", async {
             if ![HEALTH, LAG, PROMOTE, DEMOTE].contains(&target.capability.as_str()) {
-                return Err(self.unsupported(target, "the capability"));
+                return Err(unsupported(self, "the capability", target));
             }
             let mut problems = Vec::new();
             let names = ["self".to_owned(), self.host.clone(), self.server()];
@@ -883,7 +874,7 @@ impl Driver for PostgresDriver {
                     self.promote_reading(ctx, &c).await
                 }
                 DEMOTE => self.demote_reading(ctx).await,
-                _ => Err(self.unsupported(target, "the capability")),
+                _ => Err(unsupported(self, "the capability", target)),
             }
         })
         .await
@@ -894,17 +885,9 @@ impl Driver for PostgresDriver {
             match target.capability.as_str() {
                 PROMOTE => self.promote(ctx).await,
                 DEMOTE => self.demote(ctx).await,
-                _ => Err(self.unsupported(target, "perform")),
+                _ => Err(unsupported(self, "perform", target)),
             }
         })
         .await
-    }
-
-    async fn undo(&self, _ctx: &CallContext, target: &Target) -> Result<Reading, DriverError> {
-        Err(self.unsupported(target, "undo"))
-    }
-
-    async fn renew(&self, _ctx: &CallContext, target: &Target) -> Result<Reading, DriverError> {
-        Err(self.unsupported(target, "renew"))
     }
 }

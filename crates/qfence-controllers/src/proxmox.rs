@@ -39,7 +39,7 @@ use tokio::sync::OnceCell;
 
 use crate::driver::{
     CallContext, CapabilityGrade, Discovered, Driver, DriverError, ErrorKind, Identity, Probe,
-    Reading, Target,
+    Reading, Target, unsupported,
 };
 use crate::http::{self, HttpClient};
 
@@ -1251,15 +1251,6 @@ impl Inner {
         }
         Ok((grades, warnings))
     }
-
-    fn unsupported(&self, target: &Target, what: &str) -> DriverError {
-        self.err(
-            ErrorKind::Unsupported,
-            &target.capability,
-            format!("{what} is not offered for {}", target.capability),
-            false,
-        )
-    }
 }
 
 /// Percent-encodes a path segment (UPIDs hold colons and `@`, `!`).
@@ -1441,7 +1432,7 @@ impl Driver for ProxmoxDriver {
                         }
                     }
                 }
-                _ => return Err(self.unsupported(target, "the capability")),
+                _ => return Err(unsupported(self, "the capability", target)),
             }
             Ok(problems)
         })
@@ -1453,7 +1444,7 @@ impl Driver for ProxmoxDriver {
             match target.capability.as_str() {
                 STOP | START | STATUS => self.read_vm(ctx, target).await,
                 LAG => self.read_replication(ctx, target).await,
-                _ => Err(self.unsupported(target, "the capability")),
+                _ => Err(unsupported(self, "the capability", target)),
             }
         })
         .await
@@ -1464,7 +1455,7 @@ impl Driver for ProxmoxDriver {
             match target.capability.as_str() {
                 STOP => self.power(ctx, target, "stopped").await,
                 START => self.power(ctx, target, "running").await,
-                _ => Err(self.unsupported(target, "perform")),
+                _ => Err(unsupported(self, "perform", target)),
             }
         })
         .await
@@ -1479,14 +1470,30 @@ impl Driver for ProxmoxDriver {
                     .power(ctx, target, "running")
                     .await
                     .map(crate::driver::Reading::negated),
-                _ => Err(self.unsupported(target, "undo")),
+                _ => Err(unsupported(self, "undo", target)),
             }
         })
         .await
     }
 
-    async fn renew(&self, _ctx: &CallContext, target: &Target) -> Result<Reading, DriverError> {
-        Err(self.unsupported(target, "renew"))
+    /// All at once, so that the checks of one node share its listing in flight (one request
+    /// for them all) rather than each waiting for a listing sent after it began.
+    async fn check_many(
+        &self,
+        ctx: &CallContext,
+        targets: &[Target],
+    ) -> Vec<Result<Reading, DriverError>> {
+        futures_util::future::join_all(targets.iter().map(|t| self.check(ctx, t))).await
+    }
+
+    fn reads_in_bulk(&self, capability: &str) -> bool {
+        reads_in_bulk(capability)
+    }
+
+    /// Forgets the login ticket (Proxmox VE has no call that revokes one; it expires two
+    /// hours after it was made). An API token is not a session: nothing to end.
+    async fn close(&self) {
+        self.ticket.lock().await.take();
     }
 }
 

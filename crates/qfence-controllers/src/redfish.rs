@@ -346,14 +346,6 @@ impl RedfishDriver {
         }
     }
 
-    /// Deletes the driver's session, if it has one, waiting at most a couple of seconds.
-    /// The next call makes a new one.
-    pub async fn close(&self) {
-        if let Some(s) = self.session.take() {
-            self.logout(&s).await;
-        }
-    }
-
     /// Whether the driver holds a session now (for tests and diagnostics).
     pub fn has_session(&self) -> bool {
         self.session.current().is_some()
@@ -1513,12 +1505,7 @@ impl Driver for RedfishDriver {
         let call = "power.on".to_owned();
         self.check_capability(&call, target)?;
         if target.capability != POWER_OFF {
-            return Err(self.err(
-                ErrorKind::Unsupported,
-                &call,
-                "power.status has no undo",
-                false,
-            ));
+            return Err(crate::driver::unsupported(self, "undo", target));
         }
         let s = self
             .authed(ctx, &call, async |auth: &Auth| {
@@ -1529,12 +1516,10 @@ impl Driver for RedfishDriver {
         Ok(self.reading(ctx, false, s.describe()))
     }
 
-    async fn renew(&self, _ctx: &CallContext, target: &Target) -> Result<Reading, DriverError> {
-        Err(self.err(
-            ErrorKind::Unsupported,
-            &format!("{} renew", target.capability),
-            "redfish has no dead-man switch",
-            false,
-        ))
+    /// Deletes the driver's Redfish session, if it has one.
+    async fn close(&self) {
+        if let Some(s) = self.session.take() {
+            self.logout(&s).await;
+        }
     }
 }

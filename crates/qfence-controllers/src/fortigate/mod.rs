@@ -32,7 +32,7 @@ use tokio::sync::OnceCell;
 
 use crate::driver::{
     CallContext, CapabilityGrade, Discovered, Driver, DriverError, ErrorKind, Identity, Probe,
-    Reading, Target,
+    Reading, Target, unsupported,
 };
 use crate::http::{self, HttpClient};
 
@@ -620,15 +620,6 @@ impl FortigateDriver {
             _ => WriteGrants::Some,
         })
     }
-
-    fn unsupported(&self, target: &Target, what: &str) -> DriverError {
-        self.err(
-            ErrorKind::Unsupported,
-            &target.capability,
-            format!("{what} is not offered for {}", target.capability),
-            false,
-        )
-    }
 }
 
 #[derive(Debug, Clone, Copy)]
@@ -823,7 +814,7 @@ impl Driver for FortigateDriver {
                     }
                     ("vip", "virtual IP")
                 }
-                _ => return Err(self.unsupported(target, "the capability")),
+                _ => return Err(unsupported(self, "the capability", target)),
             };
             let path = format!("api/v2/cmdb/firewall/{table}/{}", encode(&target.resource));
             let a = self.send(Method::GET, &path, None).await?;
@@ -853,7 +844,7 @@ impl Driver for FortigateDriver {
             match target.capability.as_str() {
                 POLICY_DISABLE => self.read_policy(ctx, self.policy_id(target)?).await,
                 VIP_OWN => self.read_vip(ctx, target).await,
-                _ => Err(self.unsupported(target, "the capability")),
+                _ => Err(unsupported(self, "the capability", target)),
             }
         })
         .await
@@ -864,7 +855,7 @@ impl Driver for FortigateDriver {
             match target.capability.as_str() {
                 POLICY_DISABLE => self.set_policy(ctx, target, false).await,
                 VIP_OWN => self.own_vip(ctx, target).await,
-                _ => Err(self.unsupported(target, "the capability")),
+                _ => Err(unsupported(self, "the capability", target)),
             }
         })
         .await
@@ -880,13 +871,9 @@ impl Driver for FortigateDriver {
                     .await
                     .map(crate::driver::Reading::negated),
                 // A VIP is moved by the next owner's vip.own, never "un-owned".
-                _ => Err(self.unsupported(target, "undo")),
+                _ => Err(unsupported(self, "undo", target)),
             }
         })
         .await
-    }
-
-    async fn renew(&self, _ctx: &CallContext, target: &Target) -> Result<Reading, DriverError> {
-        Err(self.unsupported(target, "renew"))
     }
 }

@@ -1110,16 +1110,7 @@ impl Driver for IpmiDriver {
                 ctx.run(&self.id, "watchdog renew", self.renew_watchdog(ctx, target))
                     .await
             }
-            _ => Err(DriverError::new(
-                ErrorKind::Unsupported,
-                &self.id,
-                "renew",
-                format!(
-                    "{:?} is not a dead-man switch; only {WATCHDOG} renews",
-                    target.capability
-                ),
-                false,
-            )),
+            _ => Err(crate::driver::unsupported(self, "renew", target)),
         }
     }
 }
