@@ -5,7 +5,10 @@ use std::fmt;
 use std::future::Future;
 use std::time::SystemTime;
 
+use qfence_model::catalog::SecretUse;
+use qfence_model::config::ControllerConfig;
 use qfence_model::{ControllerId, ControllerType, Grade, OrchestratorId, SiteId, Verdict};
+use secrecy::SecretString;
 use serde::Serialize;
 use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
@@ -361,6 +364,46 @@ pub trait Driver: Send + Sync + fmt::Debug {
     fn close(&self) -> impl Future<Output = ()> + Send {
         std::future::ready(())
     }
+}
+
+/// One shape for building every driver: from its controller's validated configuration and the
+/// secret this orchestrator resolved for it, without I/O (reading a CA file aside). A
+/// configuration of another type gives [`DriverError::wrong_type`]; whether the type needs a
+/// secret is the catalog's word ([`ControllerType::secret`]), and a missing one required
+/// gives [`missing_secret`]. [`crate::AnyDriver::build`] picks the driver and passes the
+/// secret only to types that use one.
+pub trait Build: Driver + Sized {
+    /// The controller type this driver serves.
+    const TYPE: ControllerType;
+
+    /// Builds the driver.
+    fn build(
+        id: ControllerId,
+        config: &ControllerConfig,
+        secret: Option<SecretString>,
+    ) -> Result<Self, DriverError>;
+}
+
+/// The secret a type the catalog says needs one was built with, or the error every driver
+/// gives without it.
+pub fn required_secret(
+    id: &ControllerId,
+    ty: ControllerType,
+    secret: Option<SecretString>,
+) -> Result<SecretString, DriverError> {
+    debug_assert_eq!(ty.secret(), SecretUse::Required, "{ty} needs no secret");
+    secret.ok_or_else(|| missing_secret(id, ty))
+}
+
+/// The build error of a controller whose type needs a secret and that has none.
+pub fn missing_secret(id: &ControllerId, ty: ControllerType) -> DriverError {
+    DriverError::new(
+        ErrorKind::Auth,
+        id,
+        "build",
+        format!("a {ty} controller needs a secret (secret: NAME)"),
+        false,
+    )
 }
 
 /// The error for a call `driver` does not offer for `target`'s capability: what the defaults

@@ -24,14 +24,16 @@ use std::path::PathBuf;
 use std::process::Stdio;
 use std::time::{Duration, SystemTime};
 
+use qfence_model::config::{ControllerConfig, ControllerKind};
 use qfence_model::{ControllerId, ControllerType, FenceLevel, Grade};
+use secrecy::SecretString;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::sync::OnceCell;
 use tokio::time::Instant;
 
 use crate::driver::{
-    CallContext, CapabilityGrade, Discovered, Driver, DriverError, ErrorKind, Identity, Probe,
-    Reading, Target,
+    Build, CallContext, CapabilityGrade, Discovered, Driver, DriverError, ErrorKind, Identity,
+    Probe, Reading, Target,
 };
 use crate::error::Error;
 use crate::secrets::Secret;
@@ -599,6 +601,27 @@ impl FenceAgentDriver {
             picked
         };
         format!("fence-agent:{}:{}", self.agent, opts.join(","))
+    }
+}
+
+impl Build for FenceAgentDriver {
+    const TYPE: ControllerType = ControllerType::FenceAgent;
+
+    fn build(
+        id: ControllerId,
+        config: &ControllerConfig,
+        secret: Option<SecretString>,
+    ) -> Result<Self, DriverError> {
+        let ControllerKind::FenceAgent {
+            agent,
+            options,
+            level,
+        } = &config.kind
+        else {
+            return Err(DriverError::wrong_type(&id, config, Self::TYPE));
+        };
+        FenceAgentDriver::new(id.clone(), agent, options, *level, secret.map(Secret::from))
+            .map_err(|e| e.into_build_error(&id))
     }
 }
 

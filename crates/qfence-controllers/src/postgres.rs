@@ -46,8 +46,8 @@ use tokio::task::JoinHandle;
 use tokio_postgres::error::SqlState;
 
 use crate::driver::{
-    CallContext, CapabilityGrade, Discovered, Driver, DriverError, ErrorKind, Identity, Probe,
-    Reading, Target, unsupported,
+    Build, CallContext, CapabilityGrade, Discovered, Driver, DriverError, ErrorKind, Identity,
+    Probe, Reading, Target, unsupported,
 };
 
 const HEALTH: &str = "db.health";
@@ -117,45 +117,49 @@ impl std::fmt::Debug for PostgresDriver {
 /// Builds the driver from `postgresql://host:port/dbname[?sslmode=...]`, the username and the
 /// password (the secret). No I/O. `sslmode` defaults to `prefer`; `require` uses the
 /// controller's `tls` trust.
-pub fn build(
-    id: ControllerId,
-    config: &ControllerConfig,
-    secret: Option<SecretString>,
-) -> Result<PostgresDriver, DriverError> {
-    let bad = |kind, msg: String| DriverError::new(kind, &id, "build", msg, false);
-    let ControllerKind::Postgres { endpoint, username } = &config.kind else {
-        return Err(DriverError::wrong_type(
-            &id,
-            config,
-            ControllerType::Postgres,
-        ));
-    };
-    if endpoint.username() != "" || endpoint.password().is_some() {
-        return Err(bad(
-            ErrorKind::Rejected,
-            "the endpoint must not carry credentials: use `username` and `secret`".to_owned(),
-        ));
+impl Build for PostgresDriver {
+    const TYPE: ControllerType = ControllerType::Postgres;
+
+    fn build(
+        id: ControllerId,
+        config: &ControllerConfig,
+        secret: Option<SecretString>,
+    ) -> Result<Self, DriverError> {
+        let bad = |kind, msg: String| DriverError::new(kind, &id, "build", msg, false);
+        let ControllerKind::Postgres { endpoint, username } = &config.kind else {
+            return Err(DriverError::wrong_type(
+                &id,
+                config,
+                ControllerType::Postgres,
+            ));
+        };
+        if endpoint.username() != "" || endpoint.password().is_some() {
+            return Err(bad(
+                ErrorKind::Rejected,
+                "the endpoint must not carry credentials: use `username` and `secret`".to_owned(),
+            ));
+        }
+        let mut pg = tokio_postgres::Config::from_str(endpoint.as_str())
+            .map_err(|e| bad(ErrorKind::Rejected, format!("endpoint: {e}")))?;
+        pg.user(username);
+        if let Some(s) = &secret {
+            pg.password(s.expose_secret());
+        }
+        pg.connect_timeout(config.timeout);
+        pg.application_name("qfence");
+        let host = endpoint.host_str().unwrap_or("localhost").to_owned();
+        let port = endpoint.port().unwrap_or(5432);
+        let dbname = pg.get_dbname().unwrap_or("postgres").to_owned();
+        Ok(PostgresDriver {
+            id,
+            config: pg,
+            host,
+            port,
+            dbname,
+            tls: config.tls.clone(),
+            tls_setup: OnceLock::new(),
+        })
     }
-    let mut pg = tokio_postgres::Config::from_str(endpoint.as_str())
-        .map_err(|e| bad(ErrorKind::Rejected, format!("endpoint: {e}")))?;
-    pg.user(username);
-    if let Some(s) = &secret {
-        pg.password(s.expose_secret());
-    }
-    pg.connect_timeout(config.timeout);
-    pg.application_name("qfence");
-    let host = endpoint.host_str().unwrap_or("localhost").to_owned();
-    let port = endpoint.port().unwrap_or(5432);
-    let dbname = pg.get_dbname().unwrap_or("postgres").to_owned();
-    Ok(PostgresDriver {
-        id,
-        config: pg,
-        host,
-        port,
-        dbname,
-        tls: config.tls.clone(),
-        tls_setup: OnceLock::new(),
-    })
 }
 
 /// An open connection; its connection task ends with it (also when the call is dropped).

@@ -38,8 +38,8 @@ use serde_json::Value;
 use tokio::sync::OnceCell;
 
 use crate::driver::{
-    CallContext, CapabilityGrade, Discovered, Driver, DriverError, ErrorKind, Identity, Probe,
-    Reading, Target, unsupported,
+    Build, CallContext, CapabilityGrade, Discovered, Driver, DriverError, ErrorKind, Identity,
+    Probe, Reading, Target, required_secret, unsupported,
 };
 use crate::http::{self, HttpClient};
 
@@ -272,49 +272,45 @@ impl std::fmt::Debug for Inner {
 
 /// Builds the driver. No I/O. The secret is the token's UUID (token auth) or the password
 /// (ticket auth).
-pub fn build(
-    id: ControllerId,
-    config: &ControllerConfig,
-    secret: Option<SecretString>,
-) -> Result<ProxmoxDriver, DriverError> {
-    let ControllerKind::Proxmox { endpoint, auth } = &config.kind else {
-        return Err(DriverError::wrong_type(
-            &id,
-            config,
-            ControllerType::Proxmox,
-        ));
-    };
-    let Some(secret) = secret else {
-        return Err(DriverError::new(
-            ErrorKind::Auth,
-            &id,
-            "build",
-            "no secret: the controller needs `secret` naming the token UUID or password",
-            false,
-        ));
-    };
-    // Accept `https://host:8006` and `https://host:8006/api2/json`.
-    let mut base = endpoint.clone();
-    let path = base
-        .path()
-        .trim_end_matches('/')
-        .trim_end_matches("/api2/json")
-        .to_owned();
-    base.set_path(&format!("{path}/api2/json/"));
-    Ok(ProxmoxDriver(Arc::new_cyclic(|me| Inner {
-        me: me.clone(),
-        id,
-        base,
-        auth: auth.clone(),
-        secret,
-        trust: config.tls.clone(),
-        client: OnceCell::new(),
-        ticket: tokio::sync::Mutex::new(None),
-        replication: Mutex::new(HashMap::new()),
-        guests: Arc::default(),
-        vm_lists: Mutex::new(HashMap::new()),
-        job_lists: Mutex::new(HashMap::new()),
-    })))
+impl Build for ProxmoxDriver {
+    const TYPE: ControllerType = ControllerType::Proxmox;
+
+    fn build(
+        id: ControllerId,
+        config: &ControllerConfig,
+        secret: Option<SecretString>,
+    ) -> Result<Self, DriverError> {
+        let ControllerKind::Proxmox { endpoint, auth } = &config.kind else {
+            return Err(DriverError::wrong_type(
+                &id,
+                config,
+                ControllerType::Proxmox,
+            ));
+        };
+        let secret = required_secret(&id, Self::TYPE, secret)?;
+        // Accept `https://host:8006` and `https://host:8006/api2/json`.
+        let mut base = endpoint.clone();
+        let path = base
+            .path()
+            .trim_end_matches('/')
+            .trim_end_matches("/api2/json")
+            .to_owned();
+        base.set_path(&format!("{path}/api2/json/"));
+        Ok(ProxmoxDriver(Arc::new_cyclic(|me| Inner {
+            me: me.clone(),
+            id,
+            base,
+            auth: auth.clone(),
+            secret,
+            trust: config.tls.clone(),
+            client: OnceCell::new(),
+            ticket: tokio::sync::Mutex::new(None),
+            replication: Mutex::new(HashMap::new()),
+            guests: Arc::default(),
+            vm_lists: Mutex::new(HashMap::new()),
+            job_lists: Mutex::new(HashMap::new()),
+        })))
+    }
 }
 
 /// One cached replication sample.

@@ -29,16 +29,17 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, SystemTime};
 
-use qfence_model::config::RedfishAuth;
 use qfence_model::config::TlsTrust;
+use qfence_model::config::{ControllerConfig, ControllerKind, RedfishAuth};
 use qfence_model::{ControllerId, ControllerType, Grade};
 use reqwest::{Method, StatusCode};
+use secrecy::SecretString;
 use serde_json::Value;
 use tokio::time::Instant;
 
 use crate::driver::{
-    CallContext, CapabilityGrade, Discovered, Driver, DriverError, ErrorKind, Identity, Probe,
-    Reading, Target,
+    Build, CallContext, CapabilityGrade, Discovered, Driver, DriverError, ErrorKind, Identity,
+    Probe, Reading, Target, required_secret,
 };
 use crate::error::Error;
 use crate::http::{self, HttpClient};
@@ -1307,6 +1308,35 @@ fn brief(bytes: &[u8]) -> String {
         .take(200)
         .collect();
     if s.is_empty() { "(no body)".into() } else { s }
+}
+
+impl Build for RedfishDriver {
+    const TYPE: ControllerType = ControllerType::Redfish;
+
+    fn build(
+        id: ControllerId,
+        config: &ControllerConfig,
+        secret: Option<SecretString>,
+    ) -> Result<Self, DriverError> {
+        let ControllerKind::Redfish {
+            endpoint,
+            username,
+            auth,
+        } = &config.kind
+        else {
+            return Err(DriverError::wrong_type(&id, config, Self::TYPE));
+        };
+        let secret = required_secret(&id, Self::TYPE, secret)?;
+        RedfishDriver::new(
+            id.clone(),
+            endpoint,
+            username,
+            *auth,
+            &config.tls,
+            Some(secret.into()),
+        )
+        .map_err(|e| e.into_build_error(&id))
+    }
 }
 
 impl Driver for RedfishDriver {

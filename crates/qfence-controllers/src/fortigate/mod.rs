@@ -31,8 +31,8 @@ use serde_json::{Value, json};
 use tokio::sync::OnceCell;
 
 use crate::driver::{
-    CallContext, CapabilityGrade, Discovered, Driver, DriverError, ErrorKind, Identity, Probe,
-    Reading, Target, unsupported,
+    Build, CallContext, CapabilityGrade, Discovered, Driver, DriverError, ErrorKind, Identity,
+    Probe, Reading, Target, required_secret, unsupported,
 };
 use crate::http::{self, HttpClient};
 
@@ -60,35 +60,31 @@ impl std::fmt::Debug for FortigateDriver {
 }
 
 /// Builds the driver from its configuration and API key. No I/O.
-pub fn build(
-    id: ControllerId,
-    config: &ControllerConfig,
-    secret: Option<SecretString>,
-) -> Result<FortigateDriver, DriverError> {
-    let ControllerKind::Fortigate { endpoint, vdom } = &config.kind else {
-        return Err(DriverError::wrong_type(
-            &id,
-            config,
-            ControllerType::Fortigate,
-        ));
-    };
-    let Some(key) = secret else {
-        return Err(DriverError::new(
-            ErrorKind::Auth,
-            &id,
-            "build",
-            "no API key: the controller needs `secret` naming one",
-            false,
-        ));
-    };
-    Ok(FortigateDriver {
-        id,
-        base: endpoint.clone(),
-        vdom: vdom.clone().unwrap_or_else(|| "root".to_owned()),
-        trust: config.tls.clone(),
-        key,
-        client: OnceCell::new(),
-    })
+impl Build for FortigateDriver {
+    const TYPE: ControllerType = ControllerType::Fortigate;
+
+    fn build(
+        id: ControllerId,
+        config: &ControllerConfig,
+        secret: Option<SecretString>,
+    ) -> Result<Self, DriverError> {
+        let ControllerKind::Fortigate { endpoint, vdom } = &config.kind else {
+            return Err(DriverError::wrong_type(
+                &id,
+                config,
+                ControllerType::Fortigate,
+            ));
+        };
+        let key = required_secret(&id, Self::TYPE, secret)?;
+        Ok(FortigateDriver {
+            id,
+            base: endpoint.clone(),
+            vdom: vdom.clone().unwrap_or_else(|| "root".to_owned()),
+            trust: config.tls.clone(),
+            key,
+            client: OnceCell::new(),
+        })
+    }
 }
 
 /// One HTTP answer: its status, its JSON body (or `Null`) and the certificate fingerprint.

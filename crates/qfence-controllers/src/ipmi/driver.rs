@@ -11,8 +11,8 @@ use secrecy::SecretString;
 use super::session::{self, Failure, Params, Retry, Session};
 use super::wire::{self, CipherSuite, Privilege, WatchdogAction, WatchdogTimer, cmd, netfn};
 use crate::driver::{
-    CallContext, CapabilityGrade, Discovered, Driver, DriverError, ErrorKind, Identity, Probe,
-    Reading, Target,
+    Build, CallContext, CapabilityGrade, Discovered, Driver, DriverError, ErrorKind, Identity,
+    Probe, Reading, Target, required_secret,
 };
 
 /// The UDP port of RMCP.
@@ -157,26 +157,22 @@ fn watchdog_armed(w: &WatchdogTimer, reset_accepted: bool) -> Result<(bool, Stri
     }
 }
 
-impl IpmiDriver {
-    /// Makes the driver from its configuration and password. No I/O.
-    pub fn build(
+/// Makes the driver from its configuration and password. No I/O.
+impl Build for IpmiDriver {
+    const TYPE: ControllerType = ControllerType::Ipmi;
+
+    fn build(
         id: ControllerId,
         config: &ControllerConfig,
-        password: SecretString,
-    ) -> Result<IpmiDriver, DriverError> {
+        password: Option<SecretString>,
+    ) -> Result<Self, DriverError> {
         let ControllerKind::Ipmi {
             endpoint,
             username,
             cipher_suite,
         } = &config.kind
         else {
-            return Err(DriverError::new(
-                ErrorKind::Unsupported,
-                &id,
-                "build",
-                format!("an {} controller is not IPMI", config.controller_type()),
-                false,
-            ));
+            return Err(DriverError::wrong_type(&id, config, Self::TYPE));
         };
         let Some(suite) = CipherSuite::from_number(*cipher_suite) else {
             return Err(DriverError::new(
@@ -203,6 +199,7 @@ impl IpmiDriver {
                 false,
             ));
         }
+        let password = required_secret(&id, Self::TYPE, password)?;
         let (host, port) = parse_endpoint(endpoint)
             .map_err(|m| DriverError::new(ErrorKind::Unsupported, &id, "build", m, false))?;
         Ok(IpmiDriver {
@@ -215,7 +212,9 @@ impl IpmiDriver {
             retry: Retry::default(),
         })
     }
+}
 
+impl IpmiDriver {
     /// Sets how long to wait for an answer before resending, and how many times to send.
     pub fn with_retry(mut self, interval: Duration, tries: u32) -> Self {
         self.retry = Retry {

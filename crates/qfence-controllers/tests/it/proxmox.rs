@@ -15,6 +15,7 @@ use std::time::Duration;
 
 use crate::emulators::{Emulator, Starter};
 
+use qfence_controllers::driver::Build as _;
 use qfence_controllers::proxmox::{self, ProxmoxDriver};
 use qfence_controllers::{CallContext, Driver, ErrorKind, Target};
 use qfence_model::config::{ControllerConfig, ControllerKind, ProxmoxAuth, TlsTrust};
@@ -138,7 +139,7 @@ impl Pve {
                 auth,
             },
         };
-        proxmox::build(
+        proxmox::ProxmoxDriver::build(
             ControllerId::new("pve").unwrap(),
             &config,
             Some(SecretString::from(secret.to_owned())),
