@@ -5,7 +5,7 @@
 //! fakepve's replication endpoints are static (no `last_sync`/`fail_count`): against it the
 //! tests only show that such an answer is refused as a protocol error, never read as "fresh".
 //! Parsing of real PVE replication status and the cache used once the source node is gone
-//! are unit tests in `src/proxmox.rs`.
+//! are unit tests in `src/proxmox/mod.rs`.
 //!
 //! Without the emulator these tests fail with a message saying so, unless
 //! `QFENCE_SKIP_EMULATORS=1`.
