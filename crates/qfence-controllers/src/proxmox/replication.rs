@@ -38,53 +38,7 @@ impl Inner {
             .unwrap_or_else(|e| e.into_inner())
             .get(job)
             .cloned();
-        let fresh = async {
-            let mut relist = false;
-            loop {
-                let node = match self.guest_node(vmid, relist).await? {
-                    Some((n, remembered)) => {
-                        // A refusal by a remembered node may only mean the guest moved.
-                        relist = !relist && remembered;
-                        n
-                    }
-                    None => {
-                        return Err(self.err(
-                            ErrorKind::Rejected,
-                            LAG,
-                            format!(
-                                "guest {vmid} of job {job} is not visible (missing, or no VM.Audit)"
-                            ),
-                            false,
-                        ));
-                    }
-                };
-                // Not in the node's listing: the job's own status says why (and a refusal by
-                // a remembered node may only mean the guest moved: list guests again).
-                // The status, or (what was read instead) in words for the error.
-                let sample = match self.listed_job(&node, job).await? {
-                    Some(row) => row
-                        .sample(&node, now_epoch())
-                        .ok_or_else(|| format!("{row:?}")),
-                    None => match self
-                        .get(&format!("nodes/{node}/replication/{job}/status"), &[])
-                        .await
-                    {
-                        Ok(d) => parse_replication_status(&d, &node, now_epoch())
-                            .ok_or_else(|| d.to_string()),
-                        Err(e) if e.kind == ErrorKind::Rejected && relist => continue,
-                        Err(e) => return Err(e),
-                    },
-                };
-                return sample.map_err(|shown| {
-                    self.err(
-                        ErrorKind::Protocol,
-                        LAG,
-                        format!("the status of job {job} on {node} has no last_sync: {shown}"),
-                        false,
-                    )
-                });
-            }
-        };
+        let fresh = self.fresh_sample(job, vmid);
         // With a cached sample in hand, a source that does not answer within half of the
         // remaining time is treated as gone: a powered-off host drops packets rather than
         // refusing, and waiting for the call's own deadline would leave no time for the
@@ -125,5 +79,57 @@ impl Inner {
         let (holds, detail) =
             assess_replication(job, &sample, now_epoch(), max_age, max_fail, from_cache);
         Ok(self.reading(ctx, holds, detail))
+    }
+
+    /// A new sample of job `job` (of guest `vmid`), read from the node the guest lives on:
+    /// from the node's shared listing of jobs, else from the job's own status (which says
+    /// why it is not listed). A refusal by a remembered node may only mean the guest moved:
+    /// the guests are listed again once.
+    async fn fresh_sample(&self, job: &str, vmid: &str) -> Result<ReplicationSample, DriverError> {
+        let mut relist = false;
+        loop {
+            let node = match self.guest_node(vmid, relist).await? {
+                Some((n, remembered)) => {
+                    // A refusal by a remembered node may only mean the guest moved.
+                    relist = !relist && remembered;
+                    n
+                }
+                None => {
+                    return Err(self.err(
+                        ErrorKind::Rejected,
+                        LAG,
+                        format!(
+                            "guest {vmid} of job {job} is not visible (missing, or no VM.Audit)"
+                        ),
+                        false,
+                    ));
+                }
+            };
+            // Not in the node's listing: the job's own status says why (and a refusal by
+            // a remembered node may only mean the guest moved: list guests again).
+            // The status, or (what was read instead) in words for the error.
+            let sample = match self.listed_job(&node, job).await? {
+                Some(row) => row
+                    .sample(&node, now_epoch())
+                    .ok_or_else(|| format!("{row:?}")),
+                None => match self
+                    .get(&format!("nodes/{node}/replication/{job}/status"), &[])
+                    .await
+                {
+                    Ok(d) => parse_replication_status(&d, &node, now_epoch())
+                        .ok_or_else(|| d.to_string()),
+                    Err(e) if e.kind == ErrorKind::Rejected && relist => continue,
+                    Err(e) => return Err(e),
+                },
+            };
+            return sample.map_err(|shown| {
+                self.err(
+                    ErrorKind::Protocol,
+                    LAG,
+                    format!("the status of job {job} on {node} has no last_sync: {shown}"),
+                    false,
+                )
+            });
+        }
     }
 }

@@ -26,20 +26,13 @@ impl RedfishDriver {
         }
     }
 
-    /// Sends a reset and reads the power state until it is `want`.
-    pub(super) async fn reset_and_wait(
+    /// The first of `resets` the system allows, and where to post it.
+    fn reset_action<'a>(
         &self,
-        ctx: &CallContext,
-        auth: &Auth,
         call: &str,
-        resource: &str,
-        resets: &[&str],
-        want: &str,
-    ) -> Result<System, DriverError> {
-        let sys = self.system(ctx, auth, call, resource).await?;
-        if sys.power == want {
-            return Ok(sys);
-        }
+        sys: &System,
+        resets: &[&'a str],
+    ) -> Result<(&'a str, String), DriverError> {
         let Some(reset) = resets.iter().find(|r| sys.allows(r)) else {
             return Err(self.err(
                 ErrorKind::Unsupported,
@@ -60,6 +53,24 @@ impl RedfishDriver {
                 false,
             ));
         };
+        Ok((reset, target))
+    }
+
+    /// Sends a reset and reads the power state until it is `want`.
+    pub(super) async fn reset_and_wait(
+        &self,
+        ctx: &CallContext,
+        auth: &Auth,
+        call: &str,
+        resource: &str,
+        resets: &[&str],
+        want: &str,
+    ) -> Result<System, DriverError> {
+        let sys = self.system(ctx, auth, call, resource).await?;
+        if sys.power == want {
+            return Ok(sys);
+        }
+        let (reset, target) = self.reset_action(call, &sys, resets)?;
         let body = serde_json::json!({ "ResetType": reset });
         let mut attempt = 0;
         let mut monitor = None;

@@ -33,12 +33,17 @@ impl IpmiDriver {
         Ok((g, "RAKP 2"))
     }
 
-    pub(super) async fn probe_inner(&self, _ctx: &CallContext) -> Result<Probe, DriverError> {
-        const CALL: &str = "probe";
-        let mut facts = BTreeMap::new();
-        let mut warnings = Vec::new();
+    /// Get Channel Authentication Capabilities, which every IPMI 2.0 BMC answers outside a
+    /// session: how logins are guarded, as facts and warnings. Only an unreachable BMC
+    /// fails the probe.
+    async fn channel_auth(
+        &self,
+        call: &str,
+        facts: &mut BTreeMap<String, String>,
+        warnings: &mut Vec<String>,
+    ) -> Result<(), DriverError> {
         // Every IPMI 2.0 BMC answers this outside a session; it says how logins are guarded.
-        let addr = self.addr(CALL).await?;
+        let addr = self.addr(call).await?;
         match session::channel_auth(addr, self.retry).await {
             Ok(a) => {
                 facts.insert("kg".into(), if a.kg_set { "set" } else { "not set" }.into());
@@ -56,12 +61,20 @@ impl IpmiDriver {
                     warnings.push("the BMC does not announce IPMI 2.0 (RMCP+) support".into());
                 }
             }
-            Err(f) if f.kind == ErrorKind::Unreachable => return Err(self.err(CALL, f, false)),
+            Err(f) if f.kind == ErrorKind::Unreachable => return Err(self.err(call, f, false)),
             Err(f) => warnings.push(format!(
                 "Get Channel Authentication Capabilities failed: {}",
                 f.message
             )),
         }
+        Ok(())
+    }
+
+    pub(super) async fn probe_inner(&self, _ctx: &CallContext) -> Result<Probe, DriverError> {
+        const CALL: &str = "probe";
+        let mut facts = BTreeMap::new();
+        let mut warnings = Vec::new();
+        self.channel_auth(CALL, &mut facts, &mut warnings).await?;
         let mut s = self.open(CALL).await?;
 
         let (guid, source) = self.guid(&mut s, CALL).await?;
