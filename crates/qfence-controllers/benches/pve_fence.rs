@@ -13,6 +13,7 @@ use std::path::PathBuf;
 use std::process::Command;
 use std::time::{Duration, Instant};
 
+use qfence_controllers::driver::Build as _;
 use qfence_controllers::proxmox;
 use qfence_controllers::{CallContext, Driver, Target};
 use qfence_model::config::{ControllerConfig, ControllerKind, ProxmoxAuth, TlsTrust};
@@ -90,7 +91,7 @@ fn driver(pve: &Pve, auth: ProxmoxAuth, secret: &str) -> proxmox::ProxmoxDriver 
             auth,
         },
     };
-    proxmox::build(
+    proxmox::ProxmoxDriver::build(
         ControllerId::new("pve").unwrap(),
         &config,
         Some(SecretString::from(secret.to_owned())),

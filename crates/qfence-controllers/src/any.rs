@@ -5,13 +5,16 @@
 //! reading a CA file) and dispatches the [`Driver`] trait to it. Every type has a driver; the
 //! Nova driver's typed API (for Instance HA) is reached through [`AnyDriver::Nova`].
 
-use qfence_model::config::{ControllerConfig, ControllerKind};
+use qfence_model::catalog::SecretUse;
+use qfence_model::config::ControllerConfig;
 use qfence_model::{ControllerId, ControllerType};
 
 use secrecy::SecretString;
 
 use crate::docker::DockerDriver;
-use crate::driver::{CallContext, Discovered, Driver, DriverError, Probe, Reading, Target};
+use crate::driver::{
+    Build, CallContext, Discovered, Driver, DriverError, Probe, Reading, Target, missing_secret,
+};
 use crate::error::Error;
 use crate::fence_agent::FenceAgentDriver;
 use crate::fortigate::FortigateDriver;
@@ -51,105 +54,56 @@ fn build_error(id: &ControllerId) -> impl Fn(DriverError) -> Error + '_ {
 }
 
 impl AnyDriver {
-    /// Whether a check of `capability` is answered from a listing shared by many checks
-    /// (one request to the target for all of them), so that the runtime need not ration
-    /// such checks as it rations requests.
-    pub fn reads_in_bulk(&self, capability: &str) -> bool {
-        matches!(self, AnyDriver::Proxmox(_)) && crate::proxmox::reads_in_bulk(capability)
-    }
-
-    /// Ends what the driver keeps between calls at the target (a Redfish session), waiting
-    /// a couple of seconds at most. Other drivers keep nothing there.
-    pub async fn close(&self) {
-        if let AnyDriver::Redfish(d) = self {
-            d.close().await;
-        }
-    }
-
     /// Builds the driver for `config`, with its secret already resolved by this orchestrator.
+    /// Whether the type needs one, may use one or ignores it is the catalog's word
+    /// ([`ControllerType::secret`]); every driver is built the same way ([`Build`]).
     pub fn build(
         id: &ControllerId,
         config: &ControllerConfig,
         secret: Option<Secret>,
     ) -> Result<Self, Error> {
-        let needs_secret = |what: &str| Error::Build {
-            controller: id.to_string(),
-            reason: format!("a {what} controller needs a secret (secret: NAME)"),
+        let ty = config.controller_type();
+        let secret = match ty.secret() {
+            SecretUse::Required | SecretUse::Optional => secret.map(SecretString::from),
+            SecretUse::Unused | SecretUse::Refused => None,
         };
-        match &config.kind {
-            ControllerKind::Redfish {
-                endpoint,
-                username,
-                auth,
-            } => {
-                let secret = secret.ok_or_else(|| needs_secret("redfish"))?;
-                Ok(AnyDriver::Redfish(RedfishDriver::new(
-                    id.clone(),
-                    endpoint,
-                    username,
-                    *auth,
-                    &config.tls,
-                    Some(secret),
-                )?))
+        if ty.secret() == SecretUse::Required && secret.is_none() {
+            return Err(build_error(id)(missing_secret(id, ty)));
+        }
+        let id = id.clone();
+        let built = match ty {
+            ControllerType::Redfish => {
+                RedfishDriver::build(id.clone(), config, secret).map(AnyDriver::Redfish)
             }
-            ControllerKind::FenceAgent {
-                agent,
-                options,
-                level,
-            } => Ok(AnyDriver::FenceAgent(FenceAgentDriver::new(
-                id.clone(),
-                agent,
-                options,
-                *level,
-                secret,
-            )?)),
-            ControllerKind::Ipmi { .. } => {
-                let secret = secret.ok_or_else(|| needs_secret("ipmi"))?;
-                IpmiDriver::build(id.clone(), config, secret_string(secret))
-                    .map(AnyDriver::Ipmi)
-                    .map_err(build_error(id))
+            ControllerType::FenceAgent => {
+                FenceAgentDriver::build(id.clone(), config, secret).map(AnyDriver::FenceAgent)
             }
-            ControllerKind::Proxmox { .. } => {
-                let secret = secret.ok_or_else(|| needs_secret("proxmox"))?;
-                crate::proxmox::build(id.clone(), config, Some(secret_string(secret)))
-                    .map(|d| AnyDriver::Proxmox(Box::new(d)))
-                    .map_err(build_error(id))
+            ControllerType::Ipmi => {
+                IpmiDriver::build(id.clone(), config, secret).map(AnyDriver::Ipmi)
             }
-            ControllerKind::Postgres { .. } => {
-                // Without a secret the role logs in by what pg_hba.conf allows (peer, trust).
-                crate::postgres::build(id.clone(), config, secret.map(secret_string))
-                    .map(|d| AnyDriver::Postgres(Box::new(d)))
-                    .map_err(build_error(id))
+            ControllerType::Proxmox => ProxmoxDriver::build(id.clone(), config, secret)
+                .map(|d| AnyDriver::Proxmox(Box::new(d))),
+            ControllerType::Postgres => PostgresDriver::build(id.clone(), config, secret)
+                .map(|d| AnyDriver::Postgres(Box::new(d))),
+            ControllerType::Docker => {
+                DockerDriver::build(id.clone(), config, secret).map(AnyDriver::Docker)
             }
-            ControllerKind::Docker { .. } => {
-                // Docker authenticates by socket access or client certificate: no secret.
-                crate::docker::build(id.clone(), config, None)
-                    .map(AnyDriver::Docker)
-                    .map_err(build_error(id))
+            ControllerType::Fortigate => {
+                FortigateDriver::build(id.clone(), config, secret).map(AnyDriver::Fortigate)
             }
-            ControllerKind::Fortigate { .. } => {
-                let secret = secret.ok_or_else(|| needs_secret("fortigate"))?;
-                crate::fortigate::build(id.clone(), config, Some(secret_string(secret)))
-                    .map(AnyDriver::Fortigate)
-                    .map_err(build_error(id))
-            }
-            ControllerKind::Nova { .. } => {
-                let secret = secret.ok_or_else(|| needs_secret("nova"))?;
-                crate::nova::build(id.clone(), config, Some(secret_string(secret)))
-                    .map(AnyDriver::Nova)
-                    .map_err(build_error(id))
+            ControllerType::Nova => {
+                NovaDriver::build(id.clone(), config, secret).map(AnyDriver::Nova)
             }
             // Refused, not stubbed: a stub answering "healthy" or "masked" would be a lie.
-            ControllerKind::Agent => Err(Error::Build {
-                controller: id.to_string(),
-                reason: NO_AGENT.to_owned(),
-            }),
-        }
+            ControllerType::Agent => {
+                return Err(Error::Build {
+                    controller: id.to_string(),
+                    reason: NO_AGENT.to_owned(),
+                });
+            }
+        };
+        built.map_err(build_error(&id))
     }
-}
-
-fn secret_string(secret: Secret) -> SecretString {
-    SecretString::from(secret.expose().to_owned())
 }
 
 macro_rules! dispatch {
@@ -207,6 +161,22 @@ impl Driver for AnyDriver {
     async fn renew(&self, ctx: &CallContext, target: &Target) -> Result<Reading, DriverError> {
         dispatch!(self, d => d.renew(ctx, target).await)
     }
+
+    async fn check_many(
+        &self,
+        ctx: &CallContext,
+        targets: &[Target],
+    ) -> Vec<Result<Reading, DriverError>> {
+        dispatch!(self, d => d.check_many(ctx, targets).await)
+    }
+
+    fn reads_in_bulk(&self, capability: &str) -> bool {
+        dispatch!(self, d => d.reads_in_bulk(capability))
+    }
+
+    async fn close(&self) {
+        dispatch!(self, d => d.close().await)
+    }
 }
 
 #[cfg(test)]
@@ -214,7 +184,9 @@ mod tests {
     use std::collections::BTreeMap;
     use std::time::Duration;
 
-    use qfence_model::config::{NovaAuth, NovaInterface, ProxmoxAuth, RedfishAuth, TlsTrust};
+    use qfence_model::config::{
+        ControllerKind, NovaAuth, NovaInterface, ProxmoxAuth, RedfishAuth, TlsTrust,
+    };
     use qfence_model::{FenceLevel, SiteId};
 
     use super::*;
@@ -324,6 +296,8 @@ mod tests {
                     | ControllerType::Nova
             );
             assert_eq!(r.is_err(), needs, "{ty}: {r:?}");
+            // The catalog says it, for the build and validation alike.
+            assert_eq!(needs, ty.secret() == SecretUse::Required, "{ty}");
         }
     }
 }

@@ -37,8 +37,8 @@ use secrecy::SecretString;
 use tokio::sync::OnceCell;
 
 use crate::driver::{
-    CallContext, CapabilityGrade, Discovered, Driver, DriverError, ErrorKind, Identity, Probe,
-    Reading, Target,
+    Build, CallContext, CapabilityGrade, Discovered, Driver, DriverError, ErrorKind, Identity,
+    Probe, Reading, Target, unsupported,
 };
 
 const STOP: &str = "container.stop";
@@ -63,49 +63,53 @@ pub struct DockerDriver {
 
 /// Builds the driver. No I/O: the daemon is connected to on first use. The secret is unused
 /// (Docker authenticates by socket access or client certificate).
-pub fn build(
-    id: ControllerId,
-    config: &ControllerConfig,
-    _secret: Option<SecretString>,
-) -> Result<DockerDriver, DriverError> {
-    let bad = |msg: String| DriverError::new(ErrorKind::Unsupported, &id, "build", msg, false);
-    let ControllerKind::Docker { endpoint } = &config.kind else {
-        return Err(DriverError::wrong_type(&id, config, ControllerType::Docker));
-    };
-    let endpoint = match endpoint.scheme() {
-        "unix" => Endpoint::Unix(endpoint.path().to_owned()),
-        "https" | "tcp" => {
-            let TlsTrust::CaFile(ca) = &config.tls else {
-                return Err(bad(
-                    "a TCP Docker endpoint needs mutual TLS: set tls.ca_file to DIR/ca.pem, \
+impl Build for DockerDriver {
+    const TYPE: ControllerType = ControllerType::Docker;
+
+    fn build(
+        id: ControllerId,
+        config: &ControllerConfig,
+        _secret: Option<SecretString>,
+    ) -> Result<Self, DriverError> {
+        let bad = |msg: String| DriverError::new(ErrorKind::Unsupported, &id, "build", msg, false);
+        let ControllerKind::Docker { endpoint } = &config.kind else {
+            return Err(DriverError::wrong_type(&id, config, ControllerType::Docker));
+        };
+        let endpoint = match endpoint.scheme() {
+            "unix" => Endpoint::Unix(endpoint.path().to_owned()),
+            "https" | "tcp" => {
+                let TlsTrust::CaFile(ca) = &config.tls else {
+                    return Err(bad(
+                        "a TCP Docker endpoint needs mutual TLS: set tls.ca_file to DIR/ca.pem, \
                      with cert.pem and key.pem beside it"
-                        .to_owned(),
-                ));
-            };
-            let cert_dir = PathBuf::from(ca)
-                .parent()
-                .map(PathBuf::from)
-                .unwrap_or_default();
-            let host = endpoint.host_str().unwrap_or("localhost");
-            let port = endpoint.port().unwrap_or(2376);
-            Endpoint::Tls {
-                addr: format!("https://{host}:{port}"),
-                cert_dir,
+                            .to_owned(),
+                    ));
+                };
+                let cert_dir = PathBuf::from(ca)
+                    .parent()
+                    .map(PathBuf::from)
+                    .unwrap_or_default();
+                let host = endpoint.host_str().unwrap_or("localhost");
+                let port = endpoint.port().unwrap_or(2376);
+                Endpoint::Tls {
+                    addr: format!("https://{host}:{port}"),
+                    cert_dir,
+                }
             }
-        }
-        other => {
-            return Err(bad(format!(
-                "endpoint scheme {other:?}: use unix:///var/run/docker.sock or https://host:2376 \
+            other => {
+                return Err(bad(format!(
+                    "endpoint scheme {other:?}: use unix:///var/run/docker.sock or https://host:2376 \
                  (plain TCP gives anyone root on the host, so it is refused)"
-            )));
-        }
-    };
-    Ok(DockerDriver {
-        id,
-        endpoint,
-        timeout: config.timeout,
-        client: OnceCell::new(),
-    })
+                )));
+            }
+        };
+        Ok(DockerDriver {
+            id,
+            endpoint,
+            timeout: config.timeout,
+            client: OnceCell::new(),
+        })
+    }
 }
 
 impl DockerDriver {
@@ -253,7 +257,7 @@ impl DockerDriver {
                 // No HEALTHCHECK: running is all there is to read, and the detail says so.
                 None => running,
             },
-            _ => return Err(self.unsupported(target, "the capability")),
+            _ => return Err(unsupported(self, "the capability", target)),
         };
         let detail = if health.is_none() && target.capability == HEALTH {
             format!("{detail} (no HEALTHCHECK: running state only)")
@@ -328,15 +332,6 @@ impl DockerDriver {
             ..target.clone()
         };
         self.read(ctx, &t).await
-    }
-
-    fn unsupported(&self, target: &Target, what: &str) -> DriverError {
-        self.err(
-            ErrorKind::Unsupported,
-            &target.capability,
-            format!("{what} is not offered for {}", target.capability),
-            false,
-        )
     }
 }
 
@@ -471,7 +466,7 @@ impl Driver for DockerDriver {
     ) -> Result<Vec<String>, DriverError> {
         ctx.run(&self.id, "check_binding", async {
             if ![STOP, START, HEALTH].contains(&target.capability.as_str()) {
-                return Err(self.unsupported(target, "the capability"));
+                return Err(unsupported(self, "the capability", target));
             }
             match self.inspect(&target.resource).await {
                 Ok(_) => Ok(Vec::new()),
@@ -494,7 +489,7 @@ impl Driver for DockerDriver {
             match target.capability.as_str() {
                 STOP => self.stop(ctx, target).await,
                 START => self.start(ctx, target).await,
-                _ => Err(self.unsupported(target, "perform")),
+                _ => Err(unsupported(self, "perform", target)),
             }
         })
         .await
@@ -509,13 +504,9 @@ impl Driver for DockerDriver {
                     .start(ctx, target)
                     .await
                     .map(crate::driver::Reading::negated),
-                _ => Err(self.unsupported(target, "undo")),
+                _ => Err(unsupported(self, "undo", target)),
             }
         })
         .await
-    }
-
-    async fn renew(&self, _ctx: &CallContext, target: &Target) -> Result<Reading, DriverError> {
-        Err(self.unsupported(target, "renew"))
     }
 }

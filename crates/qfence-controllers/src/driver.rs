@@ -5,7 +5,10 @@ use std::fmt;
 use std::future::Future;
 use std::time::SystemTime;
 
+use qfence_model::catalog::SecretUse;
+use qfence_model::config::ControllerConfig;
 use qfence_model::{ControllerId, ControllerType, Grade, OrchestratorId, SiteId, Verdict};
+use secrecy::SecretString;
 use serde::Serialize;
 use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
@@ -312,19 +315,112 @@ pub trait Driver: Send + Sync + fmt::Debug {
     ) -> impl Future<Output = Result<Reading, DriverError>> + Send;
 
     /// Undoes the capability (unfence, lower the shield, disarm the dead-man) and returns the
-    /// read-back. `Unsupported` for capabilities without an undo.
+    /// read-back. By default (and for capabilities without an undo) `Unsupported`.
     fn undo(
         &self,
-        ctx: &CallContext,
+        _ctx: &CallContext,
         target: &Target,
-    ) -> impl Future<Output = Result<Reading, DriverError>> + Send;
+    ) -> impl Future<Output = Result<Reading, DriverError>> + Send {
+        std::future::ready(Err(unsupported(self, "undo", target)))
+    }
 
-    /// Renews a dead-man switch. `Unsupported` for every other capability.
+    /// Renews a dead-man switch. By default (and for every other capability) `Unsupported`.
     fn renew(
         &self,
-        ctx: &CallContext,
+        _ctx: &CallContext,
         target: &Target,
-    ) -> impl Future<Output = Result<Reading, DriverError>> + Send;
+    ) -> impl Future<Output = Result<Reading, DriverError>> + Send {
+        std::future::ready(Err(unsupported(self, "renew", target)))
+    }
+
+    /// Reads many targets of this controller in one call: one result per target, in their
+    /// order, each as [`Driver::check`] would give it (one target's failure fails only its
+    /// own result). By default one `check` after another; a driver that answers checks from
+    /// a shared listing reads them together, so that one request answers them all.
+    fn check_many(
+        &self,
+        ctx: &CallContext,
+        targets: &[Target],
+    ) -> impl Future<Output = Vec<Result<Reading, DriverError>>> + Send {
+        async move {
+            let mut out = Vec::with_capacity(targets.len());
+            for t in targets {
+                out.push(self.check(ctx, t).await);
+            }
+            out
+        }
+    }
+
+    /// Whether a check of `capability` is answered from a listing shared by many checks (one
+    /// request to the target for all of them), so that the caller need not ration such checks
+    /// as it rations requests. By default no.
+    fn reads_in_bulk(&self, _capability: &str) -> bool {
+        false
+    }
+
+    /// Ends what the driver keeps between calls at the target (a session, a ticket, a token),
+    /// waiting a couple of seconds at most; the next call starts a new one. Never fails: what
+    /// cannot be ended expires at the target. By default there is nothing to end.
+    fn close(&self) -> impl Future<Output = ()> + Send {
+        std::future::ready(())
+    }
+}
+
+/// One shape for building every driver: from its controller's validated configuration and the
+/// secret this orchestrator resolved for it, without I/O (reading a CA file aside). A
+/// configuration of another type gives [`DriverError::wrong_type`]; whether the type needs a
+/// secret is the catalog's word ([`ControllerType::secret`]), and a missing one required
+/// gives [`missing_secret`]. [`crate::AnyDriver::build`] picks the driver and passes the
+/// secret only to types that use one.
+pub trait Build: Driver + Sized {
+    /// The controller type this driver serves.
+    const TYPE: ControllerType;
+
+    /// Builds the driver.
+    fn build(
+        id: ControllerId,
+        config: &ControllerConfig,
+        secret: Option<SecretString>,
+    ) -> Result<Self, DriverError>;
+}
+
+/// The secret a type the catalog says needs one was built with, or the error every driver
+/// gives without it.
+pub fn required_secret(
+    id: &ControllerId,
+    ty: ControllerType,
+    secret: Option<SecretString>,
+) -> Result<SecretString, DriverError> {
+    debug_assert_eq!(ty.secret(), SecretUse::Required, "{ty} needs no secret");
+    secret.ok_or_else(|| missing_secret(id, ty))
+}
+
+/// The build error of a controller whose type needs a secret and that has none.
+pub fn missing_secret(id: &ControllerId, ty: ControllerType) -> DriverError {
+    DriverError::new(
+        ErrorKind::Auth,
+        id,
+        "build",
+        format!("a {ty} controller needs a secret (secret: NAME)"),
+        false,
+    )
+}
+
+/// The error for a call `driver` does not offer for `target`'s capability: what the defaults
+/// of [`Driver::undo`] and [`Driver::renew`] answer, and what drivers answer for capabilities
+/// without that call.
+pub fn unsupported<D: Driver + ?Sized>(driver: &D, call: &str, target: &Target) -> DriverError {
+    let ty = driver.controller_type();
+    DriverError::new(
+        ErrorKind::Unsupported,
+        driver.id(),
+        target.capability.clone(),
+        format!(
+            "{call} is not offered for {:?} by a {ty} controller",
+            target.capability
+        ),
+        false,
+    )
 }
 
 #[cfg(test)]
@@ -337,13 +433,59 @@ mod tests {
 
     /// Every driver's source, to find its parameter reads.
     const SOURCES: &[(&str, &str)] = &[
-        ("redfish.rs", include_str!("redfish.rs")),
-        ("fence_agent.rs", include_str!("fence_agent.rs")),
-        ("ipmi/driver.rs", include_str!("ipmi/driver.rs")),
-        ("proxmox.rs", include_str!("proxmox.rs")),
-        ("postgres.rs", include_str!("postgres.rs")),
+        ("redfish/mod.rs", include_str!("redfish/mod.rs")),
+        ("redfish/client.rs", include_str!("redfish/client.rs")),
+        ("redfish/session.rs", include_str!("redfish/session.rs")),
+        ("redfish/listing.rs", include_str!("redfish/listing.rs")),
+        ("redfish/driver.rs", include_str!("redfish/driver.rs")),
+        ("redfish/probe.rs", include_str!("redfish/probe.rs")),
+        ("fence_agent/mod.rs", include_str!("fence_agent/mod.rs")),
+        (
+            "fence_agent/metadata.rs",
+            include_str!("fence_agent/metadata.rs"),
+        ),
+        (
+            "fence_agent/process.rs",
+            include_str!("fence_agent/process.rs"),
+        ),
+        (
+            "fence_agent/driver.rs",
+            include_str!("fence_agent/driver.rs"),
+        ),
+        ("ipmi/driver/mod.rs", include_str!("ipmi/driver/mod.rs")),
+        (
+            "ipmi/driver/client.rs",
+            include_str!("ipmi/driver/client.rs"),
+        ),
+        ("ipmi/driver/power.rs", include_str!("ipmi/driver/power.rs")),
+        (
+            "ipmi/driver/watchdog.rs",
+            include_str!("ipmi/driver/watchdog.rs"),
+        ),
+        ("ipmi/driver/probe.rs", include_str!("ipmi/driver/probe.rs")),
+        ("proxmox/mod.rs", include_str!("proxmox/mod.rs")),
+        ("proxmox/client.rs", include_str!("proxmox/client.rs")),
+        ("proxmox/listing.rs", include_str!("proxmox/listing.rs")),
+        (
+            "proxmox/replication.rs",
+            include_str!("proxmox/replication.rs"),
+        ),
+        ("proxmox/driver.rs", include_str!("proxmox/driver.rs")),
+        ("proxmox/probe.rs", include_str!("proxmox/probe.rs")),
+        ("postgres/mod.rs", include_str!("postgres/mod.rs")),
+        ("postgres/client.rs", include_str!("postgres/client.rs")),
+        ("postgres/reads.rs", include_str!("postgres/reads.rs")),
+        ("postgres/roles.rs", include_str!("postgres/roles.rs")),
+        ("postgres/probe.rs", include_str!("postgres/probe.rs")),
+        ("postgres/driver.rs", include_str!("postgres/driver.rs")),
         ("docker.rs", include_str!("docker.rs")),
         ("fortigate/mod.rs", include_str!("fortigate/mod.rs")),
+        ("fortigate/client.rs", include_str!("fortigate/client.rs")),
+        ("fortigate/policy.rs", include_str!("fortigate/policy.rs")),
+        ("fortigate/vip.rs", include_str!("fortigate/vip.rs")),
+        ("fortigate/ha.rs", include_str!("fortigate/ha.rs")),
+        ("fortigate/probe.rs", include_str!("fortigate/probe.rs")),
+        ("fortigate/driver.rs", include_str!("fortigate/driver.rs")),
         ("nova/driver.rs", include_str!("nova/driver.rs")),
         ("nova/api.rs", include_str!("nova/api.rs")),
     ];
@@ -385,11 +527,12 @@ mod tests {
                     lit.trim_end_matches('"').to_owned()
                 } else if !arg.is_empty() && arg.chars().all(|c| c.is_ascii_uppercase() || c == '_')
                 {
+                    // A driver's constants may live in another file of its folder.
                     let decl = format!("const {arg}: &str = \"");
-                    let at = src
-                        .find(&decl)
+                    let value = SOURCES
+                        .iter()
+                        .find_map(|(_, s)| s.find(&decl).map(|at| &s[at + decl.len()..]))
                         .unwrap_or_else(|| panic!("{file}: constant {arg} not found"));
-                    let value = &src[at + decl.len()..];
                     value[..value.find('"').unwrap()].to_owned()
                 } else {
                     continue;

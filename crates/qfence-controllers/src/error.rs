@@ -24,3 +24,25 @@ pub enum Error {
     #[error("controller {controller}: {reason}")]
     Build { controller: String, reason: String },
 }
+
+impl Error {
+    /// This error as the build error of a driver ([`crate::driver::Build`]): the message says
+    /// what is wrong without the controller, which the error names.
+    pub(crate) fn into_build_error(
+        self,
+        id: &qfence_model::ControllerId,
+    ) -> crate::driver::DriverError {
+        let message = match self {
+            Error::Build { reason, .. } => reason,
+            Error::Tls { reason, .. } => format!("TLS: {reason}"),
+            other => other.to_string(),
+        };
+        crate::driver::DriverError::new(
+            crate::driver::ErrorKind::Unsupported,
+            id,
+            "build",
+            message,
+            false,
+        )
+    }
+}

@@ -18,6 +18,7 @@ use std::collections::BTreeMap;
 use std::fmt;
 use std::time::Duration;
 
+use qfence_model::catalog::SecretUse;
 use qfence_model::config::{ControllerKind, TlsTrust, ValidatedConfig};
 use qfence_model::{ControllerId, Grade, OrchestratorId, SiteId};
 use serde::Serialize;
@@ -211,7 +212,15 @@ fn build(reg: &Registration<'_>, steps: &mut Vec<Step>) -> (Option<AnyDriver>, O
         steps.extend([s1, s2]);
         return (None, site);
     }
+    let ty = cc.controller_type();
     let secret = match &cc.secret {
+        None if ty.secret() == SecretUse::Required => {
+            fail(
+                &mut s2,
+                format!("a {ty} controller needs a secret (secret: NAME)"),
+            );
+            None
+        }
         None => {
             s2.status = StepStatus::Ok;
             s2.notes.push("the controller names no secret".into());
@@ -222,6 +231,9 @@ fn build(reg: &Registration<'_>, steps: &mut Vec<Step>) -> (Option<AnyDriver>, O
                 s2.status = StepStatus::Ok;
                 s2.notes
                     .push(format!("secret {name} resolves on this orchestrator"));
+                if ty.secret() == SecretUse::Unused {
+                    s2.notes.push(format!("a {ty} controller does not use it"));
+                }
                 Some(s)
             }
             Err(e) => {

@@ -46,6 +46,18 @@ impl Secret {
     }
 }
 
+impl From<SecretString> for Secret {
+    fn from(value: SecretString) -> Self {
+        Self(value)
+    }
+}
+
+impl From<Secret> for SecretString {
+    fn from(value: Secret) -> Self {
+        value.0
+    }
+}
+
 impl fmt::Debug for Secret {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.write_str("[redacted]")

@@ -76,6 +76,26 @@ impl ControllerType {
         }
     }
 
+    /// Whether a controller of this type authenticates with a secret: read by validation
+    /// (`secret:` required or refused), by the driver build and by registration. Said here
+    /// only.
+    pub fn secret(self) -> SecretUse {
+        match self {
+            ControllerType::Redfish
+            | ControllerType::Ipmi
+            | ControllerType::Proxmox
+            | ControllerType::Fortigate
+            | ControllerType::Nova => SecretUse::Required,
+            // A PostgreSQL role without a password logs in by what pg_hba.conf allows (peer,
+            // trust); a fence agent gets `password=` only when one is named.
+            ControllerType::Postgres | ControllerType::FenceAgent => SecretUse::Optional,
+            // Docker authenticates by socket access or client certificate.
+            ControllerType::Docker => SecretUse::Unused,
+            // Each host agent authenticates with the certificate it enrolled with.
+            ControllerType::Agent => SecretUse::Refused,
+        }
+    }
+
     /// The capability of this type with that name, if there is one.
     pub fn capability(self, name: &str) -> Option<&'static CapabilitySpec> {
         self.capabilities().iter().find(|c| c.name == name)
@@ -90,6 +110,19 @@ impl ControllerType {
             names.join(", ")
         }
     }
+}
+
+/// Whether a controller type authenticates with a secret ([`ControllerType::secret`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum SecretUse {
+    /// `secret:` is required: the driver cannot log in without it.
+    Required,
+    /// `secret:` may be named; without it the target's own rules let qfence in.
+    Optional,
+    /// A named secret is accepted and not used: the type authenticates otherwise.
+    Unused,
+    /// `secret:` is refused: the type authenticates otherwise and naming one is a mistake.
+    Refused,
 }
 
 impl fmt::Display for ControllerType {

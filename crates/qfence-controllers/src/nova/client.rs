@@ -22,6 +22,9 @@ use crate::http::{self, HttpClient};
 /// How many times a read answered 5xx or lost in transit is sent.
 const READ_ATTEMPTS: u32 = 3;
 
+/// How long ending the session (revoking the token) may take.
+const LOGOUT_TIMEOUT: Duration = Duration::from_secs(2);
+
 /// Which API a request goes to.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) enum Api {
@@ -141,6 +144,39 @@ impl Client {
         let made = Arc::new(self.login().await?);
         *current = Some(made.clone());
         Ok(made)
+    }
+
+    /// Revokes the token, if there is one (`DELETE /v3/auth/tokens`), waiting at most
+    /// `LOGOUT_TIMEOUT`; the next call logs in again. A token Keystone does not revoke
+    /// expires on its own.
+    pub(crate) async fn logout(&self) {
+        let Some(session) = self.session.lock().await.take() else {
+            return;
+        };
+        let call = "DELETE /v3/auth/tokens";
+        let (Ok(url), Ok(http)) = (self.keystone.join("auth/tokens"), self.http().await) else {
+            return;
+        };
+        let token = session.token.secret.expose_secret();
+        let sent = http
+            .client
+            .delete(url)
+            .header("x-auth-token", token)
+            .header("x-subject-token", token)
+            .send();
+        match tokio::time::timeout(LOGOUT_TIMEOUT, sent).await {
+            Ok(Ok(r)) if r.status().is_success() || r.status() == StatusCode::NOT_FOUND => {}
+            Ok(Ok(r)) => {
+                tracing::warn!(controller = %self.id, call, status = %r.status(), "Keystone refused to revoke qfence's token");
+            }
+            Ok(Err(e)) => {
+                let e = http::map_error(&self.id, call, &e, false);
+                tracing::warn!(controller = %self.id, error = %e, "Could not revoke qfence's Keystone token");
+            }
+            Err(_) => {
+                tracing::warn!(controller = %self.id, call, "Revoking qfence's Keystone token timed out");
+            }
+        }
     }
 
     /// `POST /v3/auth/tokens`.

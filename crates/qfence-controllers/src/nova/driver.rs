@@ -16,7 +16,7 @@ use qfence_model::{ControllerId, ControllerType};
 use super::NovaDriver;
 use super::types::{EvacuateRequest, EvacuationProgress, ServiceState, ServiceStatus};
 use crate::driver::{
-    CallContext, Discovered, Driver, DriverError, ErrorKind, Probe, Reading, Target,
+    CallContext, Discovered, Driver, DriverError, ErrorKind, Probe, Reading, Target, unsupported,
 };
 
 pub(crate) const FORCE_DOWN: &str = "host.force_down";
@@ -40,15 +40,6 @@ impl NovaDriver {
             by: ctx.orchestrator.clone(),
             definitive: false,
         }
-    }
-
-    fn unsupported(&self, target: &Target, what: &str) -> DriverError {
-        self.client.err(
-            ErrorKind::Unsupported,
-            &target.capability,
-            format!("{what} is not offered for {}", target.capability),
-            false,
-        )
     }
 
     fn reason<'a>(&self, target: &'a Target) -> &'a str {
@@ -262,7 +253,7 @@ impl Driver for NovaDriver {
                     }
                     Err(e) => return Err(e),
                 },
-                _ => return Err(self.unsupported(target, "the capability")),
+                _ => return Err(unsupported(self, "the capability", target)),
             }
             Ok(problems)
         })
@@ -274,7 +265,7 @@ impl Driver for NovaDriver {
             match target.capability.as_str() {
                 FORCE_DOWN | DISABLE | STATUS => self.read_host(ctx, target).await,
                 EVACUATE | LOCK => self.read_server(ctx, target).await,
-                _ => Err(self.unsupported(target, "the capability")),
+                _ => Err(unsupported(self, "the capability", target)),
             }
         })
         .await
@@ -286,7 +277,7 @@ impl Driver for NovaDriver {
                 FORCE_DOWN | DISABLE => self.set_host(ctx, target, true).await,
                 LOCK => self.set_lock(ctx, target, true).await,
                 EVACUATE => self.recover_server(ctx, target).await,
-                _ => Err(self.unsupported(target, "perform")),
+                _ => Err(unsupported(self, "perform", target)),
             }
         })
         .await
@@ -297,13 +288,14 @@ impl Driver for NovaDriver {
             match target.capability.as_str() {
                 FORCE_DOWN | DISABLE => self.set_host(ctx, target, false).await,
                 LOCK => self.set_lock(ctx, target, false).await,
-                _ => Err(self.unsupported(target, "undo")),
+                _ => Err(unsupported(self, "undo", target)),
             }
         })
         .await
     }
 
-    async fn renew(&self, _ctx: &CallContext, target: &Target) -> Result<Reading, DriverError> {
-        Err(self.unsupported(target, "renew"))
+    /// Revokes the Keystone token the driver holds.
+    async fn close(&self) {
+        self.client.logout().await;
     }
 }

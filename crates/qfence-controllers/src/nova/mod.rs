@@ -45,7 +45,7 @@ pub use types::{
     ServiceStatus,
 };
 
-use crate::driver::{DriverError, ErrorKind};
+use crate::driver::{Build, DriverError, required_secret};
 use client::Client;
 
 /// The Nova driver. Holds the password or application credential secret; never prints it.
@@ -77,49 +77,44 @@ impl NovaDriver {
 
 /// Builds the driver. No I/O. The secret is the user's password or the application
 /// credential's secret.
-pub fn build(
-    id: ControllerId,
-    config: &ControllerConfig,
-    secret: Option<SecretString>,
-) -> Result<NovaDriver, DriverError> {
-    let ControllerKind::Nova {
-        endpoint,
-        auth,
-        interface,
-        region,
-    } = &config.kind
-    else {
-        return Err(DriverError::wrong_type(&id, config, ControllerType::Nova));
-    };
-    let Some(secret) = secret else {
-        return Err(DriverError::new(
-            ErrorKind::Auth,
-            &id,
-            "build",
-            "no secret: the controller needs `secret` naming the password or the application \
-             credential's secret",
-            false,
-        ));
-    };
-    // `https://keystone:5000` and `https://keystone:5000/v3` both mean Keystone v3.
-    let mut keystone = endpoint.clone();
-    let path = keystone.path().trim_end_matches('/').to_owned();
-    let path = if path.ends_with("/v3") {
-        format!("{path}/")
-    } else {
-        format!("{path}/v3/")
-    };
-    keystone.set_path(&path);
-    Ok(NovaDriver {
-        client: Client::new(
-            id.clone(),
-            keystone,
-            auth.clone(),
-            secret,
-            *interface,
-            region.clone(),
-            config.tls.clone(),
-        ),
-        id,
-    })
+impl Build for NovaDriver {
+    const TYPE: ControllerType = ControllerType::Nova;
+
+    fn build(
+        id: ControllerId,
+        config: &ControllerConfig,
+        secret: Option<SecretString>,
+    ) -> Result<Self, DriverError> {
+        let ControllerKind::Nova {
+            endpoint,
+            auth,
+            interface,
+            region,
+        } = &config.kind
+        else {
+            return Err(DriverError::wrong_type(&id, config, ControllerType::Nova));
+        };
+        let secret = required_secret(&id, Self::TYPE, secret)?;
+        // `https://keystone:5000` and `https://keystone:5000/v3` both mean Keystone v3.
+        let mut keystone = endpoint.clone();
+        let path = keystone.path().trim_end_matches('/').to_owned();
+        let path = if path.ends_with("/v3") {
+            format!("{path}/")
+        } else {
+            format!("{path}/v3/")
+        };
+        keystone.set_path(&path);
+        Ok(NovaDriver {
+            client: Client::new(
+                id.clone(),
+                keystone,
+                auth.clone(),
+                secret,
+                *interface,
+                region.clone(),
+                config.tls.clone(),
+            ),
+            id,
+        })
+    }
 }

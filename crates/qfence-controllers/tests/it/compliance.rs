@@ -143,6 +143,38 @@ pub async fn run<D: Driver>(case: Case<D>) {
     }
     assert!(!d.check(&ctx(short), &case.fence).await.unwrap().holds);
 
+    phase("a bulk read answers each target as its own check would, in order");
+    let mut batch = vec![case.fence.clone(), case.fence.clone()];
+    batch.extend(case.missing.clone());
+    let t = Instant::now();
+    let read = d.check_many(&ctx(short), &batch).await;
+    assert_eq!(read.len(), batch.len(), "one result per target");
+    for r in &read[..2] {
+        let r = r.as_ref().expect("bulk check of the fence target");
+        assert!(!r.holds, "{}", r.detail);
+        assert_eq!(r.by, orchestrator());
+    }
+    if let Some(r) = read.get(2) {
+        assert!(r.is_err(), "a missing resource read in bulk: {r:?}");
+    }
+    assert!(
+        t.elapsed() < short,
+        "a bulk read of {} took {:?}",
+        batch.len(),
+        t.elapsed()
+    );
+    assert!(d.check_many(&ctx(short), &[]).await.is_empty());
+
+    phase("close ends the driver's session at once, and the next call starts a new one");
+    let t = Instant::now();
+    d.close().await;
+    assert!(
+        t.elapsed() < Duration::from_secs(3),
+        "close took {:?}",
+        t.elapsed()
+    );
+    assert!(!d.check(&ctx(short), &case.fence).await.unwrap().holds);
+
     phase("an unknown capability is refused as unsupported, not attempted");
     let bogus = target("no.such-capability", &case.fence.resource);
     let e = d
@@ -279,7 +311,10 @@ pub async fn run<D: Driver>(case: Case<D>) {
 /// connection tasks, sessions being closed, timers. A driver's idle keep-alive connections
 /// belong to its client, so they may live between calls, but never past the driver.
 async fn no_task_outlives<D: Driver>(case: Case<D>, before: usize) {
-    phase("nothing the driver started outlives it");
+    phase("nothing the driver started outlives it, closed and dropped");
+    case.driver.close().await;
+    // Closing twice is harmless: nothing is left to end.
+    case.driver.close().await;
     drop(case);
     let until = Instant::now() + Duration::from_secs(3);
     let mut now = alive_tasks();
@@ -403,15 +438,6 @@ mod self_test {
         }
         async fn undo(&self, ctx: &CallContext, t: &Target) -> Result<Reading, DriverError> {
             self.set(ctx, t, false).await
-        }
-        async fn renew(&self, _ctx: &CallContext, t: &Target) -> Result<Reading, DriverError> {
-            Err(DriverError::new(
-                ErrorKind::Unsupported,
-                &self.id,
-                &t.capability,
-                "no dead-man",
-                false,
-            ))
         }
     }
 

@@ -10,6 +10,7 @@ use std::process::Command;
 use std::time::Duration;
 
 use qfence_controllers::docker::{self, DockerDriver};
+use qfence_controllers::driver::Build as _;
 use qfence_controllers::{CallContext, Driver, ErrorKind, Target};
 use qfence_model::config::{ControllerConfig, ControllerKind, TlsTrust};
 use qfence_model::{ControllerId, Grade, OrchestratorId, SiteId, Verdict};
@@ -151,7 +152,7 @@ fn driver_at(endpoint: &str) -> DockerDriver {
             endpoint: endpoint.parse().unwrap(),
         },
     };
-    docker::build(ControllerId::new("docker-dc1").unwrap(), &config, None).unwrap()
+    docker::DockerDriver::build(ControllerId::new("docker-dc1").unwrap(), &config, None).unwrap()
 }
 
 fn driver() -> DockerDriver {
@@ -381,7 +382,7 @@ fn build_refuses_plain_tcp_and_does_no_io() {
         },
     };
     let id = ControllerId::new("d").unwrap();
-    let e = docker::build(
+    let e = docker::DockerDriver::build(
         id.clone(),
         &config("http://10.0.0.1:2375", TlsTrust::SystemRoots),
         None,
@@ -389,7 +390,7 @@ fn build_refuses_plain_tcp_and_does_no_io() {
     .unwrap_err();
     assert_eq!(e.kind, ErrorKind::Unsupported);
     assert!(
-        docker::build(
+        docker::DockerDriver::build(
             id.clone(),
             &config("https://10.0.0.1:2376", TlsTrust::SystemRoots),
             None
@@ -397,9 +398,12 @@ fn build_refuses_plain_tcp_and_does_no_io() {
         .is_err()
     );
     let tls = TlsTrust::CaFile("/nonexistent/ca.pem".to_owned());
-    assert!(docker::build(id.clone(), &config("https://10.0.0.1:2376", tls), None).is_ok());
     assert!(
-        docker::build(
+        docker::DockerDriver::build(id.clone(), &config("https://10.0.0.1:2376", tls), None)
+            .is_ok()
+    );
+    assert!(
+        docker::DockerDriver::build(
             id,
             &config("unix:///nonexistent.sock", TlsTrust::SystemRoots),
             None

@@ -5,6 +5,7 @@
 use std::collections::BTreeMap;
 use std::time::Duration;
 
+use qfence_controllers::driver::Build as _;
 use qfence_controllers::fortigate::{self, FortigateDriver};
 use qfence_controllers::{CallContext, Driver, ErrorKind, Target};
 use qfence_lab::LabTls;
@@ -42,7 +43,7 @@ fn driver_with(lab: &Lab, key: &str, trust: TlsTrust) -> FortigateDriver {
             vdom: Some("root".to_owned()),
         },
     };
-    fortigate::build(
+    fortigate::FortigateDriver::build(
         ControllerId::new("fgt").unwrap(),
         &config,
         Some(SecretString::from(key.to_owned())),
@@ -396,7 +397,7 @@ fn build_needs_a_key_and_does_no_io() {
     let id = ControllerId::new("fgt").unwrap();
     // The CA file is only read on first use, so build succeeds.
     assert!(
-        fortigate::build(
+        fortigate::FortigateDriver::build(
             id.clone(),
             &config,
             Some(SecretString::from("k".to_owned()))
@@ -404,7 +405,9 @@ fn build_needs_a_key_and_does_no_io() {
         .is_ok()
     );
     assert_eq!(
-        fortigate::build(id, &config, None).unwrap_err().kind,
+        fortigate::FortigateDriver::build(id, &config, None)
+            .unwrap_err()
+            .kind,
         ErrorKind::Auth
     );
 }

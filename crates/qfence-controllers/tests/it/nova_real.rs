@@ -6,6 +6,7 @@
 use std::collections::BTreeMap;
 use std::time::Duration;
 
+use qfence_controllers::driver::Build as _;
 use qfence_controllers::nova::{
     self, EvacuateRequest, EvacuationProgress, MigrationFilter, MigrationType, NovaDriver,
     ServerStatus, ServiceState, ServiceStatus,
@@ -49,7 +50,7 @@ pub fn appcred_driver(c: &Cloud) -> NovaDriver {
         id: c.var("APPCRED_ID").to_owned(),
     };
     let secret = SecretString::from(c.var("APPCRED_SECRET").to_owned());
-    nova::build(
+    nova::NovaDriver::build(
         ControllerId::new("nova").unwrap(),
         &config(c, auth, ca(c)),
         Some(secret),
@@ -65,7 +66,7 @@ fn password_driver(c: &Cloud, user: &str, project: &str, password: &str) -> Nova
         project_domain: "Default".into(),
     };
     let secret = SecretString::from(password.to_owned());
-    nova::build(
+    nova::NovaDriver::build(
         ControllerId::new("nova").unwrap(),
         &config(c, auth, ca(c)),
         Some(secret),
@@ -318,7 +319,7 @@ async fn nova_real_registration_grades_by_role_and_names_the_cloud() {
     assert_eq!((e.kind, e.state_unknown), (ErrorKind::Auth, false), "{e}");
 
     phase("a pin of another certificate is refused before any credential is sent");
-    let pinned = nova::build(
+    let pinned = nova::NovaDriver::build(
         ControllerId::new("nova").unwrap(),
         &config(
             c,
@@ -334,7 +335,7 @@ async fn nova_real_registration_grades_by_role_and_names_the_cloud() {
     assert_eq!(e.kind, ErrorKind::Unreachable, "{e}");
     phase("the pin of the peer's certificate is accepted");
     let fp = p.identity.tls_fingerprint.clone().unwrap();
-    let pinned = nova::build(
+    let pinned = nova::NovaDriver::build(
         ControllerId::new("nova").unwrap(),
         &config(
             c,

@@ -5,6 +5,7 @@
 
 use std::time::Duration;
 
+use qfence_controllers::driver::Build as _;
 use qfence_controllers::nova::{
     self, EvacuateRequest, EvacuationProgress, NovaDriver, ServiceState,
 };
@@ -66,7 +67,7 @@ fn driver_as(h: &NovaHandle, auth: NovaAuth, secret: &str) -> NovaDriver {
             region: None,
         },
     };
-    nova::build(
+    nova::NovaDriver::build(
         ControllerId::new("nova-sim").unwrap(),
         &config,
         Some(SecretString::from(secret.to_owned())),

@@ -10,6 +10,7 @@ use std::time::Duration;
 
 use crate::emulators::{Emulator, Starter, free_port};
 
+use qfence_controllers::driver::Build as _;
 use qfence_controllers::postgres::{self, PostgresDriver};
 use qfence_controllers::{CallContext, Driver, ErrorKind, Target};
 use qfence_model::config::{ControllerConfig, ControllerKind, TlsTrust};
@@ -86,7 +87,7 @@ fn driver_as(port: u16, user: &str, password: &str) -> PostgresDriver {
             username: user.to_owned(),
         },
     };
-    postgres::build(
+    postgres::PostgresDriver::build(
         ControllerId::new(format!("pg-{port}")).unwrap(),
         &config,
         Some(SecretString::from(password.to_owned())),
@@ -108,7 +109,7 @@ fn tls_driver(port: u16, tls: TlsTrust) -> PostgresDriver {
             username: "postgres".to_owned(),
         },
     };
-    postgres::build(
+    postgres::PostgresDriver::build(
         ControllerId::new(format!("pg-{port}")).unwrap(),
         &config,
         Some(SecretString::from("postgres".to_owned())),

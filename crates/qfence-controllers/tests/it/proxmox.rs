@@ -5,7 +5,7 @@
 //! fakepve's replication endpoints are static (no `last_sync`/`fail_count`): against it the
 //! tests only show that such an answer is refused as a protocol error, never read as "fresh".
 //! Parsing of real PVE replication status and the cache used once the source node is gone
-//! are unit tests in `src/proxmox.rs`.
+//! are unit tests in `src/proxmox/mod.rs`.
 //!
 //! Without the emulator these tests fail with a message saying so, unless
 //! `QFENCE_SKIP_EMULATORS=1`.
@@ -15,6 +15,7 @@ use std::time::Duration;
 
 use crate::emulators::{Emulator, Starter};
 
+use qfence_controllers::driver::Build as _;
 use qfence_controllers::proxmox::{self, ProxmoxDriver};
 use qfence_controllers::{CallContext, Driver, ErrorKind, Target};
 use qfence_model::config::{ControllerConfig, ControllerKind, ProxmoxAuth, TlsTrust};
@@ -138,7 +139,7 @@ impl Pve {
                 auth,
             },
         };
-        proxmox::build(
+        proxmox::ProxmoxDriver::build(
             ControllerId::new("pve").unwrap(),
             &config,
             Some(SecretString::from(secret.to_owned())),

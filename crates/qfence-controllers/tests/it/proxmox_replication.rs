@@ -27,6 +27,7 @@
 use std::collections::BTreeMap;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
+use qfence_controllers::driver::Build as _;
 use qfence_controllers::proxmox::{self, ProxmoxDriver};
 use qfence_controllers::{CallContext, Driver, DriverError, ErrorKind, Reading, Target};
 use qfence_lab::TlsIdentity;
@@ -131,7 +132,7 @@ pub(crate) fn driver(h: &PveHandle, id: &str, site: &str) -> ProxmoxDriver {
             },
         },
     };
-    proxmox::build(
+    proxmox::ProxmoxDriver::build(
         ControllerId::new(id).unwrap(),
         &config,
         Some(SecretString::from(TOKEN_SECRET.to_owned())),

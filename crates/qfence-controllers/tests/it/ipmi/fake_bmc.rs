@@ -8,6 +8,7 @@ use std::sync::{Arc, Mutex};
 
 use super::support::{ctx, driver, target};
 use qfence_controllers::Driver;
+use qfence_controllers::driver::Build as _;
 use qfence_controllers::ipmi::wire::{self, CipherSuite, Rakp, SessionKeys, cmd, netfn, payload};
 use qfence_model::Grade;
 use tokio::net::UdpSocket;
@@ -418,7 +419,7 @@ async fn cipher_suite_17_opens_sessions_and_fences() {
     let d = IpmiDriver::build(
         qfence_model::ControllerId::new("bmc-17").unwrap(),
         &config,
-        secrecy::SecretString::from("password".to_owned()),
+        Some(secrecy::SecretString::from("password".to_owned())),
     )
     .unwrap();
     let probe = d.probe(&ctx(5)).await.expect("probe over suite 17");
@@ -434,7 +435,7 @@ async fn cipher_suite_17_opens_sessions_and_fences() {
     let bad = IpmiDriver::build(
         qfence_model::ControllerId::new("bmc-17").unwrap(),
         &config,
-        secrecy::SecretString::from("nope".to_owned()),
+        Some(secrecy::SecretString::from("nope".to_owned())),
     )
     .unwrap();
     let e = bad.probe(&ctx(5)).await.unwrap_err();

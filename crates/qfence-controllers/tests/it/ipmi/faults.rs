@@ -4,6 +4,7 @@
 use std::time::{Duration, Instant};
 
 use super::support::{ctx, driver, target};
+use qfence_controllers::driver::Build as _;
 use qfence_controllers::ipmi::wire;
 use qfence_controllers::{Driver, ErrorKind};
 use tokio::net::UdpSocket;
@@ -186,7 +187,7 @@ fn build_refuses_other_cipher_suites_and_urls() {
     let e = IpmiDriver::build(
         ControllerId::new("bmc").unwrap(),
         &config,
-        SecretString::from("x".to_owned()),
+        Some(SecretString::from("x".to_owned())),
     )
     .unwrap_err();
     assert_eq!(e.kind, ErrorKind::Unsupported);
@@ -196,7 +197,7 @@ fn build_refuses_other_cipher_suites_and_urls() {
     let e = IpmiDriver::build(
         ControllerId::new("bmc").unwrap(),
         &config,
-        SecretString::from("x".to_owned()),
+        Some(SecretString::from("x".to_owned())),
     )
     .unwrap_err();
     assert!(e.message.contains("URL"), "{e}");

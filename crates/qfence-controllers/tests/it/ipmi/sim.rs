@@ -6,6 +6,7 @@
 use std::time::{Duration, Instant};
 
 use super::support::{Sim, ctx, driver, target};
+use qfence_controllers::driver::Build as _;
 use qfence_controllers::{Driver, ErrorKind};
 use qfence_model::{Grade, Verdict};
 
@@ -225,7 +226,7 @@ async fn an_unknown_user_is_an_auth_error() {
     let d = qfence_controllers::ipmi::IpmiDriver::build(
         qfence_model::ControllerId::new("bmc-dc1").unwrap(),
         &super::support::config(&sim.endpoint(), "nobody"),
-        secrecy::SecretString::from("password".to_owned()),
+        Some(secrecy::SecretString::from("password".to_owned())),
     )
     .unwrap();
     let e = d.probe(&ctx(10)).await.unwrap_err();

@@ -8,6 +8,7 @@ use std::time::Duration;
 
 use crate::emulators::{Emulator, Starter};
 
+use qfence_controllers::driver::Build as _;
 use qfence_controllers::ipmi::IpmiDriver;
 use qfence_controllers::{CallContext, Target};
 use qfence_model::config::{ControllerConfig, ControllerKind, TlsTrust};
@@ -102,7 +103,7 @@ pub fn driver(endpoint: &str, password: &str) -> IpmiDriver {
     IpmiDriver::build(
         ControllerId::new("bmc-dc1").unwrap(),
         &config(endpoint, "admin"),
-        SecretString::from(password.to_owned()),
+        Some(SecretString::from(password.to_owned())),
     )
     .expect("valid IPMI config")
 }

@@ -6,7 +6,7 @@ use std::collections::{BTreeMap, BTreeSet};
 use super::credentials::INLINE_CREDENTIAL;
 use super::read::Fields;
 use super::{Decoder, child, index, list_names};
-use crate::catalog::ControllerType;
+use crate::catalog::{ControllerType, SecretUse};
 use crate::config::tree::{Node, Value};
 use crate::config::{ControllerConfig, OrchestratorConfig, TlsTrust, keys};
 use crate::ids::{ControllerId, OrchestratorId, SecretRef, SiteId};
@@ -152,15 +152,11 @@ impl Decoder {
         }
     }
 
-    /// `secret:`, a reference to the credential; every type but Docker, fence agents and host
-    /// agents needs one, and host agents take none.
+    /// `secret:`, a reference to the credential: required, optional or refused as the catalog
+    /// says for the type ([`ControllerType::secret`]).
     fn secret(&mut self, f: &Fields<'_>, ty: ControllerType) -> Option<Option<SecretRef>> {
-        let needs_secret = !matches!(
-            ty,
-            ControllerType::Docker | ControllerType::FenceAgent | ControllerType::Agent
-        );
         match f.get("secret") {
-            Some(_) if ty == ControllerType::Agent => {
+            Some(_) if ty.secret() == SecretUse::Refused => {
                 self.error(
                     &f.path("secret"),
                     "an agent controller takes no secret: each host agent authenticates with \
@@ -183,7 +179,7 @@ impl Decoder {
                     _ => self.name::<SecretRef>(n, &p, "a secret name").map(Some),
                 }
             }
-            None if needs_secret => {
+            None if ty.secret() == SecretUse::Required => {
                 self.error(
                     &f.path("secret"),
                     format!(
