@@ -196,6 +196,11 @@ async fn run_in(
         let dc1 = dc1.clone();
         let controller = controller.clone();
         let plan = plan.clone();
+        let call = qfence_call::Call::new(
+            qfence_call::Verb::Check,
+            qfence_call::Target::controller(SiteId::new("dc1").expect("a valid name")),
+            Duration::from_secs(5),
+        );
         tasks.push(tokio::spawn(async move {
             let mut done = 0u64;
             while Instant::now() < stop {
@@ -203,7 +208,7 @@ async fn run_in(
                     .sign_call(
                         &controller,
                         Some((plan.clone(), Generation(generation))),
-                        serde_json::json!({"op": "noop"}),
+                        &call,
                     )
                     .await?;
                 match leader.send_signed(&dc1, &signed).await? {

@@ -2,14 +2,18 @@
 //!
 //! The cluster does not know how to talk to a BMC or a hypervisor: the runtime hands it a
 //! [`CallExecutor`] that runs one controller call locally (the real one wraps the drivers).
-//! The leader routes each call ([`routing`](crate::routing)); a forwarded call travels as a
-//! [`SignedCall`](crate::signing::SignedCall) and comes back as a [`ForwardReply`].
+//! The leader routes each call ([`routing`](crate::routing)). A call is a typed
+//! [`Call`] and its answer a typed [`Answer`] the whole way: a local call is handed to the
+//! executor as it is, with no serialisation; a forwarded one is serialised into a
+//! [`SignedCall`](crate::signing::SignedCall) (the only place its bytes matter) and its
+//! answer comes back as a [`ForwardReply`].
 //! What the leader finally gets is a [`CallOutcome`]; anything but `Done` means the caller
 //! must treat the binding as UNKNOWN.
 
 use std::future::Future;
 use std::pin::Pin;
 
+use qfence_call::{Answer, Call, Reading};
 use qfence_model::ids::{ControllerId, OrchestratorId};
 use serde::{Deserialize, Serialize};
 use tokio_util::sync::CancellationToken;
@@ -28,9 +32,9 @@ pub trait CallExecutor: Send + Sync + 'static {
     fn execute<'a>(
         &'a self,
         controller: &'a ControllerRecord,
-        call: &'a serde_json::Value,
+        call: &'a Call,
         cancel: CancellationToken,
-    ) -> BoxFuture<'a, Result<serde_json::Value, String>>;
+    ) -> BoxFuture<'a, Result<Answer, String>>;
 }
 
 /// The answer to a forwarded call.
@@ -38,7 +42,7 @@ pub trait CallExecutor: Send + Sync + 'static {
 #[serde(tag = "reply", rename_all = "snake_case")]
 pub enum ForwardReply {
     /// Verified and executed.
-    Done { result: serde_json::Value },
+    Done { result: Answer },
     /// Refused before anything ran.
     Refused { refusal: Refusal },
     /// Verified but could not run, or failed while running; its effect is unknown.
@@ -50,10 +54,7 @@ pub enum ForwardReply {
 #[serde(tag = "outcome", rename_all = "snake_case")]
 pub enum CallOutcome {
     /// The call ran at `by` and returned `result`.
-    Done {
-        by: OrchestratorId,
-        result: serde_json::Value,
-    },
+    Done { by: OrchestratorId, result: Answer },
     /// `by` refused the call; nothing ran there. The reason is recorded in the event log.
     Refused {
         by: OrchestratorId,
@@ -68,7 +69,8 @@ pub enum CallOutcome {
 }
 
 /// An executor that answers every call with what it was asked and does nothing: for tests and
-/// the forwarding benchmark.
+/// the forwarding benchmark. The answer is a reading that holds, whose detail echoes the
+/// controller, the verb, the capability and the resource.
 #[derive(Debug, Default, Clone)]
 pub struct NoopExecutor;
 
@@ -76,14 +78,23 @@ impl CallExecutor for NoopExecutor {
     fn execute<'a>(
         &'a self,
         controller: &'a ControllerRecord,
-        call: &'a serde_json::Value,
+        call: &'a Call,
         cancel: CancellationToken,
-    ) -> BoxFuture<'a, Result<serde_json::Value, String>> {
+    ) -> BoxFuture<'a, Result<Answer, String>> {
         Box::pin(async move {
             if cancel.is_cancelled() {
                 return Err("cancelled".into());
             }
-            Ok(serde_json::json!({"controller": controller.id, "echo": call}))
+            Ok(Answer::Reading(Ok(Reading {
+                holds: true,
+                detail: format!(
+                    "echo: {} {:?} {} {}",
+                    controller.id, call.verb, call.target.capability, call.target.resource
+                ),
+                at: std::time::UNIX_EPOCH,
+                by: OrchestratorId::new("noop").expect("a valid name"),
+                definitive: false,
+            })))
         })
     }
 }
@@ -97,9 +108,9 @@ impl CallExecutor for NoDriversExecutor {
     fn execute<'a>(
         &'a self,
         controller: &'a ControllerRecord,
-        _call: &'a serde_json::Value,
+        _call: &'a Call,
         _cancel: CancellationToken,
-    ) -> BoxFuture<'a, Result<serde_json::Value, String>> {
+    ) -> BoxFuture<'a, Result<Answer, String>> {
         Box::pin(async move {
             Err(format!(
                 "this process has no controller drivers; {} was not called",

@@ -28,6 +28,7 @@ use openraft::raft::{
     TransferLeaderResponse, VoteRequest, VoteResponse,
 };
 use openraft::{ChangeMembers, LinearizerOption, RaftMetrics, ServerState, SnapshotPolicy};
+use qfence_call::Call;
 use qfence_model::ids::{ControllerId, Generation, OrchestratorId, PlanId, SiteId, Term};
 use qfence_model::time::now_unix_ms;
 use serde::{Deserialize, Serialize};
@@ -471,7 +472,7 @@ impl ClusterNode {
         &self,
         controller: &ControllerId,
         plan: Option<(PlanId, Generation)>,
-        call: serde_json::Value,
+        call: &Call,
     ) -> CallOutcome {
         self.inner.call(controller, plan, call).await
     }
@@ -481,7 +482,7 @@ impl ClusterNode {
         &self,
         controller: &ControllerId,
         plan: Option<(PlanId, Generation)>,
-        call: serde_json::Value,
+        call: &Call,
     ) -> Result<SignedCall, ClusterError> {
         let leadership = self.leadership().await?;
         self.inner.sign(&leadership, controller, plan, call)
@@ -675,13 +676,16 @@ impl Inner {
         })
     }
 
+    /// Signs `call` for a forward: the one place a call is serialised, into the envelope
+    /// whose bytes the signature covers.
     fn sign(
         &self,
         leadership: &Leadership,
         controller: &ControllerId,
         plan: Option<(PlanId, Generation)>,
-        call: serde_json::Value,
+        call: &Call,
     ) -> Result<SignedCall, ClusterError> {
+        let call = serde_json::to_value(call)?;
         let (plan, generation) = match plan {
             Some((p, g)) => (Some(p), g),
             None => (None, Generation(0)),
@@ -751,7 +755,7 @@ impl Inner {
         &self,
         controller: &ControllerId,
         plan: Option<(PlanId, Generation)>,
-        call: serde_json::Value,
+        call: &Call,
     ) -> CallOutcome {
         let unknown = |reason: String| CallOutcome::Unknown {
             controller: controller.clone(),
@@ -775,7 +779,8 @@ impl Inner {
         match route {
             Route::Local => {
                 let token = leadership.token.child_token();
-                match self.executor.execute(&record, &call, token).await {
+                // Handed over as it is: a local call is never serialised.
+                match self.executor.execute(&record, call, token).await {
                     Ok(result) => CallOutcome::Done {
                         by: self.member.name.clone(),
                         result,
@@ -908,8 +913,17 @@ impl Inner {
         // cancel flag a driver reports), and a caller that disconnects has given up, one of the
         // two reasons `cancel` fires.
         let caller_gone = token.clone().drop_guard();
-        let (executor, call_token, payload) =
-            (self.executor.clone(), token.clone(), e.call.clone());
+        // Verified: now the call is read as one (a newer leader's extra fields, which the
+        // signature covered, are dropped here).
+        let payload: Call = match serde_json::from_value(e.call.clone()) {
+            Ok(c) => c,
+            Err(err) => {
+                return ForwardReply::Failed {
+                    error: format!("not a qfence controller call: {err}"),
+                };
+            }
+        };
+        let (executor, call_token) = (self.executor.clone(), token.clone());
         let task =
             tokio::spawn(async move { executor.execute(&record, &payload, call_token).await });
         let result = task
@@ -1132,7 +1146,7 @@ async fn status(State(s): Shared) -> Json<StatusReport> {
 pub struct CallRequest {
     pub controller: ControllerId,
     pub plan: Option<(PlanId, Generation)>,
-    pub call: serde_json::Value,
+    pub call: Call,
 }
 
 // Operator and test tooling holding a certificate from the cluster CA may propose commands and
@@ -1142,7 +1156,7 @@ async fn admin_write(State(s): Shared, Json(c): Json<Command>) -> Reply<Response
 }
 
 async fn admin_call(State(s): Shared, Json(c): Json<CallRequest>) -> Reply<CallOutcome> {
-    Json(Ok(s.call(&c.controller, c.plan, c.call).await))
+    Json(Ok(s.call(&c.controller, c.plan, &c.call).await))
 }
 
 /// An mTLS client for a node's endpoint, for operator tools and tests.

@@ -112,7 +112,8 @@ pub struct Envelope {
     pub expires_at_unix_ms: u64,
     /// The controller to call.
     pub controller: ControllerId,
-    /// The call itself, as the executor understands it.
+    /// The call itself: a `qfence_call::Call` as JSON, the bytes the leader signed. The
+    /// receiver decodes it only once the signature and the checks pass (ADR 0012).
     pub call: serde_json::Value,
 }
 

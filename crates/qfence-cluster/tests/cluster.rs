@@ -3,6 +3,7 @@
 use std::sync::Arc;
 use std::time::Duration;
 
+use qfence_call::{Answer, Call, Reading, Target, Verb};
 use qfence_cluster::forward::{BoxFuture, CallExecutor, CallOutcome, ForwardReply, NoopExecutor};
 use qfence_cluster::node::{ClusterNode, NodeOptions, Timing};
 use qfence_cluster::signing::{NodeKey, Refusal};
@@ -24,9 +25,9 @@ impl CallExecutor for SlowExecutor {
     fn execute<'a>(
         &'a self,
         _controller: &'a ControllerRecord,
-        _call: &'a serde_json::Value,
+        call: &'a Call,
         cancel: CancellationToken,
-    ) -> BoxFuture<'a, Result<serde_json::Value, String>> {
+    ) -> BoxFuture<'a, Result<Answer, String>> {
         Box::pin(async move {
             self.started
                 .store(true, std::sync::atomic::Ordering::SeqCst);
@@ -35,10 +36,29 @@ impl CallExecutor for SlowExecutor {
                     self.cancelled.store(true, std::sync::atomic::Ordering::SeqCst);
                     Err("cancelled".into())
                 }
-                () = tokio::time::sleep(Duration::from_secs(10)) => Ok(json!("finished")),
+                () = tokio::time::sleep(Duration::from_secs(10)) => Ok(Answer::Problems(vec![format!("finished {}", call.target.capability)])),
             }
         })
     }
+}
+
+/// A call of `capability` on `db1` at dc1: a perform for `power.off`, a check otherwise.
+fn op(capability: &str) -> Call {
+    let verb = if capability == "power.off" {
+        Verb::Perform
+    } else {
+        Verb::Check
+    };
+    Call::new(
+        verb,
+        Target {
+            capability: capability.into(),
+            resource: "db1".into(),
+            params: Default::default(),
+            site: SiteId::new("dc1").unwrap(),
+        },
+        Duration::from_secs(5),
+    )
 }
 
 fn init_logs() {
@@ -206,6 +226,84 @@ async fn a_single_orchestrator_is_a_one_voter_cluster_and_keeps_its_state() {
     again.shutdown().await;
 }
 
+/// Answers a call only if it was handed the caller's very `Call` (the same value, at the same
+/// address), with a reading that JSON cannot carry (stamped before the Unix epoch): a local
+/// call that went through serialisation on either way would fail.
+#[derive(Debug, Default)]
+struct SameValueExecutor {
+    expected: std::sync::atomic::AtomicUsize,
+}
+
+impl CallExecutor for SameValueExecutor {
+    fn execute<'a>(
+        &'a self,
+        _controller: &'a ControllerRecord,
+        call: &'a Call,
+        _cancel: CancellationToken,
+    ) -> BoxFuture<'a, Result<Answer, String>> {
+        Box::pin(async move {
+            let at = std::ptr::from_ref(call) as usize;
+            if at != self.expected.load(std::sync::atomic::Ordering::SeqCst) {
+                return Err(format!("a copy of the call arrived: {call:?}"));
+            }
+            Ok(Answer::Reading(Ok(unserialisable_reading())))
+        })
+    }
+}
+
+fn unserialisable_reading() -> Reading {
+    Reading {
+        holds: true,
+        detail: "PowerState=Off".into(),
+        at: std::time::UNIX_EPOCH - Duration::from_secs(1),
+        by: id("orch-solo"),
+        definitive: false,
+    }
+}
+
+#[tokio::test]
+async fn a_local_call_reaches_the_executor_and_comes_back_without_serialisation() {
+    init_logs();
+    let dir = tempfile::tempdir().unwrap();
+    let ca = CertificateAuthority::generate("solo").unwrap();
+    let executor = Arc::new(SameValueExecutor::default());
+    let solo = start_with(&ca, "orch-solo", "dc1", &dir, executor.clone()).await;
+    solo.node.initialize().await.unwrap();
+    let leader = leader_of(&[&solo.node]).await;
+    leader
+        .write(Command::RegisterController {
+            controller: controller("bmc-dc1", "dc1", &[]),
+        })
+        .await
+        .unwrap();
+    let bmc = ControllerId::new("bmc-dc1").unwrap();
+    wait_until("the controller to be known", || {
+        leader.state().controllers.contains_key(&bmc)
+    })
+    .await;
+
+    step("The call is routed here and handed over as it is");
+    let call = op("power.status");
+    executor.expected.store(
+        std::ptr::from_ref(&call) as usize,
+        std::sync::atomic::Ordering::SeqCst,
+    );
+    let outcome = leader.call(&bmc, None, &call).await;
+    let answer = match outcome {
+        CallOutcome::Done { by, result } => {
+            assert_eq!(by, id("orch-solo"));
+            result
+        }
+        other => panic!("expected the call to run here, unserialised, got {other:?}"),
+    };
+    assert_eq!(answer, Answer::Reading(Ok(unserialisable_reading())));
+    assert!(
+        serde_json::to_value(&answer).is_err(),
+        "the answer could not have travelled as JSON"
+    );
+    leader.shutdown().await;
+}
+
 #[tokio::test]
 async fn three_sites_elect_replicate_forward_and_refuse_bad_calls() {
     init_logs();
@@ -265,27 +363,22 @@ async fn three_sites_elect_replicate_forward_and_refuse_bad_calls() {
     .await;
     let bmc = ControllerId::new("bmc-dc1").unwrap();
     let outcome = dc2
-        .call(
-            &bmc,
-            Some((plan(), Generation(3))),
-            json!({"op": "power.status"}),
-        )
+        .call(&bmc, Some((plan(), Generation(3))), &op("power.status"))
         .await;
     match &outcome {
         CallOutcome::Done { by, result } => {
             assert_eq!(by, dc1.name());
-            assert_eq!(result["echo"]["op"], "power.status");
+            assert!(
+                matches!(result, Answer::Reading(Ok(r)) if r.detail.ends_with("Check power.status db1")),
+                "{result:?}"
+            );
         }
         other => panic!("expected the call to run at dc1, got {other:?}"),
     }
 
     step("A replayed call is refused");
     let signed = dc2
-        .sign_call(
-            &bmc,
-            Some((plan(), Generation(3))),
-            json!({"op": "power.status"}),
-        )
+        .sign_call(&bmc, Some((plan(), Generation(3))), &op("power.status"))
         .await
         .unwrap();
     let first = dc2.send_signed(dc1.name(), &signed).await.unwrap();
@@ -303,11 +396,7 @@ async fn three_sites_elect_replicate_forward_and_refuse_bad_calls() {
 
     step("A call with a forged signature is refused");
     let mut forged = dc2
-        .sign_call(
-            &bmc,
-            Some((plan(), Generation(3))),
-            json!({"op": "power.off"}),
-        )
+        .sign_call(&bmc, Some((plan(), Generation(3))), &op("power.off"))
         .await
         .unwrap();
     let forger = NodeKey::generate().unwrap();
@@ -336,11 +425,7 @@ async fn three_sites_elect_replicate_forward_and_refuse_bad_calls() {
     })
     .await;
     let stale = dc2
-        .sign_call(
-            &bmc,
-            Some((plan(), Generation(3))),
-            json!({"op": "power.off"}),
-        )
+        .sign_call(&bmc, Some((plan(), Generation(3))), &op("power.off"))
         .await
         .unwrap();
     let r = dc2.send_signed(dc1.name(), &stale).await.unwrap();
@@ -356,11 +441,7 @@ async fn three_sites_elect_replicate_forward_and_refuse_bad_calls() {
 
     step("Leadership changes while a signed call is in flight: the old leader's call is deposed");
     let in_flight = dc2
-        .sign_call(
-            &bmc,
-            Some((plan(), Generation(4))),
-            json!({"op": "power.off"}),
-        )
+        .sign_call(&bmc, Some((plan(), Generation(4))), &op("power.off"))
         .await
         .unwrap();
     let old = dc2.leadership().await.unwrap();
@@ -386,7 +467,7 @@ async fn three_sites_elect_replicate_forward_and_refuse_bad_calls() {
     }
 
     step("The old leader can no longer call at all; the new one routes from the witness");
-    let refused = dc2.call(&bmc, None, json!({"op": "power.status"})).await;
+    let refused = dc2.call(&bmc, None, &op("power.status")).await;
     assert!(
         matches!(refused, CallOutcome::Unknown { .. }),
         "{refused:?}"
@@ -398,7 +479,7 @@ async fn three_sites_elect_replicate_forward_and_refuse_bad_calls() {
             .any(|c| c.id == *dc1.name() && c.live)
     })
     .await;
-    let ok = l3.call(&bmc, None, json!({"op": "power.status"})).await;
+    let ok = l3.call(&bmc, None, &op("power.status")).await;
     assert!(
         matches!(&ok, CallOutcome::Done { by, .. } if by == dc1.name()),
         "{ok:?}"
@@ -598,12 +679,12 @@ async fn losing_a_site_makes_its_controllers_unknown_unless_another_site_reaches
     .await;
 
     step("A dc1-only controller reads UNKNOWN; the BMC in reach of dc2 still answers");
-    let r = leader.call(&pve, None, json!({"op": "vm.status"})).await;
+    let r = leader.call(&pve, None, &op("vm.status")).await;
     assert!(
         matches!(&r, CallOutcome::Unknown { reason, .. } if reason.contains("no live orchestrator")),
         "{r:?}"
     );
-    let r = leader.call(&bmc, None, json!({"op": "power.status"})).await;
+    let r = leader.call(&bmc, None, &op("power.status")).await;
     assert!(
         matches!(&r, CallOutcome::Done { by, .. } if by == dc2.name()),
         "{r:?}"
@@ -697,8 +778,7 @@ async fn a_forwarded_call_running_when_its_leader_is_deposed_is_cancelled() {
     step("dc2 forwards a long call to dc1, then loses leadership while it runs");
     let bmc = ControllerId::new("bmc-dc1").unwrap();
     let caller = leader.clone();
-    let call =
-        tokio::spawn(async move { caller.call(&bmc, None, json!({"op": "power.off"})).await });
+    let call = tokio::spawn(async move { caller.call(&bmc, None, &op("power.off")).await });
     wait_until("the call to start at dc1", || {
         slow.started.load(std::sync::atomic::Ordering::SeqCst)
     })

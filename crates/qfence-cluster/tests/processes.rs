@@ -15,6 +15,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use anyhow::{Context, bail, ensure};
+use qfence_call::{Call, Target, Verb};
 use qfence_cluster::forward::{CallOutcome, NoopExecutor};
 use qfence_cluster::node::{AdminClient, CallRequest, ClusterNode, NodeOptions, Timing};
 use qfence_cluster::state::{Command, ControllerRecord, PlanStateDoc, Response};
@@ -601,7 +602,11 @@ async fn docker_partition() -> anyhow::Result<()> {
     let call = |c: &str| CallRequest {
         controller: ControllerId::new(c).unwrap(),
         plan: None,
-        call: json!({"op": "status"}),
+        call: Call::new(
+            Verb::Check,
+            Target::controller(SiteId::new("dc1").unwrap()),
+            Duration::from_secs(5),
+        ),
     };
     let r = admin.call(&leader, &call("pve-dc1")).await?;
     ensure!(matches!(r, CallOutcome::Unknown { .. }), "pve-dc1: {r:?}");

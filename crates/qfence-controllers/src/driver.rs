@@ -1,15 +1,20 @@
 //! The driver contract. See `docs/specs/controller.md` for the MUST/SHOULD rules.
+//!
+//! The values a call carries and answers with (the target, the reading, the error) live in
+//! `qfence-call`, shared with the runtime and the cluster; they are re-exported here under
+//! the names the drivers use.
 
-use std::collections::BTreeMap;
 use std::fmt;
 use std::future::Future;
-use std::time::SystemTime;
 
+pub use qfence_call::{
+    CapabilityGrade, Discovered, DriverError, ErrorKind, Identity, Probe, Reading, Target,
+    fence_verdict,
+};
 use qfence_model::catalog::SecretUse;
 use qfence_model::config::ControllerConfig;
-use qfence_model::{ControllerId, ControllerType, Grade, OrchestratorId, SiteId, Verdict};
+use qfence_model::{ControllerId, ControllerType, OrchestratorId};
 use secrecy::SecretString;
-use serde::Serialize;
 use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 
@@ -72,201 +77,6 @@ impl CallContext {
             r = fut => r,
         }
     }
-}
-
-/// What one binding's capability acts on.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
-pub struct Target {
-    /// The capability's name (`power.off`).
-    pub capability: String,
-    /// The resource the binding names (`pve-dc1-01/101`).
-    pub resource: String,
-    /// The binding's capability parameters.
-    pub params: BTreeMap<String, String>,
-    /// The site the action is for: the binding's site, or for a service binding the site that
-    /// should own it.
-    pub site: SiteId,
-}
-
-impl Target {
-    /// A binding parameter of this target's capability, read through the catalog's
-    /// declaration of it (`qfence_model::catalog::Params`). Drivers read parameters only
-    /// through this, so every parameter a driver reads is one configuration validation
-    /// checked. Reading an undeclared one is a bug: it panics in debug builds (tests), and
-    /// in release reads nothing, as validation lets no undeclared parameter through.
-    pub fn param(&self, ty: ControllerType, name: &str) -> Option<&str> {
-        let declared = ty
-            .capability(&self.capability)
-            .and_then(|c| c.params.get(name))
-            .is_some();
-        debug_assert!(
-            declared,
-            "a {ty} driver reads param {name:?} of {}, which the catalog does not declare",
-            self.capability
-        );
-        if !declared {
-            return None;
-        }
-        self.params.get(name).map(String::as_str)
-    }
-}
-
-/// A read of a capability's condition.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
-pub struct Reading {
-    /// Whether the condition holds (host off, VM running, VIP at this site, replica fresh).
-    pub holds: bool,
-    /// What was read, in words an operator can check ("PowerState=Off").
-    pub detail: String,
-    /// When it was read.
-    pub at: SystemTime,
-    /// Which orchestrator read it.
-    pub by: OrchestratorId,
-    /// For a reading that does not hold: whether it is the target's own word (a server that
-    /// refused the connection while its host answered, so nothing listens), which needs no
-    /// waiting window to be believed, rather than a reading that could be a lost or late
-    /// answer. Drivers that cannot tell say `false`.
-    pub definitive: bool,
-}
-
-impl Reading {
-    /// The same reading of the opposite condition: an undo's read-back (the VM runs) is a
-    /// reading of the fence's condition (the VM is stopped) that does not hold.
-    pub fn negated(self) -> Reading {
-        Reading {
-            holds: !self.holds,
-            ..self
-        }
-    }
-
-    /// The fence verdict this reading gives: FENCED when the condition holds, FAILED when not.
-    pub fn verdict(&self) -> Verdict {
-        if self.holds {
-            Verdict::Fenced
-        } else {
-            Verdict::Failed
-        }
-    }
-}
-
-/// The verdict of a fence check: UNKNOWN whenever the read failed.
-pub fn fence_verdict(result: &Result<Reading, DriverError>) -> Verdict {
-    match result {
-        Ok(r) => r.verdict(),
-        Err(_) => Verdict::Unknown,
-    }
-}
-
-/// The kind of a driver error; it decides what the caller may conclude.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize)]
-#[serde(rename_all = "snake_case")]
-pub enum ErrorKind {
-    /// The deadline passed.
-    Timeout,
-    /// The target could not be reached (connection refused, no route, DNS, TLS handshake).
-    Unreachable,
-    /// Credentials were refused or the secret could not be resolved.
-    Auth,
-    /// The target answered and refused the request.
-    Rejected,
-    /// The target or driver does not offer this.
-    Unsupported,
-    /// The target answered something that does not follow its protocol.
-    Protocol,
-    /// The call was cancelled.
-    Cancelled,
-}
-
-/// An error from a driver call, naming the controller and the call.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, thiserror::Error)]
-#[error("{controller}: {call}: {message}")]
-pub struct DriverError {
-    pub kind: ErrorKind,
-    pub controller: ControllerId,
-    /// The call, such as `power.off` or `GET /redfish/v1/Systems/1`.
-    pub call: String,
-    /// What went wrong. Never contains a secret.
-    pub message: String,
-    /// Whether the target's state may have changed without us knowing (a fence sent whose
-    /// answer was lost). Callers must read it back before relying on it.
-    pub state_unknown: bool,
-}
-
-impl DriverError {
-    /// The error every driver's `build` gives a configuration of another type.
-    pub fn wrong_type(
-        controller: &ControllerId,
-        config: &qfence_model::config::ControllerConfig,
-        expected: ControllerType,
-    ) -> Self {
-        Self::new(
-            ErrorKind::Unsupported,
-            controller,
-            "build",
-            format!(
-                "controller is of type {}, not {expected}",
-                config.controller_type()
-            ),
-            false,
-        )
-    }
-
-    /// Makes an error.
-    pub fn new(
-        kind: ErrorKind,
-        controller: &ControllerId,
-        call: impl Into<String>,
-        message: impl Into<String>,
-        state_unknown: bool,
-    ) -> Self {
-        Self {
-            kind,
-            controller: controller.clone(),
-            call: call.into(),
-            message: message.into(),
-            state_unknown,
-        }
-    }
-}
-
-/// What a controller says it is, read by a connectivity test.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
-pub struct Identity {
-    /// A value that is the same for every controller pointing at the same system (a Redfish
-    /// service UUID, a Proxmox cluster name, an engine ID). Two controllers with the same
-    /// identity are warned of.
-    pub id: String,
-    /// Further facts worth showing (vendor, version, serial).
-    pub facts: BTreeMap<String, String>,
-    /// For TLS targets: the SHA-256 fingerprint of the certificate it showed, to compare and pin.
-    pub tls_fingerprint: Option<String>,
-}
-
-/// One capability's grade after a probe.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
-pub struct CapabilityGrade {
-    pub capability: String,
-    pub grade: Grade,
-    /// Why that grade, in a sentence.
-    pub reason: String,
-}
-
-/// The result of a probe: identity and every capability graded. A probe changes nothing.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
-pub struct Probe {
-    pub identity: Identity,
-    pub grades: Vec<CapabilityGrade>,
-    /// Things the operator should know that are not errors.
-    pub warnings: Vec<String>,
-}
-
-/// A resource a capability can act on, found by discovery.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
-pub struct Discovered {
-    pub capability: String,
-    pub resource: String,
-    /// A short description (`VM 101 "erp-db" on pve-dc1-01, running`).
-    pub description: String,
 }
 
 /// The driver contract. Implementations are built without I/O from a validated controller

@@ -15,75 +15,17 @@
 //! which were skipped and why.
 
 use std::collections::BTreeMap;
-use std::fmt;
 use std::time::Duration;
 
 use qfence_model::catalog::SecretUse;
 use qfence_model::config::{ControllerKind, TlsTrust, ValidatedConfig};
 use qfence_model::{ControllerId, Grade, OrchestratorId, SiteId};
-use serde::Serialize;
+
+pub use qfence_call::{BindingCheck, Report, Step, StepStatus};
 
 use crate::any::AnyDriver;
-use crate::driver::{CallContext, CapabilityGrade, Discovered, Driver, Identity, Target};
+use crate::driver::{CallContext, Discovered, Driver, Target};
 use crate::secrets::{Secret, SecretStore};
-
-/// How one step went.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
-#[serde(rename_all = "snake_case")]
-pub enum StepStatus {
-    Ok,
-    /// Passed, with something the operator should look at.
-    Warning,
-    Failed,
-    /// Not run because an earlier step failed.
-    Skipped,
-}
-
-/// One of the four steps.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
-pub struct Step {
-    pub number: u8,
-    pub name: &'static str,
-    pub status: StepStatus,
-    /// What was found, in sentences.
-    pub notes: Vec<String>,
-}
-
-/// The check of one binding that names the controller.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
-pub struct BindingCheck {
-    /// Where it is in the configuration (`plans.erp-db.instances.dc1[0]`).
-    pub path: String,
-    pub capability: String,
-    pub resource: String,
-    /// Empty when the binding is fine.
-    pub problems: Vec<String>,
-}
-
-/// What registration found. Never holds a secret.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
-pub struct Report {
-    pub controller: ControllerId,
-    pub controller_type: String,
-    pub orchestrator: OrchestratorId,
-    pub site: Option<SiteId>,
-    pub steps: Vec<Step>,
-    pub identity: Option<Identity>,
-    pub grades: Vec<CapabilityGrade>,
-    pub bindings: Vec<BindingCheck>,
-    /// Every note that made a step pass with a warning, in step order (also among the
-    /// steps' notes), so a caller can list them apart.
-    pub warnings: Vec<String>,
-}
-
-impl Report {
-    /// Whether every step passed (warnings allowed).
-    pub fn passed(&self) -> bool {
-        self.steps
-            .iter()
-            .all(|s| matches!(s.status, StepStatus::Ok | StepStatus::Warning))
-    }
-}
 
 /// What registration runs with.
 #[derive(Debug, Clone, Copy)]
@@ -131,13 +73,13 @@ fn endpoint_of(kind: &ControllerKind) -> Option<String> {
 fn build(reg: &Registration<'_>, steps: &mut Vec<Step>) -> (Option<AnyDriver>, Option<SiteId>) {
     let mut s1 = Step {
         number: 1,
-        name: "configuration",
+        name: "configuration".into(),
         status: StepStatus::Ok,
         notes: vec![],
     };
     let mut s2 = Step {
         number: 2,
-        name: "secret",
+        name: "secret".into(),
         status: StepStatus::Skipped,
         notes: vec![],
     };
@@ -287,7 +229,7 @@ pub async fn register(reg: Registration<'_>) -> Report {
         for (n, name) in [(3, "connectivity"), (4, "capabilities")] {
             report.steps.push(Step {
                 number: n,
-                name,
+                name: name.into(),
                 status: StepStatus::Skipped,
                 notes: vec!["an earlier step failed".into()],
             });
@@ -299,7 +241,7 @@ pub async fn register(reg: Registration<'_>) -> Report {
     // Step 3.
     let mut s3 = Step {
         number: 3,
-        name: "connectivity",
+        name: "connectivity".into(),
         status: StepStatus::Ok,
         notes: vec![],
     };
@@ -311,7 +253,7 @@ pub async fn register(reg: Registration<'_>) -> Report {
             report.steps.push(s3);
             report.steps.push(Step {
                 number: 4,
-                name: "capabilities",
+                name: "capabilities".into(),
                 status: StepStatus::Skipped,
                 notes: vec!["the target could not be read".into()],
             });
@@ -369,7 +311,7 @@ pub async fn register(reg: Registration<'_>) -> Report {
     // Step 4.
     let mut s4 = Step {
         number: 4,
-        name: "capabilities",
+        name: "capabilities".into(),
         status: StepStatus::Ok,
         notes: vec![],
     };
@@ -448,66 +390,4 @@ pub async fn discover(reg: Registration<'_>) -> Result<Vec<Discovered>, String> 
     };
     let ctx = CallContext::with_timeout(reg.orchestrator.clone(), reg.timeout);
     driver.discover(&ctx).await.map_err(|e| e.to_string())
-}
-
-impl fmt::Display for Report {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        writeln!(
-            f,
-            "controller {} ({}) tested from orchestrator {}{}",
-            self.controller,
-            self.controller_type,
-            self.orchestrator,
-            self.site
-                .as_ref()
-                .map(|s| format!(" at site {s}"))
-                .unwrap_or_default()
-        )?;
-        for s in &self.steps {
-            let status = match s.status {
-                StepStatus::Ok => "ok",
-                StepStatus::Warning => "ok, with warnings",
-                StepStatus::Failed => "FAILED",
-                StepStatus::Skipped => "skipped",
-            };
-            writeln!(f, "{}. {}: {status}", s.number, s.name)?;
-            for n in &s.notes {
-                writeln!(f, "   - {n}")?;
-            }
-            if s.number == 4 && s.status != StepStatus::Skipped {
-                for g in &self.grades {
-                    writeln!(
-                        f,
-                        "   {:<16} {:<13} {}",
-                        g.capability,
-                        g.grade.as_str(),
-                        g.reason
-                    )?;
-                }
-                for b in &self.bindings {
-                    if b.problems.is_empty() {
-                        writeln!(f, "   {} {} {}: ok", b.path, b.capability, b.resource)?;
-                    } else {
-                        writeln!(
-                            f,
-                            "   {} {} {}: {}",
-                            b.path,
-                            b.capability,
-                            b.resource,
-                            b.problems.join("; ")
-                        )?;
-                    }
-                }
-            }
-        }
-        write!(
-            f,
-            "{}",
-            if self.passed() {
-                "result: passed"
-            } else {
-                "result: FAILED"
-            }
-        )
-    }
 }

@@ -95,18 +95,7 @@ impl std::str::FromStr for BindingKey {
     }
 }
 
-/// What a check read. For a fence, `Holds` is FENCED (the resource reads stopped) and `NotHeld`
-/// is FAILED; for health, healthy; for readiness, ready; for a shield, raised.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
-#[serde(rename_all = "kebab-case")]
-pub enum Observed {
-    /// An independent read-back shows the condition.
-    Holds,
-    /// A read-back shows the condition does not hold.
-    NotHeld,
-    /// Nothing could be read (unreachable, timeout, refused).
-    Unknown,
-}
+pub use qfence_call::Observed;
 
 /// The latest check of one binding, with when it was read.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
@@ -121,22 +110,6 @@ pub struct Observation {
     /// lost or late. Never true for `Unknown`.
     #[serde(default)]
     pub definitive: bool,
-}
-
-impl std::str::FromStr for Observed {
-    type Err = String;
-
-    /// `holds` (or `fenced`, `ready`), `not-held` (or `failed`) or `unknown`.
-    fn from_str(s: &str) -> Result<Self, String> {
-        match s {
-            "holds" | "fenced" | "ready" | "healthy" => Ok(Observed::Holds),
-            "not-held" | "failed" | "not-ready" | "unhealthy" => Ok(Observed::NotHeld),
-            "unknown" => Ok(Observed::Unknown),
-            _ => Err(format!(
-                "{s:?} is not a reading: holds (fenced, ready), not-held (failed) or unknown"
-            )),
-        }
-    }
 }
 
 impl Observation {

@@ -7,6 +7,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use async_trait::async_trait;
+use qfence_call::{Answer, Call, Report};
 use qfence_cluster::forward::CallOutcome;
 use qfence_cluster::routing::{self, Placement, Route};
 use qfence_cluster::state::{
@@ -22,7 +23,6 @@ use qfence_model::{ControllerId, Generation, PlanId, SiteId, Verdict};
 use serde_json::json;
 
 use super::RuntimeError;
-use super::drivers::{WireCall, WireReport, WireResource};
 use super::effective::{
     API_SOURCE, ApiControllerRecord, ApiPlanRecord, EffectiveConfig, StagedRecord,
 };
@@ -411,9 +411,9 @@ impl RuntimeBackend {
         &self,
         name: &ControllerId,
         config: &qfence_model::config::ControllerConfig,
-    ) -> Result<(WireReport, String), BackendError> {
+    ) -> Result<(Report, String), BackendError> {
         let known = self.inner.registered().identities().clone();
-        let mut call = WireCall::register(config.site.clone(), REGISTRATION_TIMEOUT);
+        let mut call = Call::register(config.site.clone(), REGISTRATION_TIMEOUT);
         call.known = known.clone();
         let (value, how) = self
             .route_call(name, config, call, "registration check", || async {
@@ -427,15 +427,16 @@ impl RuntimeBackend {
                     timeout: REGISTRATION_TIMEOUT,
                 })
                 .await;
-                serde_json::to_value(&report).map_err(|e| e.to_string())
+                Ok(Answer::Report(Box::new(report)))
             })
             .await?;
-        let report: WireReport = serde_json::from_value(value).map_err(|e| {
-            BackendError::Unavailable(format!(
-                "the registration check of {name} came back unreadable: {e}"
-            ))
-        })?;
-        Ok((report, how))
+        let Answer::Report(report) = value else {
+            return Err(BackendError::Unavailable(format!(
+                "the registration check of {name} came back as {}",
+                value.kind()
+            )));
+        };
+        Ok((*report, how))
     }
 
     /// Runs `call` on controller `name` where routing says (see [`Self::route_registration`]
@@ -445,21 +446,19 @@ impl RuntimeBackend {
         &self,
         name: &ControllerId,
         config: &qfence_model::config::ControllerConfig,
-        call: WireCall,
+        call: Call,
         what: &str,
         local: F,
-    ) -> Result<(serde_json::Value, String), BackendError>
+    ) -> Result<(Answer, String), BackendError>
     where
         F: FnOnce() -> Fut,
-        Fut: Future<Output = Result<serde_json::Value, String>>,
+        Fut: Future<Output = Result<Answer, String>>,
     {
         let inner = &self.inner;
         if inner.node.leadership().await.is_ok() {
-            let call =
-                serde_json::to_value(call).map_err(|e| BackendError::Unavailable(e.to_string()))?;
             // A forwarded hop needs its round trip on top of the check's own deadline.
             let outer = REGISTRATION_TIMEOUT + Duration::from_secs(5);
-            let outcome = tokio::time::timeout(outer, inner.node.call(name, None, call))
+            let outcome = tokio::time::timeout(outer, inner.node.call(name, None, &call))
                 .await
                 .map_err(|_| {
                     BackendError::Unavailable(format!(
@@ -508,7 +507,7 @@ impl RuntimeBackend {
 /// The API's view of a registration report.
 fn controller_test(
     name: &ControllerId,
-    report: &WireReport,
+    report: &Report,
     how: &str,
     mut warnings: Vec<String>,
 ) -> ControllerTest {
@@ -518,7 +517,7 @@ fn controller_test(
         .map(|s| RegistrationStep {
             number: s.number,
             name: s.name.clone(),
-            status: s.status.clone(),
+            status: s.status.as_str().to_owned(),
             notes: s.notes.clone(),
         })
         .collect();
@@ -1325,9 +1324,6 @@ impl Backend for RuntimeBackend {
             timeout: REGISTRATION_TIMEOUT,
         })
         .await;
-        let report: WireReport = serde_json::to_value(&report)
-            .and_then(serde_json::from_value)
-            .map_err(|e| BackendError::Unavailable(e.to_string()))?;
         self.inner.record(
             NewEvent::new(
                 EventKind::Operator,
@@ -1362,7 +1358,7 @@ impl Backend for RuntimeBackend {
         let Some(config) = cfg.controller(controller.as_str()) else {
             return Err(not_found("controller", controller.as_str()));
         };
-        let call = WireCall::discover(config.site.clone(), REGISTRATION_TIMEOUT);
+        let call = Call::discover(config.site.clone(), REGISTRATION_TIMEOUT);
         let (value, _) = self
             .route_call(controller, config, call, "discovery", || async {
                 let known = BTreeMap::new();
@@ -1375,14 +1371,15 @@ impl Backend for RuntimeBackend {
                     timeout: REGISTRATION_TIMEOUT,
                 })
                 .await?;
-                serde_json::to_value(found).map_err(|e| e.to_string())
+                Ok(Answer::Discovered(found))
             })
             .await?;
-        let found: Vec<WireResource> = serde_json::from_value(value).map_err(|e| {
-            BackendError::Unavailable(format!(
-                "the discovery of {controller} came back unreadable: {e}"
-            ))
-        })?;
+        let Answer::Discovered(found) = value else {
+            return Err(BackendError::Unavailable(format!(
+                "the discovery of {controller} came back as {}",
+                value.kind()
+            )));
+        };
         Ok(found
             .into_iter()
             .map(|r| DiscoveredResource {

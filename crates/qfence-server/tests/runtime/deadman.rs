@@ -174,12 +174,18 @@ async fn deadman_a_forwarded_renewal_delayed_past_its_deadline_is_not_executed()
     let dc2_id = qfence_model::OrchestratorId::new("dc2-a")?;
     let controller = qfence_model::ControllerId::new("ipmi-dc1")?;
     let state = dc1.engine.plan_state(&plan())?.expect("registered");
-    let wire = |not_after: qfence_core::Millis| {
-        serde_json::json!({
-            "verb": "perform", "capability": "watchdog", "resource": "pve-dc1-01",
-            "params": {"timeout_seconds": "30"}, "site": "dc1", "timeout_ms": 2000,
-            "not_after_unix_ms": not_after.0,
-        })
+    let wire = |not_after: qfence_core::Millis| qfence_call::Call {
+        not_after_unix_ms: Some(not_after.0),
+        ..qfence_call::Call::new(
+            qfence_call::Verb::Perform,
+            qfence_call::Target {
+                capability: "watchdog".into(),
+                resource: "pve-dc1-01".into(),
+                params: [("timeout_seconds".to_owned(), "30".to_owned())].into(),
+                site: lab::site("dc1"),
+            },
+            Duration::from_millis(2000),
+        )
     };
     let wait_replicated = || async {
         eventually(Duration::from_secs(10), "dc2-a knows the plan", || async {
@@ -196,7 +202,7 @@ async fn deadman_a_forwarded_renewal_delayed_past_its_deadline_is_not_executed()
         .sign_call(
             &controller,
             Some((plan(), state.generation)),
-            wire(deadline),
+            &wire(deadline),
         )
         .await?;
     let reply = dc1.node.send_signed(&dc2_id, &signed).await?;
@@ -213,7 +219,7 @@ async fn deadman_a_forwarded_renewal_delayed_past_its_deadline_is_not_executed()
         .sign_call(
             &controller,
             Some((plan(), state.generation)),
-            wire(deadline),
+            &wire(deadline),
         )
         .await?;
     tokio::time::sleep(Duration::from_millis(600)).await;

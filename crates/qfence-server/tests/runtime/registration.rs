@@ -9,11 +9,11 @@ use std::time::Duration;
 use anyhow::Result;
 use axum::body::Body;
 use axum::http::{Method, Request, StatusCode, header};
+use qfence_call::{Call, ErrorKind, PreFence, Target, Verb};
 use qfence_lab::proxmox::{Node, VmStatus};
 use qfence_lab::redfish::{PowerState, Role};
 use qfence_model::ControllerId;
 use qfence_server::events::EventKind;
-use qfence_server::runtime::drivers::{PreFence, Verb, WireCall, WireResult};
 use serde_json::{Value, json};
 use tokio_util::sync::CancellationToken;
 use tower::ServiceExt;
@@ -500,16 +500,18 @@ async fn a_fence_of_a_vm_that_moved_to_another_node_is_refused_and_the_vm_left_r
             vm.node = "pve-dc1-02".into();
         }
     });
-    let call = WireCall {
-        verb: Verb::Perform,
-        capability: "vm.stop".into(),
-        resource: "pve-dc1-01/101".into(),
-        params: Default::default(),
-        site: lab::site("dc1"),
-        timeout_ms: 3_000,
-        known: Default::default(),
+    let call = Call {
         pre_fence: Some(PreFence { identity: None }),
-        not_after_unix_ms: None,
+        ..Call::new(
+            Verb::Perform,
+            Target {
+                capability: "vm.stop".into(),
+                resource: "pve-dc1-01/101".into(),
+                params: Default::default(),
+                site: lab::site("dc1"),
+            },
+            Duration::from_millis(3_000),
+        )
     };
     let answer = o
         .drivers
@@ -520,10 +522,10 @@ async fn a_fence_of_a_vm_that_moved_to_another_node_is_refused_and_the_vm_left_r
         )
         .await
         .map_err(anyhow::Error::msg)?;
-    let WireResult::Error(e) = answer else {
+    let Err(e) = answer else {
         panic!("a fence of the wrong place is refused: {answer:?}");
     };
-    assert_eq!(e.kind, "rejected");
+    assert_eq!(e.kind, ErrorKind::Rejected);
     assert!(!e.state_unknown, "nothing was sent: {e:?}");
     assert!(
         e.message
@@ -535,7 +537,7 @@ async fn a_fence_of_a_vm_that_moved_to_another_node_is_refused_and_the_vm_left_r
     assert_eq!(vm.status, VmStatus::Running, "the VM was not stopped");
 
     phase("a pinned identity that does not match: refused before the binding is even read");
-    let pinned = WireCall {
+    let pinned = Call {
         pre_fence: Some(PreFence {
             identity: Some("proxmox-cluster:elsewhere".into()),
         }),
@@ -550,11 +552,11 @@ async fn a_fence_of_a_vm_that_moved_to_another_node_is_refused_and_the_vm_left_r
         )
         .await
         .map_err(anyhow::Error::msg)?;
-    let WireResult::Error(e) = answer else {
+    let Err(e) = answer else {
         panic!("refused: {answer:?}");
     };
     assert!(
-        e.kind == "rejected"
+        e.kind == ErrorKind::Rejected
             && e.message
                 .contains("not as proxmox-cluster:elsewhere pinned"),
         "{e:?}"
@@ -571,7 +573,7 @@ async fn a_fence_of_a_vm_that_moved_to_another_node_is_refused_and_the_vm_left_r
         )
         .await
         .map_err(anyhow::Error::msg)?;
-    let WireResult::Error(e) = answer else {
+    let Err(e) = answer else {
         panic!("not fenced: {answer:?}");
     };
     assert!(e.state_unknown, "{e:?}");

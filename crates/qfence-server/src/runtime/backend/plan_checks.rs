@@ -11,12 +11,12 @@
 //!   a warning on the binding, kept with the plan, and does not block: the pre-fence check
 //!   makes the same check again before every fence.
 
+use qfence_call::Answer;
 use qfence_model::config::{Binding, Issue, PlanConfig, Severity};
 use qfence_model::{PlanId, SiteId};
 
 use super::{REGISTRATION_TIMEOUT, RuntimeBackend};
 use crate::backend::{BackendError, CheckedPlan};
-use crate::runtime::drivers::WireCall;
 
 fn issue(path: String, message: String, severity: Severity) -> Issue {
     Issue {
@@ -77,21 +77,23 @@ impl RuntimeBackend {
                     // Validation names the controller; nothing to ask here.
                     return (path, b, Ok(Vec::new()));
                 };
-                let call = WireCall::check_binding(b, site, REGISTRATION_TIMEOUT);
+                let call = qfence_call::Call::check_binding(b, site, REGISTRATION_TIMEOUT);
                 // Plans are written on the leader only, so the check goes through the
                 // cluster; a leader deposed meanwhile does not ask its own drivers.
                 let answer = self
                     .route_call(&b.controller, controller, call, "binding check", || async {
-                        Err::<serde_json::Value, _>(
+                        Err::<Answer, _>(
                             "this orchestrator no longer leads; binding checks go through the leader"
                                 .to_owned(),
                         )
                     })
                     .await
-                    .and_then(|(value, _)| {
-                        serde_json::from_value::<Vec<String>>(value).map_err(|e| {
-                            BackendError::Unavailable(format!("an unreadable answer: {e}"))
-                        })
+                    .and_then(|(answer, _)| match answer {
+                        Answer::Problems(problems) => Ok(problems),
+                        other => Err(BackendError::Unavailable(format!(
+                            "the answer was {}, not the binding's problems",
+                            other.kind()
+                        ))),
                     });
                 (path, b, answer)
             }
