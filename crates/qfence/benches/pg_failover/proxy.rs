@@ -55,7 +55,7 @@ async fn pipe(
         };
         CHUNKS.fetch_add(1, Ordering::Relaxed);
         let r = next(&mut seed);
-        let ms = if r % 100 == 0 {
+        let ms = if r.is_multiple_of(100) {
             LOST.fetch_add(1, Ordering::Relaxed);
             200 + (r >> 8) % 800
         } else {
