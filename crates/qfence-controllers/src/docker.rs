@@ -23,7 +23,7 @@
 
 use std::collections::BTreeMap;
 use std::path::PathBuf;
-use std::time::{Duration, SystemTime};
+use std::time::Duration;
 
 use bollard::Docker;
 use bollard::errors::Error as BollardError;
@@ -195,16 +195,6 @@ impl DockerDriver {
             .map_err(|e| self.map(&format!("GET /containers/{name}/json"), e, false))
     }
 
-    fn reading(&self, ctx: &CallContext, holds: bool, detail: String) -> Reading {
-        Reading {
-            holds,
-            detail,
-            at: SystemTime::now(),
-            by: ctx.orchestrator.clone(),
-            definitive: false,
-        }
-    }
-
     /// Reads the container: `(running, restarting, words for the operator)`.
     async fn state(
         &self,
@@ -264,7 +254,7 @@ impl DockerDriver {
         } else {
             detail
         };
-        Ok(self.reading(ctx, holds, detail))
+        Ok(ctx.reading(holds, detail))
     }
 
     /// Treats 304 (already in that state) as success; the read-back decides.

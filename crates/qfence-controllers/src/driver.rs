@@ -40,6 +40,18 @@ impl CallContext {
         }
     }
 
+    /// A reading taken now by this context's orchestrator: what every driver's reads return
+    /// (a driver that knows the reading is definitive sets that afterwards).
+    pub fn reading(&self, holds: bool, detail: String) -> Reading {
+        Reading {
+            holds,
+            detail,
+            at: std::time::SystemTime::now(),
+            by: self.orchestrator.clone(),
+            definitive: false,
+        }
+    }
+
     /// Runs `fut` under this context's deadline and cancellation, naming `call` in the error.
     pub async fn run<T>(
         &self,

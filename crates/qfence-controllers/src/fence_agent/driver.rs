@@ -202,7 +202,7 @@ impl Driver for FenceAgentDriver {
         let call = "power.off check";
         self.check_capability(call, target)?;
         let (off, detail) = self.status(ctx, call, &target.resource).await?;
-        Ok(self.reading(ctx, off, detail))
+        Ok(ctx.reading(off, detail))
     }
 
     async fn perform(&self, ctx: &CallContext, target: &Target) -> Result<Reading, DriverError> {
@@ -210,7 +210,7 @@ impl Driver for FenceAgentDriver {
         self.check_capability(call, target)?;
         // Already off is success, and needs no action.
         if let Ok((true, detail)) = self.status(ctx, call, &target.resource).await {
-            return Ok(self.reading(ctx, true, format!("{detail} (already off)")));
+            return Ok(ctx.reading(true, format!("{detail} (already off)")));
         }
         let r = self.act(ctx, call, target, "off", true).await?;
         tracing::info!(controller = %self.id, resource = %target.resource, "Fence verified by read-back: {}", r.detail);

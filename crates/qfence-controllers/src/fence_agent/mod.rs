@@ -22,7 +22,7 @@
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::PathBuf;
 use std::process::Stdio;
-use std::time::{Duration, SystemTime};
+use std::time::Duration;
 
 use qfence_model::config::{ControllerConfig, ControllerKind};
 use qfence_model::{ControllerId, ControllerType, FenceLevel, Grade};
@@ -205,16 +205,6 @@ impl FenceAgentDriver {
         }
     }
 
-    fn reading(&self, ctx: &CallContext, holds: bool, detail: String) -> Reading {
-        Reading {
-            holds,
-            detail,
-            at: SystemTime::now(),
-            by: ctx.orchestrator.clone(),
-            definitive: false,
-        }
-    }
-
     /// Runs `action` (off or on), then reads `status` until it shows `want_off`, within the
     /// deadline. The agent's own answer is never the proof; the status read is.
     async fn act(
@@ -251,7 +241,7 @@ impl FenceAgentDriver {
                             run.said()
                         )
                     };
-                    return Ok(self.reading(ctx, want_off, detail));
+                    return Ok(ctx.reading(want_off, detail));
                 }
                 Ok((_, detail)) if !acted => {
                     return Err(self.err(

@@ -21,7 +21,7 @@
 //! of whichever unit answered.
 
 use std::collections::BTreeMap;
-use std::time::{Duration, SystemTime};
+use std::time::Duration;
 
 use qfence_model::config::{ControllerConfig, ControllerKind, TlsTrust};
 use qfence_model::{ControllerId, ControllerType, Grade};
@@ -82,16 +82,6 @@ impl FortigateDriver {
         unknown: bool,
     ) -> DriverError {
         DriverError::new(kind, &self.id, call, msg, unknown)
-    }
-
-    fn reading(&self, ctx: &CallContext, holds: bool, detail: String) -> Reading {
-        Reading {
-            holds,
-            detail,
-            at: SystemTime::now(),
-            by: ctx.orchestrator.clone(),
-            definitive: false,
-        }
     }
 }
 

@@ -36,8 +36,7 @@ impl FortigateDriver {
         let p = self.get_object("policy", &id.to_string()).await?;
         let status = p.get("status").and_then(Value::as_str).unwrap_or("enable");
         if p.get("action").and_then(Value::as_str) == Some("deny") {
-            return Ok(self.reading(
-                ctx,
+            return Ok(ctx.reading(
                 false,
                 format!(
                     "policy {id} is a deny policy (status={status}): disabling it fences nothing"
@@ -45,7 +44,7 @@ impl FortigateDriver {
             ));
         }
         if status != "disable" {
-            return Ok(self.reading(ctx, false, format!("policy {id} status={status}")));
+            return Ok(ctx.reading(false, format!("policy {id} status={status}")));
         }
         let (dirty, how) = match self.session_dirty().await? {
             Some(s) if s == "check-policy-option" => (
@@ -62,8 +61,7 @@ impl FortigateDriver {
             ),
         };
         if dirty == "check-new" {
-            return Ok(self.reading(
-                ctx,
+            return Ok(ctx.reading(
                 false,
                 format!(
                     "policy {id} status=disable but firewall-session-dirty=check-new ({how}): \
@@ -71,8 +69,7 @@ impl FortigateDriver {
                 ),
             ));
         }
-        Ok(self.reading(
-            ctx,
+        Ok(ctx.reading(
             true,
             format!("policy {id} status=disable, firewall-session-dirty={dirty} ({how})"),
         ))
@@ -107,11 +104,7 @@ impl FortigateDriver {
         if enable {
             let p = self.get_object("policy", &id.to_string()).await?;
             let status = p.get("status").and_then(Value::as_str).unwrap_or("enable");
-            let r = self.reading(
-                ctx,
-                status == "enable",
-                format!("policy {id} status={status}"),
-            );
+            let r = ctx.reading(status == "enable", format!("policy {id} status={status}"));
             self.with_ha(r).await
         } else {
             self.read_policy(ctx, id).await

@@ -40,8 +40,7 @@ impl FortigateDriver {
         let mapped = mapped_ips(&v);
         let status = v.get("status").and_then(Value::as_str).unwrap_or("enable");
         let holds = status == "enable" && mapped == [want];
-        Ok(self.reading(
-            ctx,
+        Ok(ctx.reading(
             holds,
             format!(
                 "VIP {} status={status} mappedip={} (site {} wants {want})",

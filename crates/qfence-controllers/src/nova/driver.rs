@@ -9,8 +9,6 @@
 //! | `server.evacuate` | `ACTIVE`, no task, on a host that is up and not forced down | evacuate, follow the record to done, read back | - |
 //! | `server.lock` | the server is locked | lock with `reason` | unlock |
 
-use std::time::SystemTime;
-
 use qfence_model::{ControllerId, ControllerType};
 
 use super::NovaDriver;
@@ -32,16 +30,6 @@ const NOT_A_POWER_FENCE: &str =
     "(an application-level fence: Nova stops using the host, which may still run)";
 
 impl NovaDriver {
-    fn reading(&self, ctx: &CallContext, holds: bool, detail: String) -> Reading {
-        Reading {
-            holds,
-            detail,
-            at: SystemTime::now(),
-            by: ctx.orchestrator.clone(),
-            definitive: false,
-        }
-    }
-
     fn reason<'a>(&self, target: &'a Target) -> &'a str {
         target
             .param(ControllerType::Nova, REASON)
@@ -59,7 +47,7 @@ impl NovaDriver {
                 String::new(),
             ),
         };
-        Ok(self.reading(ctx, holds, format!("{}{note}", s.describe())))
+        Ok(ctx.reading(holds, format!("{}{note}", s.describe())))
     }
 
     async fn read_server(
@@ -69,14 +57,14 @@ impl NovaDriver {
     ) -> Result<Reading, DriverError> {
         let s = self.server_now(&target.resource).await?;
         if target.capability == LOCK {
-            return Ok(self.reading(ctx, s.locked, s.describe()));
+            return Ok(ctx.reading(s.locked, s.describe()));
         }
         let (holds, svc) = self.placed_well(&s).await?;
         let mut detail = s.describe();
         if let Some(svc) = svc {
             detail.push_str(&format!("; host {}", svc.describe()));
         }
-        Ok(self.reading(ctx, holds, detail))
+        Ok(ctx.reading(holds, detail))
     }
 
     async fn set_host(
@@ -136,7 +124,7 @@ impl NovaDriver {
                 true,
             ));
         }
-        Ok(self.reading(ctx, on, s.describe()))
+        Ok(ctx.reading(on, s.describe()))
     }
 
     /// Evacuates a server whose host failed and follows it to its end; already well placed

@@ -37,7 +37,7 @@
 use std::collections::BTreeMap;
 use std::str::FromStr;
 use std::sync::OnceLock;
-use std::time::{Duration, SystemTime};
+use std::time::Duration;
 
 use qfence_model::config::{ControllerConfig, ControllerKind};
 use qfence_model::{ControllerId, ControllerType, Grade};
@@ -150,16 +150,6 @@ impl PostgresDriver {
         unknown: bool,
     ) -> DriverError {
         DriverError::new(kind, &self.id, call, msg, unknown)
-    }
-
-    fn reading(&self, ctx: &CallContext, holds: bool, detail: String) -> Reading {
-        Reading {
-            holds,
-            detail,
-            at: SystemTime::now(),
-            by: ctx.orchestrator.clone(),
-            definitive: false,
-        }
     }
 
     fn server(&self) -> String {

@@ -16,8 +16,7 @@ impl PostgresDriver {
             // word. A timeout, an unreachable network or a server that answers oddly stays
             // an error (ambiguous: UNKNOWN).
             Err(e) if connection_refused(&e) => {
-                let mut r = self.reading(
-                    ctx,
+                let mut r = ctx.reading(
                     false,
                     format!(
                         "{} refused the connection: no server listens there (its host answered)",
@@ -50,7 +49,7 @@ impl PostgresDriver {
         if let Some(e) = expect.filter(|e| *e != role) {
             detail.push_str(&format!(" (binding expects {e})"));
         }
-        Ok(self.reading(ctx, holds, detail))
+        Ok(ctx.reading(holds, detail))
     }
 
     pub(super) fn limit<T: FromStr>(
@@ -104,16 +103,14 @@ impl PostgresDriver {
         let c = self.connect(&self.dbname).await?;
         let s = self.lag_state(&c).await?;
         if !s.in_recovery {
-            return Ok(self.reading(
-                ctx,
+            return Ok(ctx.reading(
                 false,
                 format!("{} is not a replica (not in recovery)", self.server()),
             ));
         }
         let receiver = s.receiver.as_deref().unwrap_or("not running");
         let Some(bytes) = s.bytes else {
-            return Ok(self.reading(
-                ctx,
+            return Ok(ctx.reading(
                 false,
                 format!(
                     "{}: no WAL received by streaming yet (WAL receiver {receiver})",
@@ -134,6 +131,6 @@ impl PostgresDriver {
         if s.receiver.as_deref() != Some("streaming") {
             detail.push_str("; measured against the last WAL received, the primary is not heard");
         }
-        Ok(self.reading(ctx, holds, detail))
+        Ok(ctx.reading(holds, detail))
     }
 }

@@ -30,7 +30,7 @@ impl PostgresDriver {
             ),
             (false, None) => format!("{} is a primary", self.server()),
         };
-        Ok(self.reading(ctx, !rec, detail))
+        Ok(ctx.reading(!rec, detail))
     }
 
     pub(super) async fn promote(&self, ctx: &CallContext) -> Result<Reading, DriverError> {
@@ -69,8 +69,7 @@ impl PostgresDriver {
     pub(super) async fn demote_reading(&self, ctx: &CallContext) -> Result<Reading, DriverError> {
         let admin = self.connect("template1").await?;
         if self.in_recovery(&admin).await? {
-            return Ok(self.reading(
-                ctx,
+            return Ok(ctx.reading(
                 true,
                 format!(
                     "{} is in recovery (a standby): it accepts no writes",
@@ -101,7 +100,7 @@ impl PostgresDriver {
             self.dbname,
             refused.map_or_else(|| "accepted".to_owned(), |m| format!("refused ({m})")),
         );
-        Ok(self.reading(ctx, holds, detail))
+        Ok(ctx.reading(holds, detail))
     }
 
     /// Tries a client connection to the endpoint's database: the refusal message, if refused

@@ -47,16 +47,6 @@ impl Build for ProxmoxDriver {
 }
 
 impl Inner {
-    pub(super) fn reading(&self, ctx: &CallContext, holds: bool, detail: String) -> Reading {
-        Reading {
-            holds,
-            detail,
-            at: SystemTime::now(),
-            by: ctx.orchestrator.clone(),
-            definitive: false,
-        }
-    }
-
     pub(super) fn vm(&self, target: &Target) -> Result<(String, u32), DriverError> {
         parse_node_vmid(&target.resource)
             .map(|(n, v)| (n.to_owned(), v))
@@ -154,7 +144,7 @@ impl Inner {
         let (node, vmid) = self.vm(target)?;
         let (status, _, ha, words) = self.vm_status(&node, vmid).await?;
         if status == want {
-            return Ok(self.reading(ctx, true, words));
+            return Ok(ctx.reading(true, words));
         }
         let action = if want == "stopped" { "stop" } else { "start" };
         // overrule-shutdown aborts a pending shutdown task; PVE rejects it for HA resources.
@@ -193,14 +183,10 @@ impl Inner {
                 } else {
                     ""
                 };
-                return Ok(self.reading(ctx, true, format!("{words}{via}")));
+                return Ok(ctx.reading(true, format!("{words}{via}")));
             }
             if let Some(exit) = &task_error {
-                return Ok(self.reading(
-                    ctx,
-                    false,
-                    format!("{words}; the {action} task failed: {exit}"),
-                ));
+                return Ok(ctx.reading(false, format!("{words}; the {action} task failed: {exit}")));
             }
             tokio::time::sleep(POLL).await;
         }
@@ -239,7 +225,7 @@ impl Inner {
             // A paused VM runs no service.
             _ => status == "running" && (qmp.is_empty() || qmp == "running"),
         };
-        Ok(self.reading(ctx, holds, words))
+        Ok(ctx.reading(holds, words))
     }
 }
 

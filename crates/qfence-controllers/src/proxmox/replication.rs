@@ -78,7 +78,7 @@ impl Inner {
         };
         let (holds, detail) =
             assess_replication(job, &sample, now_epoch(), max_age, max_fail, from_cache);
-        Ok(self.reading(ctx, holds, detail))
+        Ok(ctx.reading(holds, detail))
     }
 
     /// A new sample of job `job` (of guest `vmid`), read from the node the guest lives on:

@@ -4,16 +4,6 @@
 use super::*;
 
 impl RedfishDriver {
-    pub(super) fn reading(&self, ctx: &CallContext, holds: bool, detail: String) -> Reading {
-        Reading {
-            holds,
-            detail,
-            at: SystemTime::now(),
-            by: ctx.orchestrator.clone(),
-            definitive: false,
-        }
-    }
-
     pub(super) fn check_capability(&self, call: &str, target: &Target) -> Result<(), DriverError> {
         match target.capability.as_str() {
             POWER_OFF | POWER_STATUS => Ok(()),
@@ -437,7 +427,7 @@ impl Driver for RedfishDriver {
         } else {
             s.power == "On"
         };
-        Ok(self.reading(ctx, holds, s.describe()))
+        Ok(ctx.reading(holds, s.describe()))
     }
 
     async fn perform(&self, ctx: &CallContext, target: &Target) -> Result<Reading, DriverError> {
@@ -458,7 +448,7 @@ impl Driver for RedfishDriver {
             })
             .await?;
         tracing::info!(controller = %self.id, resource = %target.resource, "Fence verified by read-back: {}", s.describe());
-        Ok(self.reading(ctx, true, s.describe()))
+        Ok(ctx.reading(true, s.describe()))
     }
 
     async fn undo(&self, ctx: &CallContext, target: &Target) -> Result<Reading, DriverError> {
@@ -473,7 +463,7 @@ impl Driver for RedfishDriver {
                     .await
             })
             .await?;
-        Ok(self.reading(ctx, false, s.describe()))
+        Ok(ctx.reading(false, s.describe()))
     }
 
     /// Deletes the driver's Redfish session, if it has one.

@@ -27,7 +27,7 @@
 use std::collections::BTreeMap;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
-use std::time::{Duration, SystemTime};
+use std::time::Duration;
 
 use qfence_model::config::TlsTrust;
 use qfence_model::config::{ControllerConfig, ControllerKind, RedfishAuth};

@@ -2,7 +2,7 @@
 
 use std::collections::BTreeMap;
 use std::net::{IpAddr, SocketAddr};
-use std::time::{Duration, SystemTime};
+use std::time::Duration;
 
 use qfence_model::config::{ControllerConfig, ControllerKind};
 use qfence_model::{ControllerId, ControllerType, Grade};
@@ -175,20 +175,9 @@ impl IpmiDriver {
         DriverError::new(f.kind, &self.id, call, f.message, state_unknown)
     }
 
-    fn reading(&self, ctx: &CallContext, holds: bool, detail: String) -> Reading {
-        Reading {
-            holds,
-            detail,
-            at: SystemTime::now(),
-            by: ctx.orchestrator.clone(),
-            definitive: false,
-        }
-    }
-
     fn power_reading(&self, ctx: &CallContext, st: wire::ChassisStatus) -> Reading {
         let word = if st.power_on { "on" } else { "off" };
-        self.reading(
-            ctx,
+        ctx.reading(
             !st.power_on,
             format!(
                 "Chassis power {word} (Get Chassis Status power state 0x{:02x})",

@@ -85,13 +85,11 @@ impl IpmiDriver {
         let (holds, detail) = watchdog_armed(&w, reset_accepted)
             .map_err(|m| DriverError::new(ErrorKind::Protocol, &self.id, call, m, true))?;
         if w.action != WatchdogAction::PowerDown {
-            return Ok(self.reading(ctx, holds, detail));
+            return Ok(ctx.reading(holds, detail));
         }
         match w.initial_countdown {
-            Some(got) if got == want_tenths => Ok(self.reading(ctx, holds, detail)),
-            Some(got) => Ok(self.reading(
-                ctx,
-                false,
+            Some(got) if got == want_tenths => Ok(ctx.reading(holds, detail)),
+            Some(got) => Ok(ctx.reading(false,
                 format!(
                     "{detail}: the countdown is {}.{} s, not the {}.{} s qfence sets (set by someone else), so it is not qfence's dead-man",
                     got / 10,
