@@ -16,7 +16,7 @@ use crate::error::CoreError;
 use crate::rules;
 use crate::state::{Intent, IntentKind, Phase, PlanState};
 use crate::types::{
-    Action, BindingKey, Leadership, Millis, Observation, Observed, OpResult, Outcome,
+    Action, BindingKey, BindingPos, Leadership, Millis, Observation, Observed, OpResult, Outcome,
 };
 
 /// Which kind of move to show.
@@ -77,7 +77,7 @@ fn reading_word(v: Observed) -> &'static str {
 
 /// Parses one assumption, `BINDING=READING`: `dc1[0]=unknown` says dc1's first binding reads
 /// UNKNOWN (its BMC does not answer).
-pub fn parse_assumption(s: &str) -> Result<(BindingKey, Observed), String> {
+pub fn parse_assumption(s: &str) -> Result<(BindingPos, Observed), String> {
     let (k, v) = s
         .split_once('=')
         .ok_or_else(|| format!("{s:?}: write BINDING=READING, e.g. dc1[0]=unknown"))?;
@@ -89,7 +89,7 @@ pub fn parse_assumption(s: &str) -> Result<(BindingKey, Observed), String> {
 pub fn dry_run(
     config: &ValidatedConfig,
     plan_name: &str,
-    assumed: &BTreeMap<BindingKey, Observed>,
+    assumed: &BTreeMap<BindingPos, Observed>,
     to: &str,
     kind: MoveKind,
 ) -> Result<DryRun, CoreError> {
@@ -111,11 +111,14 @@ pub fn dry_run(
             site: to.into(),
             sites: sites.clone(),
         })?;
-    if let Some(k) = assumed.keys().find(|k| rules::binding(plan, k).is_none()) {
-        return Err(CoreError::UnknownBinding {
+    // An operator names bindings by position in this configuration; the run files by key.
+    let mut by_key = BTreeMap::new();
+    for (pos, v) in assumed {
+        let k = BindingKey::at(plan, pos).ok_or_else(|| CoreError::UnknownBinding {
             plan: plan_name.into(),
-            binding: k.to_string(),
-        });
+            binding: pos.to_string(),
+        })?;
+        by_key.insert(k, *v);
     }
     let mut state = PlanState::initial(plan);
     if state.owner == target {
@@ -214,7 +217,7 @@ pub fn dry_run(
                 detail,
             });
             if let Some(k) = key {
-                let value = assumed.get(&k).copied().unwrap_or(Observed::Holds);
+                let value = by_key.get(&k).copied().unwrap_or(Observed::Holds);
                 if matches!(c.action, Action::Check { .. }) {
                     observations.insert(k.clone(), Observation::new(value, now));
                 }

@@ -48,5 +48,6 @@ pub use state::{
     StoredPlanState, Transition, TransitionKind,
 };
 pub use types::{
-    Action, BindingKey, Command, Leadership, Millis, Observation, Observed, OpId, OpResult, Outcome,
+    Action, BindingKey, BindingPos, Command, Leadership, Millis, Observation, Observed, OpId,
+    OpResult, Outcome,
 };

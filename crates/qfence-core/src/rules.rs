@@ -7,7 +7,7 @@ use std::collections::BTreeMap;
 
 use qfence_model::config::PlanConfig;
 use qfence_model::config::ValidatedConfig;
-use qfence_model::{FenceLevel, Role, SiteId, Verdict};
+use qfence_model::{BindingId, FenceLevel, Role, SiteId, Verdict};
 use serde::{Deserialize, Serialize};
 
 use crate::state::{EvidenceKind, PlanState};
@@ -100,21 +100,45 @@ pub fn unfence_capability(
         .unfence
 }
 
-/// A binding of the plan by key.
+/// A binding of the plan by key: the one in the key's list with the key's id, wherever it
+/// stands now (`None` once no binding there has that id: it was removed or changed).
 pub fn binding<'a>(
     plan: &'a PlanConfig,
     key: &BindingKey,
 ) -> Option<&'a qfence_model::config::Binding> {
-    match &key.site {
-        Some(site) => plan.instances.get(site)?.get(key.index),
-        None => plan.service.get(key.index),
+    let list = match &key.site {
+        Some(site) => plan.instance(site)?,
+        None => plan.service.as_slice(),
+    };
+    // The position the key was made at is the likely place; the id decides.
+    list.get(key.at)
+        .into_iter()
+        .chain(list)
+        .find(|b| is(b, &key.id))
+}
+
+/// Whether `b`'s stable id is `id`, without building it when it is configured (a lookup
+/// runs for every key a decision reads).
+fn is(b: &qfence_model::config::Binding, id: &BindingId) -> bool {
+    match &b.id {
+        Some(configured) => configured == id,
+        None => b.stable_id() == *id,
     }
 }
 
 /// The keys of `site`'s bindings in `role`, in order.
 pub fn keys(plan: &PlanConfig, site: &SiteId, role: Role) -> Vec<BindingKey> {
     plan.bindings(site, role)
-        .map(|(i, _)| BindingKey::site(site, i))
+        .map(|(i, b)| BindingKey::new(Some(site), i, b))
+        .collect()
+}
+
+/// The keys of the plan's service bindings, in order.
+pub fn service_keys(plan: &PlanConfig) -> Vec<BindingKey> {
+    plan.service
+        .iter()
+        .enumerate()
+        .map(|(i, b)| BindingKey::new(None, i, b))
         .collect()
 }
 
@@ -127,7 +151,7 @@ pub fn proving_fences(
 ) -> Vec<BindingKey> {
     plan.bindings(site, Role::Fence)
         .filter(|(_, b)| b.required)
-        .map(|(i, _)| BindingKey::site(site, i))
+        .map(|(i, b)| BindingKey::new(Some(site), i, b))
         .filter(|k| fence_level(config, plan, k) != Some(FenceLevel::Application))
         .collect()
 }

@@ -4,7 +4,8 @@
 use std::fmt;
 use std::time::Duration;
 
-use qfence_model::{Generation, PlanId, SiteId, Term};
+use qfence_model::config::{Binding, PlanConfig};
+use qfence_model::{BindingId, Generation, PlanId, SiteId, Term};
 use serde::{Deserialize, Serialize};
 
 /// A point in time: milliseconds since the Unix epoch, as read by the leader's clock and passed
@@ -41,17 +42,148 @@ impl fmt::Display for Millis {
     }
 }
 
-/// Which binding of a plan: one of a site's bindings by position, or one of the plan's service
-/// bindings (`site: None`).
-#[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
+/// Which binding of a plan: one of a site's bindings, or one of the plan's service bindings
+/// (`site: None`), named by its stable id ([`Binding::stable_id`]), never by its position, so
+/// a reading or a result filed under a key stays with its binding whatever is added, removed
+/// or moved around it in the list.
+///
+/// `at`, where the binding stood when the key was made, is only what `Display` shows
+/// (`dc1[0]`, as the configuration's paths name it, which an operator can find in the file):
+/// equality, order and hash ignore it, and a lookup uses it only as a first guess.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+#[serde(from = "StoredKey")]
 pub struct BindingKey {
+    /// The instance's site, or `None` for a service binding.
+    pub site: Option<SiteId>,
+    /// The binding's stable id within its list.
+    pub id: BindingId,
+    /// Position in the list when the key was made: for display only.
+    pub at: usize,
+}
+
+/// A key as stored, including one a build before ids wrote (`{site, index}`, in a transition's
+/// `pending` and `fenced`).
+#[derive(Deserialize)]
+struct StoredKey {
+    site: Option<SiteId>,
+    id: Option<BindingId>,
+    #[serde(default, alias = "index")]
+    at: usize,
+}
+
+impl From<StoredKey> for BindingKey {
+    /// A positional key cannot be resolved without the configuration it was made from, so
+    /// it becomes one that names no binding (no derived id has a dot): its operation is
+    /// issued again by the leader that re-enters the step, and an abort leaves its fence as
+    /// it is, for an operator to undo.
+    fn from(k: StoredKey) -> Self {
+        let id = k
+            .id
+            .unwrap_or_else(|| BindingId::new(format!("position.{}", k.at)).expect("a valid name"));
+        Self {
+            site: k.site,
+            id,
+            at: k.at,
+        }
+    }
+}
+
+impl BindingKey {
+    /// The key of `binding`, at position `at` of `site`'s list (`None`: the service list).
+    pub fn new(site: Option<&SiteId>, at: usize, binding: &Binding) -> Self {
+        Self {
+            site: site.cloned(),
+            id: binding.stable_id(),
+            at,
+        }
+    }
+
+    /// The key of the binding at `pos` in `plan` as configured now, if there is one there:
+    /// for an operator's `dc1[0]` and for tests.
+    pub fn at(plan: &PlanConfig, pos: &BindingPos) -> Option<Self> {
+        let list = match &pos.site {
+            Some(site) => plan.instance(site)?,
+            None => plan.service.as_slice(),
+        };
+        Some(Self::new(
+            pos.site.as_ref(),
+            pos.index,
+            list.get(pos.index)?,
+        ))
+    }
+
+    /// The key of `site`'s binding at `index` in `plan` (panics if there is none: for tests).
+    pub fn site_at(plan: &PlanConfig, site: &SiteId, index: usize) -> Self {
+        Self::at(plan, &BindingPos::site(site, index))
+            .unwrap_or_else(|| panic!("{site} has no binding [{index}]"))
+    }
+
+    /// The key of the service binding at `index` in `plan` (panics if there is none: for
+    /// tests).
+    pub fn service_at(plan: &PlanConfig, index: usize) -> Self {
+        Self::at(plan, &BindingPos::service(index))
+            .unwrap_or_else(|| panic!("the plan has no service binding [{index}]"))
+    }
+
+    /// Where the key was made in the configuration (site, then position): to list keys
+    /// in the configuration's order, as an operator reads the file, rather than by id.
+    pub fn place(&self) -> (Option<&SiteId>, usize) {
+        (self.site.as_ref(), self.at)
+    }
+
+    fn identity(&self) -> (&Option<SiteId>, &BindingId) {
+        (&self.site, &self.id)
+    }
+}
+
+impl PartialEq for BindingKey {
+    fn eq(&self, other: &Self) -> bool {
+        self.identity() == other.identity()
+    }
+}
+
+impl Eq for BindingKey {}
+
+impl PartialOrd for BindingKey {
+    fn partial_cmp(&self, other: &Self) -> Option<std::cmp::Ordering> {
+        Some(self.cmp(other))
+    }
+}
+
+impl Ord for BindingKey {
+    fn cmp(&self, other: &Self) -> std::cmp::Ordering {
+        self.identity().cmp(&other.identity())
+    }
+}
+
+impl std::hash::Hash for BindingKey {
+    fn hash<H: std::hash::Hasher>(&self, state: &mut H) {
+        self.identity().hash(state);
+    }
+}
+
+impl fmt::Display for BindingKey {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        BindingPos {
+            site: self.site.clone(),
+            index: self.at,
+        }
+        .fmt(f)
+    }
+}
+
+/// A binding as an operator names it: by its position in a site's (or the service's) list of
+/// the configuration in force, `dc1[0]` or `service[0]`. Only [`BindingKey::at`] turns it into
+/// a key; nothing is filed under a position.
+#[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
+pub struct BindingPos {
     /// The instance's site, or `None` for a service binding.
     pub site: Option<SiteId>,
     /// Position in the instance's (or the service's) binding list.
     pub index: usize,
 }
 
-impl BindingKey {
+impl BindingPos {
     /// A site's binding.
     pub fn site(site: &SiteId, index: usize) -> Self {
         Self {
@@ -66,7 +198,7 @@ impl BindingKey {
     }
 }
 
-impl fmt::Display for BindingKey {
+impl fmt::Display for BindingPos {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match &self.site {
             Some(s) => write!(f, "{s}[{}]", self.index),
@@ -75,7 +207,7 @@ impl fmt::Display for BindingKey {
     }
 }
 
-impl std::str::FromStr for BindingKey {
+impl std::str::FromStr for BindingPos {
     type Err = String;
 
     /// `dc1[0]` (a site's first binding) or `service[0]`.
@@ -333,18 +465,63 @@ mod tests {
     use super::*;
 
     #[test]
-    fn binding_keys_read_back_what_they_print() {
+    fn binding_positions_read_back_what_they_print() {
         for s in ["dc1[0]", "service[2]", "dc-3.b[11]"] {
-            let k: BindingKey = s.parse().unwrap();
+            let k: BindingPos = s.parse().unwrap();
             assert_eq!(k.to_string(), s);
         }
         assert_eq!(
-            "service[0]".parse::<BindingKey>(),
-            Ok(BindingKey::service(0))
+            "service[0]".parse::<BindingPos>(),
+            Ok(BindingPos::service(0))
         );
         for bad in ["dc1", "dc1[]", "dc1[-1]", "[0]", "dc1[0", "d c[0]"] {
-            assert!(bad.parse::<BindingKey>().is_err(), "{bad}");
+            assert!(bad.parse::<BindingPos>().is_err(), "{bad}");
         }
+    }
+
+    #[test]
+    fn a_key_is_its_site_and_id_whatever_place_it_was_made_at() {
+        let b = Binding {
+            controller: qfence_model::ControllerId::new("bmc-dc1").unwrap(),
+            capability: "power.off".into(),
+            resource: "host".into(),
+            role: qfence_model::Role::Fence,
+            required: true,
+            params: Default::default(),
+            id: None,
+        };
+        let dc1 = SiteId::new("dc1").unwrap();
+        let (first, third) = (
+            BindingKey::new(Some(&dc1), 0, &b),
+            BindingKey::new(Some(&dc1), 2, &b),
+        );
+        assert_eq!(first, third);
+        assert_eq!(first.cmp(&third), std::cmp::Ordering::Equal);
+        assert_eq!(
+            (first.to_string(), third.to_string()),
+            ("dc1[0]".into(), "dc1[2]".into())
+        );
+        assert_ne!(
+            first,
+            BindingKey::new(None, 0, &b),
+            "a service binding is another key"
+        );
+        let other = Binding {
+            resource: "other-host".into(),
+            ..b.clone()
+        };
+        assert_ne!(first, BindingKey::new(Some(&dc1), 0, &other));
+    }
+
+    #[test]
+    fn a_positional_key_from_an_older_build_decodes_and_names_no_binding() {
+        let k: BindingKey = serde_json::from_str(r#"{"site":"dc1","index":2}"#).unwrap();
+        assert_eq!(
+            (k.to_string(), k.id.as_str()),
+            ("dc1[2]".into(), "position.2")
+        );
+        let back: BindingKey = serde_json::from_str(&serde_json::to_string(&k).unwrap()).unwrap();
+        assert_eq!((back.clone(), back.at), (k, 2));
     }
 
     #[test]

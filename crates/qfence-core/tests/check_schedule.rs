@@ -15,7 +15,7 @@ use qfence_core::{
 };
 use qfence_model::Term;
 use qfence_model::config::ValidatedConfig;
-use sim::fixtures::{self, site};
+use sim::fixtures;
 
 const T0: Millis = Millis(1_699_970_520_000);
 const TICK_MS: u64 = 1000;
@@ -24,7 +24,7 @@ const LATENCY_MS: u64 = 35;
 
 /// The owner's `db.health` in the PostgreSQL plan.
 fn health() -> BindingKey {
-    BindingKey::site(&site("dc1"), 4)
+    fixtures::placed(Some("dc1"), 4)
 }
 
 /// A decision's delay after its tick: 0 to 22 ms, never the same twice in a row.

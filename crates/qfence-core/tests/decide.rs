@@ -9,8 +9,8 @@ use std::time::Duration;
 
 use qfence_core::dry_run::{MoveKind, dry_run, parse_assumption};
 use qfence_core::{
-    Action, CoreError, Decision, EvidenceKind, IntentKind, Observation, Observed, OpId, Outcome,
-    Phase, Stage, StoredPlanState, TransitionKind, decide,
+    Action, BindingPos, CoreError, Decision, EvidenceKind, IntentKind, Observation, Observed, OpId,
+    Outcome, Phase, Stage, StoredPlanState, TransitionKind, decide,
 };
 use qfence_model::{Generation, Term, Verdict};
 use sim::fixtures::{self, site};
@@ -235,7 +235,7 @@ fn the_owner_dead_man_switch_is_renewed_each_interval_only_under_a_valid_lease()
 fn readiness_checks(d: &Decision) -> Vec<Action> {
     acts(d)
         .into_iter()
-        .filter(|a| matches!(a, Action::Check { binding, .. } if binding.index == 2))
+        .filter(|a| matches!(a, Action::Check { binding, .. } if binding.at == 2))
         .collect()
 }
 
@@ -1259,7 +1259,10 @@ fn the_dry_run_lists_every_step_of_a_failover_in_order_with_where_it_may_run() {
 fn the_dry_run_shows_where_a_move_would_stop() {
     let cfg = fixtures::lab();
     let assumed: BTreeMap<_, _> = [parse_assumption("dc1[0]=unknown").unwrap()].into();
-    assert_eq!(assumed.get(&k("dc1", 0)), Some(&Observed::Unknown));
+    assert_eq!(
+        assumed.get(&BindingPos::site(&site("dc1"), 0)),
+        Some(&Observed::Unknown)
+    );
     let r = dry_run(&cfg, "erp-db", &assumed, "dc2", MoveKind::Failover).unwrap();
     assert!(!r.completes);
     assert!(

@@ -33,6 +33,7 @@ use qfence_controllers::secrets::{ENV_PREFIX, SecretSource, env_name};
 use qfence_core::{BindingKey, Observed, Phase, StoredPlanState};
 use qfence_lab::lab::{self, Scenario, Sims};
 use qfence_lab::redfish::PowerState;
+use qfence_model::config::ValidatedConfig;
 use qfence_model::{OrchestratorId, PlanId, SiteId};
 use qfence_server::Metrics;
 use qfence_server::events::{EventLog, JsonlStore};
@@ -366,6 +367,12 @@ fn secrets() -> SecretStore {
     }])
 }
 
+/// The key of `at`'s binding `index` of `plan` in `config` (keys name bindings by id).
+fn key_in(config: &ValidatedConfig, plan: &PlanId, at: &str, index: usize) -> BindingKey {
+    let p = config.plan(plan.as_str()).expect("a plan in force");
+    BindingKey::site_at(p, &site(at), index)
+}
+
 fn site(s: &str) -> SiteId {
     SiteId::new(s).expect("a site name")
 }
@@ -430,12 +437,16 @@ impl Orchestrator {
         })
     }
 
+    /// The key of `at`'s binding `index` of `plan` in the configuration in force.
+    fn key(&self, plan: &PlanId, at: &str, index: usize) -> BindingKey {
+        key_in(&self.engine.config(), plan, at, index)
+    }
+
     /// Marks the plans seen with dc1's VM running and dc2's host off, and counts those that
     /// have been, and are now owned by dc1 and steady. A latch, because under load single
     /// checks time out (UNKNOWN) now and then, and all N are rarely fresh at one instant.
     fn steady(&self, plans: &[PlanId], seen: &mut [bool]) -> usize {
-        let dc1_health = BindingKey::site(&site("dc1"), 3);
-        let dc2_fence = BindingKey::site(&site("dc2"), 0);
+        let config = self.engine.config();
         // One copy of the replicated state for all plans (Engine::plan_state copies it per call).
         let cluster = self.node.state();
         let steady_at_dc1 = |p: &PlanId| {
@@ -448,6 +459,8 @@ impl Orchestrator {
         };
         let mut ready = 0;
         for (p, seen) in plans.iter().zip(seen.iter_mut()) {
+            let (dc1_health, dc2_fence) =
+                (key_in(&config, p, "dc1", 3), key_in(&config, p, "dc2", 0));
             let view = self.engine.runtime(p);
             let holds = |k: &BindingKey| {
                 view.observations
@@ -582,7 +595,7 @@ fn one(n: usize, o: &Options) -> Result<Figures> {
                 let view = orch.engine.runtime(&plans[i]);
                 let read = |at: &str, index: usize| {
                     view.observations
-                        .get(&BindingKey::site(&site(at), index))
+                        .get(&orch.key(&plans[i], at, index))
                         .map_or_else(|| "never read".to_owned(), |o| o.detail.clone())
                 };
                 say(&format!(
@@ -595,7 +608,7 @@ fn one(n: usize, o: &Options) -> Result<Figures> {
                     read("dc2", 2)
                 ));
                 // What its commands on dc1's power fence came back with, newest last.
-                let dc1_power = BindingKey::site(&site("dc1"), 0);
+                let dc1_power = orch.key(&plans[i], "dc1", 0);
                 for r in view
                     .results
                     .values()

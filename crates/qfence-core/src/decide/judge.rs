@@ -52,6 +52,8 @@ impl Cx<'_, '_> {
                 None => done.push((k.clone(), Outcome::Unknown)),
             }
         }
+        // Named in the configuration's order, as before keys had ids.
+        done.sort_by(|(a, _), (b, _)| a.place().cmp(&b.place()));
         if waiting > 0 {
             Judged::Waiting(waiting, n)
         } else {

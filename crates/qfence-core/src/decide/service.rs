@@ -10,16 +10,15 @@ use qfence_model::SiteId;
 
 use super::Cx;
 use crate::reason::Note;
-use crate::rules::Mutation;
-use crate::types::{Action, BindingKey, Observed};
+use crate::rules::{self, Mutation};
+use crate::types::{Action, Observed};
 
 impl Cx<'_, '_> {
     pub(super) fn keep_service(&mut self, owner: &SiteId) {
         if self.rules.mutation == Mutation::ServiceNotKept {
             return;
         }
-        for i in 0..self.plan.service.len() {
-            let k = BindingKey::service(i);
+        for k in rules::service_keys(self.plan) {
             if self.busy(&k) {
                 continue;
             }

@@ -9,7 +9,7 @@ use super::judge::Next;
 use crate::reason::Note;
 use crate::rules;
 use crate::state::{HealthTrack, Phase, Stage, Transition, TransitionKind};
-use crate::types::{Action, BindingKey, Observed};
+use crate::types::{Action, Observed};
 
 const MAX_STEPS_PER_DECISION: usize = 24;
 
@@ -239,9 +239,9 @@ impl Cx<'_, '_> {
             }
             Stage::Commit => {}
             Stage::Service => {
-                for i in 0..self.plan.service.len() {
+                for k in rules::service_keys(self.plan) {
                     out.push(Action::Service {
-                        binding: BindingKey::service(i),
+                        binding: k,
                         site: t.target.clone(),
                     });
                 }
@@ -322,9 +322,10 @@ impl Cx<'_, '_> {
     }
 
     pub(super) fn describe(&self, t: &Transition) -> String {
-        let mut v: Vec<String> = t
-            .pending
-            .keys()
+        let mut keys: Vec<_> = t.pending.keys().collect();
+        keys.sort_by_key(|k| k.place());
+        let mut v: Vec<String> = keys
+            .into_iter()
             .map(|k| {
                 format!(
                     "{} {}",

@@ -18,12 +18,14 @@ use crate::sim::fixtures::{self, site};
 /// 14:02:00 UTC on some day, so sentences read like a log.
 pub const T0: Millis = Millis(1_699_970_520_000);
 
+/// The key of `s`'s binding `i` (the bench's configurations name bindings by place).
 pub fn k(s: &str, i: usize) -> BindingKey {
-    BindingKey::site(&site(s), i)
+    fixtures::placed(Some(s), i)
 }
 
+/// The key of service binding `i`.
 pub fn svc(i: usize) -> BindingKey {
-    BindingKey::service(i)
+    fixtures::placed(None, i)
 }
 
 pub fn acts(d: &Decision) -> Vec<Action> {

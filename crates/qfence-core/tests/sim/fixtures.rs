@@ -4,12 +4,13 @@
 use std::collections::BTreeMap;
 use std::time::Duration;
 
+use qfence_core::BindingKey;
 use qfence_model::config::{
     Binding, ClusterConfig, Config, ControllerConfig, ControllerKind, OrchestratorConfig,
     PlanConfig, ProxmoxAuth, RedfishAuth, SiteConfig, TlsTrust, ValidatedConfig,
 };
 use qfence_model::ids::SecretRef;
-use qfence_model::{ControllerId, FenceLevel, OrchestratorId, PlanId, Role, SiteId};
+use qfence_model::{BindingId, ControllerId, FenceLevel, OrchestratorId, PlanId, Role, SiteId};
 
 pub fn site(s: &str) -> SiteId {
     SiteId::new(s).unwrap()
@@ -286,8 +287,39 @@ pub fn pg_plan() -> PlanConfig {
     p
 }
 
-/// A configuration holding `plans`, wrapped as valid.
+/// A configuration holding `plans`, wrapped as valid, each binding without an `id` named
+/// after its place in its list (`b0`, `b1`, ...): what lets a decision test write the key
+/// [`placed`] `("dc1", 0)` without the plan at hand. Ids in list order also keep the keys'
+/// order what positions gave, so the sim explores the same schedules from the same seeds.
+/// [`config_derived`] keeps the ids a configuration file without `id`s has.
 pub fn config_with(plans: Vec<(&str, PlanConfig)>) -> ValidatedConfig {
+    let named = plans
+        .into_iter()
+        .map(|(name, mut p)| {
+            for list in p.instances.values_mut().chain([&mut p.service]) {
+                for (i, b) in list.iter_mut().enumerate() {
+                    b.id.get_or_insert_with(|| BindingId::new(format!("b{i}")).unwrap());
+                }
+            }
+            (name, p)
+        })
+        .collect();
+    config_derived(named)
+}
+
+/// The key of the binding at `index` of `site`'s list (`None`: the service list) in a
+/// configuration from [`config_with`], which named it after that place.
+pub fn placed(site_name: Option<&str>, index: usize) -> BindingKey {
+    BindingKey {
+        site: site_name.map(site),
+        id: BindingId::new(format!("b{index}")).unwrap(),
+        at: index,
+    }
+}
+
+/// A configuration holding `plans` as they are, wrapped as valid: bindings without an `id`
+/// have their derived one.
+pub fn config_derived(plans: Vec<(&str, PlanConfig)>) -> ValidatedConfig {
     let mut c = base_config();
     if plans
         .iter()

@@ -278,7 +278,7 @@ impl<'c> Sim<'c> {
         for s in plan.sites() {
             let fenced = *s != state.owner && standby_fenced;
             for (i, b) in plan.instances[s].iter().enumerate() {
-                let k = BindingKey::site(s, i);
+                let k = BindingKey::new(Some(s), i, b);
                 match b.role {
                     Role::Fence => {
                         stopped.insert(k, fenced);
@@ -733,7 +733,7 @@ impl<'c> Sim<'c> {
         let mut all = true;
         let mut contradicted = false;
         for (i, b) in self.plan.instances[site].iter().enumerate() {
-            let k = BindingKey::site(site, i);
+            let k = BindingKey::new(Some(site), i, b);
             if b.role != Role::Fence
                 || !b.required
                 || fence_level(self.config, self.plan, &k) == Some(FenceLevel::Application)

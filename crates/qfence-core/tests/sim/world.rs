@@ -103,7 +103,7 @@ impl Sim<'_> {
                 Dog::Off
             } else {
                 // A longer countdown than qfence's: its "fired by now" would be premature.
-                let k = BindingKey::site(&at, 0);
+                let k = BindingKey::site_at(self.plan, &at, 0);
                 let t = self
                     .dead_man_timeout(&at)
                     .unwrap_or(binding_timeout(self.plan, &k));
@@ -148,7 +148,7 @@ impl Sim<'_> {
             .iter()
             .enumerate()
             .find(|(_, b)| b.role == Role::DeadMan)
-            .map(|(i, _)| binding_timeout(self.plan, &BindingKey::site(s, i)))
+            .map(|(i, b)| binding_timeout(self.plan, &BindingKey::new(Some(s), i, b)))
     }
 
     pub(super) fn reachable(&mut self, k: &BindingKey) -> bool {

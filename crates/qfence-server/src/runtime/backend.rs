@@ -140,16 +140,17 @@ impl RuntimeBackend {
         written(plan, expected, response)
     }
 
-    /// Forgets what the runtime read about `plan` under its previous configuration, so the
-    /// binding keys of the new one start unread, and makes the configuration take the
-    /// change now rather than at the next tick.
+    /// Makes the configuration take the change now rather than at the next tick, then
+    /// forgets what the runtime read about `plan` under the previous one, so its bindings
+    /// start unread. In that order: a result the executor files after the reset is judged
+    /// against the new configuration (see the executor's `file`).
     fn reconfigured(&self, plan: &PlanId) {
+        self.cfg();
         self.inner
             .runtime()
             .entry(plan.clone())
             .or_default()
             .reset();
-        self.cfg();
         self.inner.wake.notify_one();
     }
 

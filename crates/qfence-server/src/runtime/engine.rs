@@ -89,15 +89,13 @@ pub struct PlanRuntime {
     /// What this orchestrator last published as the plan's status (term, verdicts and the
     /// sentence with times masked) and when.
     pub last_published: Option<(String, Millis)>,
-    /// Moves on whenever the plan's configuration is replaced through the API (applied,
-    /// deleted, created again): an operation started before comes back to a view that no
-    /// longer takes its result.
-    pub epoch: u64,
 }
 
 impl PlanRuntime {
-    /// Forgets every reading and result (they were keyed by the old configuration's
-    /// bindings) and moves the epoch on. Operations in flight stay counted until they end.
+    /// Forgets every reading and result, when the plan's configuration is replaced through
+    /// the API: the new one starts unread. Operations in flight stay counted until they end;
+    /// their results are filed under their bindings' keys (ids, not positions) only if the
+    /// new configuration still has each binding as it was.
     pub fn reset(&mut self) {
         self.observations.clear();
         self.results.clear();
@@ -105,7 +103,6 @@ impl PlanRuntime {
         self.last_sites.clear();
         self.last_recorded = None;
         self.last_published = None;
-        self.epoch += 1;
     }
 }
 
@@ -1076,7 +1073,7 @@ mod tests {
         let t0 = Millis(1_700_000_000_000);
         let mut view = PlanRuntime::default();
         view.observations.insert(
-            BindingKey::site(&dc2, 0),
+            BindingKey::site_at(plan, &dc2, 0),
             Observation::new(Observed::Holds, t0),
         );
         let at = |secs| t0.plus(Duration::from_secs(secs));

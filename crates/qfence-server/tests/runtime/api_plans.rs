@@ -10,9 +10,7 @@ use anyhow::Result;
 use axum::body::Body;
 use axum::http::{Method, Request, StatusCode, header};
 use qfence_cluster::state::{Command as ClusterCommand, PlanStateDoc, Response};
-use qfence_core::{
-    BindingKey, Millis, Observed, Phase, Stage, StoredPlanState, Transition, TransitionKind,
-};
+use qfence_core::{Millis, Observed, Phase, Stage, StoredPlanState, Transition, TransitionKind};
 use qfence_model::PlanId;
 use qfence_server::events::EventKind;
 use qfence_server::runtime::RuntimeBackend;
@@ -175,7 +173,7 @@ async fn plans_and_controllers_are_created_changed_and_deleted_through_the_api()
         .engine
         .runtime(&web)
         .observations
-        .get(&BindingKey::site(&lab::site("dc1"), 1))
+        .get(&o.key("web", "dc1", 1))
         .map(|o| o.value);
     assert_eq!(health, Some(Observed::Holds), "dc1's VM health was read");
 
@@ -582,7 +580,7 @@ async fn every_orchestrator_sees_api_plans_and_a_new_leader_decides_them() -> Re
             dc2.engine
                 .runtime(&web)
                 .observations
-                .contains_key(&BindingKey::site(&lab::site("dc1"), 1))
+                .contains_key(&dc2.key("web", "dc1", 1))
                 .then_some(())
         },
     )
@@ -638,7 +636,7 @@ async fn every_orchestrator_sees_api_plans_and_a_new_leader_decides_them() -> Re
             dc2.engine
                 .runtime(&web2)
                 .observations
-                .get(&BindingKey::site(&lab::site("dc1"), 1))
+                .get(&dc2.key("web2", "dc1", 1))
                 .filter(|o| o.value == Observed::Holds)
                 .cloned()
         },
@@ -778,6 +776,112 @@ async fn a_plan_in_transition_is_neither_changed_nor_deleted() -> Result<()> {
         o.engine.config().plan("web").map(|p| p.max_retries),
         Some(2)
     );
+
+    o.shutdown().await;
+    sims.stop().await;
+    Ok(())
+}
+
+/// Issue 13: keys are binding ids, not places. A check of dc2's fence is in flight when a
+/// change inserts a binding in front of that fence: the check's reading is filed under
+/// the fence, at its new place, and never counts as the new binding's.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_binding_inserted_before_a_fence_leaves_the_fences_reading_with_the_fence() -> Result<()>
+{
+    let sims = Sims::start().await?;
+    let o = Orchestrator::start(&sims.config_text(), true).await?;
+    let api = Http::over(&o);
+    let web = PlanId::new("web")?;
+    // A long fence timeout: the slow check below must end DONE, not time out.
+    let mut first = spec("bmc-dc2");
+    first["fence_timeout_seconds"] = json!(10);
+
+    phase("web is created and reads dc2 FENCED");
+    let (st, body) = api
+        .post("/api/v1/plans", json!({"name": "web", "spec": first}))
+        .await;
+    assert_eq!(st, StatusCode::CREATED, "{body}");
+    eventually(Duration::from_secs(20), "web's dc2 FENCED", || async {
+        let p = api.plan_status("web").await?;
+        (verdict_of(&p, "dc2").as_deref() == Some("FENCED")).then_some(())
+    })
+    .await?;
+    let fence = o.key("web", "dc2", 0);
+
+    phase("dc2's BMC answers slowly; a check of dc2's fence starts after that");
+    let earlier: Vec<_> = o.engine.runtime(&web).in_flight.keys().cloned().collect();
+    sims.bmc2.faults().set_latency(Duration::from_secs(2));
+    let op = eventually(
+        Duration::from_secs(20),
+        "a slow check of dc2's fence",
+        || async {
+            o.engine
+                .runtime(&web)
+                .in_flight
+                .iter()
+                .find(|(op, k)| **k == fence && !earlier.contains(op))
+                .map(|(op, _)| op.clone())
+        },
+    )
+    .await?;
+
+    phase("while it runs, a readiness binding goes in front of dc2's fence");
+    let mut edited = first.clone();
+    edited["instances"]["dc2"].as_array_mut().unwrap().insert(
+        0,
+        json!({"controller": "pve-dc2", "capability": "replication.lag", "resource": "101-1",
+               "role": "readiness", "params": {"max_age_seconds": 120}}),
+    );
+    let (st, body) = api
+        .call(
+            Method::PUT,
+            "/api/v1/plans/web/staged",
+            Some(json!({"spec": edited})),
+        )
+        .await;
+    assert_eq!(st, StatusCode::OK, "{body}");
+    let (st, body) = api
+        .post("/api/v1/plans/web/apply", json!({"expected_generation": 1}))
+        .await;
+    assert_eq!(st, StatusCode::OK, "{body}");
+    let applied = o.engine.clock().now();
+    assert!(
+        o.engine.runtime(&web).in_flight.contains_key(&op),
+        "the check was still running when the change was applied"
+    );
+    let (inserted, moved) = (o.key("web", "dc2", 0), o.key("web", "dc2", 1));
+    assert_eq!(moved, fence, "the fence keeps its key at its new place");
+    assert_ne!(inserted, fence);
+
+    phase("the check ends: its reading is the fence's, not the new binding's");
+    let (result, reading) = eventually(Duration::from_secs(15), "the check's result", || async {
+        let view = o.engine.runtime(&web);
+        let r = view.results.get(&op)?.clone();
+        Some((r, view.observations.get(&fence).cloned()))
+    })
+    .await?;
+    assert_eq!(result.binding.as_ref(), Some(&moved), "{result:?}");
+    assert!(result.at < applied, "read before the change: {result:?}");
+    let reading = reading.expect("the fence's reading is filed");
+    assert_eq!((reading.value, reading.at), (Observed::Holds, result.at));
+    assert!(
+        o.engine
+            .runtime(&web)
+            .observations
+            .get(&inserted)
+            .is_none_or(|ob| ob.at >= applied),
+        "the new binding has only its own readings"
+    );
+    sims.bmc2.faults().set_latency(Duration::ZERO);
+    eventually(
+        Duration::from_secs(20),
+        "web's dc2 FENCED after the change",
+        || async {
+            let p = api.plan_status("web").await?;
+            (verdict_of(&p, "dc2").as_deref() == Some("FENCED")).then_some(())
+        },
+    )
+    .await?;
 
     o.shutdown().await;
     sims.stop().await;

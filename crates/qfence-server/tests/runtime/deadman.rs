@@ -15,8 +15,8 @@ use crate::ipmi_bmc::LabIpmi;
 use crate::lab::{self, Orchestrator, Sims, eventually, phase, plan};
 
 /// dc1's dead-man binding: appended after dc1's five lab bindings.
-pub fn dead_man_key() -> BindingKey {
-    BindingKey::site(&lab::site("dc1"), 5)
+pub fn dead_man_key(o: &Orchestrator) -> BindingKey {
+    o.key("erp-db", "dc1", 5)
 }
 
 /// The lab configuration with dc1's host behind the IPMI BMC at `endpoint`: its power.off
@@ -54,7 +54,7 @@ async fn command(o: &Orchestrator, op: &str, arm: bool, not_after_in: i64) -> Re
     let state = o.engine.plan_state(&plan())?.expect("registered");
     let now = o.engine.clock().now();
     let not_after = qfence_core::Millis(now.0.saturating_add_signed(not_after_in));
-    let binding = dead_man_key();
+    let binding = dead_man_key(o);
     Ok(Command {
         op: OpId(format!("erp-db/test/{op}")),
         plan: plan(),
@@ -80,7 +80,7 @@ async fn run(o: &Orchestrator, command: Command) -> Result<(Outcome, Option<(Obs
         .engine
         .runtime(&plan())
         .observations
-        .get(&dead_man_key())
+        .get(&dead_man_key(o))
         .filter(|ob| ob.at >= result.at)
         .map(|ob| (ob.value, ob.detail.clone()));
     Ok((result.outcome, seen))

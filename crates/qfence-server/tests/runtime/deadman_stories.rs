@@ -31,7 +31,7 @@ async fn armed_and_steady(o: &Orchestrator) -> Result<()> {
             let rt = o.engine.runtime(&plan());
             let armed = rt
                 .observations
-                .get(&dead_man_key())
+                .get(&dead_man_key(o))
                 .is_some_and(|ob| ob.value == Observed::Holds);
             armed.then_some(())
         },
@@ -85,7 +85,7 @@ async fn deadman_a_lost_owner_nobody_reaches_is_stopped_by_its_ipmi_sim_watchdog
 
     phase("dc1 owns erp-db; qfence arms dc1's watchdog through ipmi_sim");
     armed_and_steady(&o).await?;
-    let detail = o.engine.runtime(&plan()).observations[&dead_man_key()]
+    let detail = o.engine.runtime(&plan()).observations[&dead_man_key(&o)]
         .detail
         .clone();
     eprintln!("armed: {detail}");
@@ -229,7 +229,7 @@ async fn deadman_renewals_keep_a_healthy_owner_running_for_many_countdowns() -> 
     // At least one renewal per countdown (the core renews every interval or two).
     assert!(end.resets - start.resets >= 5, "{end:?}");
     let rt = o.engine.runtime(&plan());
-    assert_eq!(rt.observations[&dead_man_key()].value, Observed::Holds);
+    assert_eq!(rt.observations[&dead_man_key(&o)].value, Observed::Holds);
     assert_eq!(
         o.engine
             .plan_state(&plan())?

@@ -11,6 +11,7 @@ use qfence_cluster::node::{ClusterNode, NodeOptions, Timing};
 use qfence_cluster::tls::CertificateAuthority;
 use qfence_controllers::SecretStore;
 use qfence_controllers::secrets::{ENV_PREFIX, SecretSource, env_name};
+use qfence_core::BindingKey;
 use qfence_lab::lab::{self, LabConfig, Scenario};
 use qfence_model::{OrchestratorId, PlanId, SiteId};
 use qfence_server::Metrics;
@@ -122,6 +123,16 @@ pub fn site(s: &str) -> SiteId {
 }
 
 impl Orchestrator {
+    /// The key of `site_name`'s binding `index` of plan `name` in the configuration in force
+    /// now (keys name bindings by id; tests name them by place).
+    pub fn key(&self, name: &str, site_name: &str, index: usize) -> BindingKey {
+        let config = self.engine.config();
+        let p = config
+            .plan(name)
+            .unwrap_or_else(|| panic!("plan {name} is not in force"));
+        BindingKey::site_at(p, &site(site_name), index)
+    }
+
     pub async fn start(config_text: &str, run_loop: bool) -> Result<Self> {
         let ca = CertificateAuthority::generate("lab")?;
         Self::start_as(config_text, "dc1-a", "dc1", &ca, None, run_loop).await

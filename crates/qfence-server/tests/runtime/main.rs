@@ -20,7 +20,7 @@ mod schedule;
 use std::time::Duration;
 
 use anyhow::Result;
-use qfence_core::{Action, BindingKey, Command, Observed, OpId, Outcome, Phase};
+use qfence_core::{Action, Command, Observed, OpId, Outcome, Phase};
 use qfence_lab::proxmox::VmStatus;
 use qfence_lab::redfish::PowerState;
 use qfence_server::dto::VerdictDto;
@@ -65,7 +65,7 @@ async fn a_lost_site_fails_over_step_by_step_and_the_vip_follows() -> Result<()>
                 .engine
                 .runtime(&plan())
                 .observations
-                .get(&BindingKey::site(&lab::site("dc1"), 3))
+                .get(&o.key("erp-db", "dc1", 3))
                 .map(|o| o.value);
             (verdict(&status, "dc2") == Some(VerdictDto::Fenced) && health == Some(Observed::Holds))
                 .then_some(())
@@ -456,7 +456,7 @@ async fn slow_fence(
         generation: state.generation,
         term: leadership.term,
         action: Action::Fence {
-            binding: BindingKey::site(&lab::site("dc1"), 0),
+            binding: o.key("erp-db", "dc1", 0),
         },
     };
     Ok((command, leadership.token))
@@ -581,7 +581,7 @@ async fn with_an_orchestrator_per_site_dc2_calls_are_forwarded_and_the_failover_
             dc1.engine
                 .runtime(&plan())
                 .observations
-                .get(&BindingKey::site(&lab::site("dc2"), 1))
+                .get(&dc1.key("erp-db", "dc2", 1))
                 .filter(|o| o.value == Observed::Holds && o.detail.contains("read by dc2-a"))
                 .map(|_| ())
         },

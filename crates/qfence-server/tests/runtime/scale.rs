@@ -10,7 +10,7 @@ use qfence_lab::lab::{Scenario, Sims, TIMINGS, scaled_plan_name};
 use qfence_model::PlanId;
 use qfence_server::events::EventKind;
 
-use crate::lab::{Orchestrator, eventually, phase, site};
+use crate::lab::{Orchestrator, eventually, phase};
 
 const PLANS: usize = 200;
 const INTERVAL: Duration = Duration::from_secs(1);
@@ -36,14 +36,14 @@ async fn with_200_plans_every_plan_is_checked_every_couple_of_intervals_and_none
     let plans: Vec<PlanId> = (0..PLANS)
         .map(|i| PlanId::new(scaled_plan_name(i)).expect("a plan name"))
         .collect();
-    let dc1_health = BindingKey::site(&site("dc1"), 3);
-    let dc2_fence = BindingKey::site(&site("dc2"), 0);
 
     phase("every plan reads dc1 healthy and dc2 fenced");
     let ready = || {
         plans
             .iter()
             .filter(|p| {
+                let (dc1_health, dc2_fence) =
+                    (o.key(p.as_str(), "dc1", 3), o.key(p.as_str(), "dc2", 0));
                 let view = o.engine.runtime(p);
                 let holds = |k: &BindingKey| {
                     view.observations

@@ -4,15 +4,15 @@
 use std::time::Duration;
 
 use anyhow::Result;
-use qfence_core::{BindingKey, Millis};
+use qfence_core::Millis;
 
-use crate::lab::{self, Orchestrator, Sims, eventually, phase, plan};
+use crate::lab::{Orchestrator, Sims, eventually, phase, plan};
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_owners_health_is_checked_every_interval_not_every_other_one() -> Result<()> {
     let sims = Sims::start().await?;
     let o = Orchestrator::start(&sims.config_text(), true).await?;
-    let health = BindingKey::site(&lab::site("dc1"), 3);
+    let health = o.key("erp-db", "dc1", 3);
     let read_at = || {
         o.engine
             .runtime(&plan())

@@ -20,6 +20,7 @@ use qfence_core::{
     Action, BindingKey, Command, Millis, Observation, Observed, OpResult, Outcome, Rules,
 };
 use qfence_model::Role;
+use qfence_model::config::Binding;
 use tokio_util::sync::CancellationToken;
 
 use self::classify::{Finished, classify, is_dead_man, routine, undo_failed, undo_read_back};
@@ -91,7 +92,7 @@ impl Executor {
         let Some(key) = command.action.binding().cloned() else {
             return;
         };
-        let epoch = {
+        {
             let mut all = inner.runtime();
             let plan = all.entry(command.plan.clone()).or_default();
             if plan.in_flight.values().any(|k| *k == key) {
@@ -99,8 +100,7 @@ impl Executor {
                 return;
             }
             plan.in_flight.insert(command.op.clone(), key.clone());
-            plan.epoch
-        };
+        }
         let mut event = NewEvent::new(EventKind::Command, inner.me.as_str(), command.to_string())
             .plan(command.plan.as_str())
             .term(command.term.0)
@@ -118,6 +118,7 @@ impl Executor {
         }
         // Resolved once, here: the call, its answer and its result all use this value.
         let resolved = self.resolve(&command, &key);
+        let binding = self.binding_now(&command, &key);
         let token = leadership.child_token();
         let this = self.clone();
         tokio::spawn(async move {
@@ -129,11 +130,18 @@ impl Executor {
             let done = Done {
                 command: &command,
                 key,
-                epoch,
+                binding,
                 resolved: resolved.as_ref().ok(),
             };
             this.finish(&done, finished, started.elapsed());
         });
+    }
+
+    /// The binding `key` names in the configuration in force now, if any.
+    fn binding_now(&self, command: &Command, key: &BindingKey) -> Option<Binding> {
+        let config = self.inner.config();
+        let plan = config.plan(command.plan.as_str())?;
+        rules::binding(plan, key).cloned()
     }
 
     /// Runs one resolved command: the call, an undo's read-back, and what it came to.
@@ -272,17 +280,22 @@ impl Executor {
         let is_check = matches!(command.action, Action::Check { .. });
         // A dead-man call reads the switch back: its reading is the binding's observation.
         let observes = is_check || is_dead_man(&command.action);
+        // The plan may have been changed (or deleted, or created again) through the API
+        // while this ran. A key names its binding by id, so bindings added, removed or moved
+        // around it do not matter; what is dropped is a result whose binding is gone or is
+        // no longer what it was when the command was taken (a configured id kept while its
+        // resource changed). An action's outcome is still logged. Judged under the runtime
+        // lock, which the API's reset takes after it refreshed the configuration: a result
+        // filed against the old configuration is cleared by the reset, one filed after it
+        // was judged against the new one.
         let mut all = self.inner.runtime();
-        let plan = all.entry(command.plan.clone()).or_default();
-        plan.in_flight.remove(&command.op);
-        // The plan was changed (or deleted, or created again) through the API while this
-        // ran: its binding keys may name other targets now, so what it read is dropped.
-        // An action's outcome is still logged.
-        let current = plan.epoch == done.epoch;
+        let current = self.binding_now(command, key) == done.binding;
         if !current {
             tracing::info!(plan = %command.plan, binding = %key, op = %command.op,
-                "Dropped a result decided on the plan's previous configuration");
+                "Dropped a result: its binding is not in the plan's configuration as it was");
         }
+        let plan = all.entry(command.plan.clone()).or_default();
+        plan.in_flight.remove(&command.op);
         // A routine call (a check, a renewal) is news when its reading changes; a renewal
         // also when it did not get done. A definitive reading is news even when it
         // repeats: each one counts toward `failover_after_definitive`, and waiting for the
@@ -374,8 +387,9 @@ impl Executor {
 struct Done<'a> {
     command: &'a Command,
     key: BindingKey,
-    /// The plan's configuration epoch when the command was taken.
-    epoch: u64,
+    /// The binding the key named when the command was taken (`None`: none). Its result is
+    /// filed only while the key still names the same.
+    binding: Option<Binding>,
     /// `None` when the binding could not be resolved (nothing was called).
     resolved: Option<&'a Resolved>,
 }
