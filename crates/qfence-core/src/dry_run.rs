@@ -7,7 +7,7 @@
 
 use std::collections::BTreeMap;
 
-use qfence_model::config::ValidatedConfig;
+use qfence_model::config::{PlanConfig, ValidatedConfig};
 use qfence_model::{PlanId, SiteId, Term};
 use serde::Serialize;
 
@@ -16,7 +16,7 @@ use crate::error::CoreError;
 use crate::rules;
 use crate::state::{Intent, IntentKind, Phase, PlanState};
 use crate::types::{
-    Action, BindingKey, Leadership, Millis, Observation, Observed, OpResult, Outcome,
+    Action, BindingKey, Command, Leadership, Millis, Observation, Observed, OpId, OpResult, Outcome,
 };
 
 /// Which kind of move to show.
@@ -93,30 +93,7 @@ pub fn dry_run(
     to: &str,
     kind: MoveKind,
 ) -> Result<DryRun, CoreError> {
-    let plan_id = PlanId::new(plan_name).map_err(|_| CoreError::UnknownPlan(plan_name.into()))?;
-    let plan = config
-        .plan(plan_name)
-        .ok_or_else(|| CoreError::UnknownPlan(plan_name.into()))?;
-    let sites = plan
-        .sites()
-        .map(|s| s.as_str())
-        .collect::<Vec<_>>()
-        .join(", ");
-    let target = plan
-        .sites()
-        .find(|s| s.as_str() == to)
-        .cloned()
-        .ok_or_else(|| CoreError::UnknownSite {
-            plan: plan_name.into(),
-            site: to.into(),
-            sites: sites.clone(),
-        })?;
-    if let Some(k) = assumed.keys().find(|k| rules::binding(plan, k).is_none()) {
-        return Err(CoreError::UnknownBinding {
-            plan: plan_name.into(),
-            binding: k.to_string(),
-        });
-    }
+    let (plan_id, plan, target) = resolve_move(config, plan_name, assumed, to)?;
     let mut state = PlanState::initial(plan);
     if state.owner == target {
         return Err(CoreError::AlreadyOwner {
@@ -137,8 +114,11 @@ pub fn dry_run(
         why: "dry run".into(),
         at: start,
     });
-    let mut observations = BTreeMap::new();
-    let mut results = BTreeMap::new();
+    let mut world = World {
+        assumed,
+        observations: BTreeMap::new(),
+        results: BTreeMap::new(),
+    };
     let mut steps = Vec::new();
     let mut now = start;
     let mut outcome = String::new();
@@ -150,8 +130,8 @@ pub fn dry_run(
             config,
             plan: plan_id.clone(),
             state: &state,
-            observations: &observations,
-            results: &results,
+            observations: &world.observations,
+            results: &world.results,
             in_flight: &in_flight,
             leadership: Leadership {
                 leader: true,
@@ -171,62 +151,11 @@ pub fn dry_run(
             .map(|t| t.stage.as_str().to_owned())
             .unwrap_or_else(|| "done".into());
         if state.generation != before.generation {
-            steps.push(DryRunStep {
-                n: steps.len() + 1,
-                stage: "commit".into(),
-                action: "commit".into(),
-                site: Some(state.owner.clone()),
-                controller: None,
-                capability: None,
-                resource: None,
-                run_from: Vec::new(),
-                detail: format!(
-                    "owner {} at generation {} (compare-and-set on generation {})",
-                    state.owner, state.generation, before.generation
-                ),
-            });
+            steps.push(commit_step(steps.len() + 1, &before, &state));
         }
         for c in &d.commands {
-            let key = c.action.binding().cloned();
-            let b = key.as_ref().and_then(|k| rules::binding(plan, k));
-            let controller = b.and_then(|b| config.controller(b.controller.as_str()));
-            let detail = match &c.action {
-                Action::Service { site, .. } => format!("point at {site}"),
-                Action::Alarm { detail, .. } => detail.clone(),
-                _ => String::new(),
-            };
-            steps.push(DryRunStep {
-                n: steps.len() + 1,
-                stage: stage.clone(),
-                action: c.action.name().into(),
-                site: key.as_ref().and_then(|k| k.site.clone()),
-                controller: b.map(|b| b.controller.to_string()),
-                capability: match (&c.action, &key) {
-                    (Action::Unfence { .. }, Some(k)) => {
-                        rules::unfence_capability(config, plan, k).map(str::to_owned)
-                    }
-                    _ => b.map(|b| b.capability.clone()),
-                },
-                resource: b.map(|b| b.resource.clone()),
-                run_from: controller
-                    .map(|c| c.allowed_sites().cloned().collect())
-                    .unwrap_or_default(),
-                detail,
-            });
-            if let Some(k) = key {
-                let value = assumed.get(&k).copied().unwrap_or(Observed::Holds);
-                if matches!(c.action, Action::Check { .. }) {
-                    observations.insert(k.clone(), Observation::new(value, now));
-                }
-                results.insert(
-                    c.op.clone(),
-                    OpResult {
-                        binding: Some(k),
-                        outcome: Outcome::Done,
-                        at: now,
-                    },
-                );
-            }
+            steps.push(command_step(steps.len() + 1, config, plan, &stage, c));
+            world.done(c, now);
         }
         match &state.phase {
             Phase::Steady if state.generation != PlanState::initial(plan).generation => {
@@ -252,6 +181,126 @@ pub fn dry_run(
         completes,
         outcome,
     })
+}
+
+/// The plan, and the target site among its sites; every assumed binding must be one of the
+/// plan's, so a typo is an error rather than an assumption silently ignored.
+fn resolve_move<'c>(
+    config: &'c ValidatedConfig,
+    plan_name: &str,
+    assumed: &BTreeMap<BindingKey, Observed>,
+    to: &str,
+) -> Result<(PlanId, &'c PlanConfig, SiteId), CoreError> {
+    let plan_id = PlanId::new(plan_name).map_err(|_| CoreError::UnknownPlan(plan_name.into()))?;
+    let plan = config
+        .plan(plan_name)
+        .ok_or_else(|| CoreError::UnknownPlan(plan_name.into()))?;
+    let sites = plan
+        .sites()
+        .map(|s| s.as_str())
+        .collect::<Vec<_>>()
+        .join(", ");
+    let target = plan
+        .sites()
+        .find(|s| s.as_str() == to)
+        .cloned()
+        .ok_or_else(|| CoreError::UnknownSite {
+            plan: plan_name.into(),
+            site: to.into(),
+            sites: sites.clone(),
+        })?;
+    if let Some(k) = assumed.keys().find(|k| rules::binding(plan, k).is_none()) {
+        return Err(CoreError::UnknownBinding {
+            plan: plan_name.into(),
+            binding: k.to_string(),
+        });
+    }
+    Ok((plan_id, plan, target))
+}
+
+/// The imagined world `decide` is run against: every command is done at once, and a check
+/// reads as assumed (holds unless told otherwise).
+struct World<'a> {
+    assumed: &'a BTreeMap<BindingKey, Observed>,
+    observations: BTreeMap<BindingKey, Observation>,
+    results: BTreeMap<OpId, OpResult>,
+}
+
+impl World<'_> {
+    /// Records command `c` as done at `now`, with its check's assumed reading.
+    fn done(&mut self, c: &Command, now: Millis) {
+        let Some(k) = c.action.binding().cloned() else {
+            return;
+        };
+        let value = self.assumed.get(&k).copied().unwrap_or(Observed::Holds);
+        if matches!(c.action, Action::Check { .. }) {
+            self.observations
+                .insert(k.clone(), Observation::new(value, now));
+        }
+        self.results.insert(
+            c.op.clone(),
+            OpResult {
+                binding: Some(k),
+                outcome: Outcome::Done,
+                at: now,
+            },
+        );
+    }
+}
+
+/// The step a change of generation shows: the commit, a compare-and-set on the old one.
+fn commit_step(n: usize, before: &PlanState, state: &PlanState) -> DryRunStep {
+    DryRunStep {
+        n,
+        stage: "commit".into(),
+        action: "commit".into(),
+        site: Some(state.owner.clone()),
+        controller: None,
+        capability: None,
+        resource: None,
+        run_from: Vec::new(),
+        detail: format!(
+            "owner {} at generation {} (compare-and-set on generation {})",
+            state.owner, state.generation, before.generation
+        ),
+    }
+}
+
+/// The step a command shows: what it calls (an unfence names the capability that undoes the
+/// fence), and from which sites it may run.
+fn command_step(
+    n: usize,
+    config: &ValidatedConfig,
+    plan: &PlanConfig,
+    stage: &str,
+    c: &Command,
+) -> DryRunStep {
+    let key = c.action.binding().cloned();
+    let b = key.as_ref().and_then(|k| rules::binding(plan, k));
+    let controller = b.and_then(|b| config.controller(b.controller.as_str()));
+    let detail = match &c.action {
+        Action::Service { site, .. } => format!("point at {site}"),
+        Action::Alarm { detail, .. } => detail.clone(),
+        _ => String::new(),
+    };
+    DryRunStep {
+        n,
+        stage: stage.to_owned(),
+        action: c.action.name().into(),
+        site: key.as_ref().and_then(|k| k.site.clone()),
+        controller: b.map(|b| b.controller.to_string()),
+        capability: match (&c.action, &key) {
+            (Action::Unfence { .. }, Some(k)) => {
+                rules::unfence_capability(config, plan, k).map(str::to_owned)
+            }
+            _ => b.map(|b| b.capability.clone()),
+        },
+        resource: b.map(|b| b.resource.clone()),
+        run_from: controller
+            .map(|c| c.allowed_sites().cloned().collect())
+            .unwrap_or_default(),
+        detail,
+    }
 }
 
 impl DryRun {
