@@ -14,7 +14,6 @@
 
 // Tests measure real elapsed time and wait on real processes: they may read the clocks.
 #![allow(clippy::disallowed_methods)]
-
 #![allow(dead_code)]
 
 pub mod fixtures;
