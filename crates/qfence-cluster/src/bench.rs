@@ -7,9 +7,10 @@
 //!   the rate of the signature-and-checks step alone.
 
 use std::sync::Arc;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use qfence_model::ids::{ControllerId, Generation, OrchestratorId, PlanId, SiteId, Term};
+use qfence_model::time::monotonic_now;
 use serde::Serialize;
 
 use crate::error::ClusterError;
@@ -101,6 +102,37 @@ async fn run_in(
     dir: &std::path::Path,
     options: &BenchOptions,
 ) -> Result<BenchReport, ClusterError> {
+    let nodes = start_cluster(dir).await?;
+    let leader = nodes[1].clone();
+    let (plan, controller) = register_fixture(&leader, &nodes[0]).await?;
+    let (latencies, generation) = commit_latencies(&leader, &plan, options.writes).await?;
+    // Forwarded calls: the leader at dc2 signs, dc1 verifies and executes.
+    let forward = Forward {
+        leader,
+        to: nodes[0].name().clone(),
+        controller,
+        plan,
+        generation: Generation(generation),
+    };
+    let (calls, forward_elapsed) = forward.run(options).await?;
+    for n in &nodes {
+        n.shutdown().await;
+    }
+    Ok(BenchReport {
+        writes: options.writes,
+        commit_p50_ms: percentile(&latencies, 0.50),
+        commit_p99_ms: percentile(&latencies, 0.99),
+        commit_max_ms: latencies.last().map_or(0.0, |d| d.as_secs_f64() * 1000.0),
+        forwarded_calls: calls,
+        forwarded_calls_per_second: calls as f64 / forward_elapsed.as_secs_f64(),
+        forward_concurrency: options.concurrency,
+        verifications_per_second: verification_rate()?,
+    })
+}
+
+/// Three nodes on loopback (dc1, dc2, a witness), with leadership moved to dc2 so that calls
+/// to dc1's controller are forwarded.
+async fn start_cluster(dir: &std::path::Path) -> Result<Vec<ClusterNode>, ClusterError> {
     let ca = CertificateAuthority::generate("bench")?;
     let mut nodes = Vec::new();
     for (n, site) in [
@@ -125,25 +157,36 @@ async fn run_in(
     nodes[1].join(&nodes[0].member().address).await?;
     nodes[2].join(&nodes[0].member().address).await?;
     nodes[0].transfer_leadership(nodes[1].name()).await?;
-    let deadline = Instant::now() + Duration::from_secs(10);
+    let deadline = monotonic_now() + Duration::from_secs(10);
     while nodes[1].leadership().await.is_err() {
-        if Instant::now() > deadline {
+        if monotonic_now() > deadline {
             return Err(ClusterError::NotLeader { leader: None });
         }
         tokio::time::sleep(Duration::from_millis(20)).await;
     }
-    let leader = nodes[1].clone();
-    let plan = PlanId::new("bench-plan").map_err(|e| ClusterError::Raft(e.to_string()))?;
-    let doc = |g: u64| PlanStateDoc {
+    Ok(nodes)
+}
+
+/// A plan's state document at generation `g`.
+fn plan_doc(g: u64) -> PlanStateDoc {
+    PlanStateDoc {
         schema: 1,
         generation: Generation(g),
         body: serde_json::json!({"owner": "dc1", "phase": "steady", "n": g}),
-    };
+    }
+}
+
+/// The plan the writes change and the no-op controller at `dc1` the calls go to.
+async fn register_fixture(
+    leader: &ClusterNode,
+    dc1: &ClusterNode,
+) -> Result<(PlanId, ControllerId), ClusterError> {
+    let plan = PlanId::new("bench-plan").map_err(|e| ClusterError::Raft(e.to_string()))?;
     leader
         .write(Command::RegisterPlan {
             plan: plan.clone(),
             config: serde_json::json!({}),
-            initial_state: doc(0),
+            initial_state: plan_doc(0),
         })
         .await?;
     let controller =
@@ -152,28 +195,36 @@ async fn run_in(
         .write(Command::RegisterController {
             controller: ControllerRecord {
                 id: controller.clone(),
-                site: nodes[0].member().site.clone(),
+                site: dc1.member().site.clone(),
                 reach: vec![],
                 config: serde_json::json!({"type": "noop"}),
             },
         })
         .await?;
+    Ok((plan, controller))
+}
 
-    // Commit latency: sequential compare-and-sets, alternating owner changes and phase changes.
-    let mut latencies = Vec::with_capacity(options.writes);
+/// Commit latency: sequential compare-and-sets, alternating owner changes and phase changes.
+/// Returns the latencies, sorted, and the plan's generation after them.
+async fn commit_latencies(
+    leader: &ClusterNode,
+    plan: &PlanId,
+    writes: usize,
+) -> Result<(Vec<Duration>, u64), ClusterError> {
+    let mut latencies = Vec::with_capacity(writes);
     let mut generation = 0;
-    for i in 0..options.writes {
+    for i in 0..writes {
         let next = if i % 2 == 0 {
             generation + 1
         } else {
             generation
         };
-        let started = Instant::now();
+        let started = monotonic_now();
         let r = leader
             .write(Command::PlanStateCas {
                 plan: plan.clone(),
                 expected_generation: Generation(generation),
-                new_state: doc(next),
+                new_state: plan_doc(next),
             })
             .await?;
         latencies.push(started.elapsed());
@@ -185,64 +236,65 @@ async fn run_in(
         generation = next;
     }
     latencies.sort();
+    Ok((latencies, generation))
+}
 
-    // Forwarded calls: the leader at dc2 signs, dc1 verifies and executes.
-    let dc1 = nodes[0].name().clone();
-    let started = Instant::now();
-    let stop = started + options.forward_duration;
-    let mut tasks = Vec::new();
-    for _ in 0..options.concurrency.max(1) {
-        let leader = leader.clone();
-        let dc1 = dc1.clone();
-        let controller = controller.clone();
-        let plan = plan.clone();
+/// Forwarded calls from the leader to `to`, signed for `plan` at `generation`.
+struct Forward {
+    leader: ClusterNode,
+    to: OrchestratorId,
+    controller: ControllerId,
+    plan: PlanId,
+    generation: Generation,
+}
+
+impl Forward {
+    /// Calls from `options.concurrency` tasks for `options.forward_duration`: how many were
+    /// executed, and in how long.
+    async fn run(self, options: &BenchOptions) -> Result<(u64, Duration), ClusterError> {
+        let started = monotonic_now();
+        let stop = started + options.forward_duration;
+        let this = Arc::new(self);
+        let mut tasks = Vec::new();
+        for _ in 0..options.concurrency.max(1) {
+            let this = this.clone();
+            tasks.push(tokio::spawn(async move { this.until(stop).await }));
+        }
+        let mut calls = 0;
+        for t in tasks {
+            calls += t.await.map_err(|e| ClusterError::Raft(e.to_string()))??;
+        }
+        Ok((calls, started.elapsed()))
+    }
+
+    /// One task's calls, one after the other, until `stop`.
+    async fn until(&self, stop: std::time::Instant) -> Result<u64, ClusterError> {
         let call = qfence_call::Call::new(
             qfence_call::Verb::Check,
             qfence_call::Target::controller(SiteId::new("dc1").expect("a valid name")),
             Duration::from_secs(5),
         );
-        tasks.push(tokio::spawn(async move {
-            let mut done = 0u64;
-            while Instant::now() < stop {
-                let signed = leader
-                    .sign_call(
-                        &controller,
-                        Some((plan.clone(), Generation(generation))),
-                        &call,
-                    )
-                    .await?;
-                match leader.send_signed(&dc1, &signed).await? {
-                    ForwardReply::Done { .. } => done += 1,
-                    other => {
-                        return Err(ClusterError::Raft(format!(
-                            "forwarded call not executed: {other:?}"
-                        )));
-                    }
+        let mut done = 0u64;
+        while monotonic_now() < stop {
+            let signed = self
+                .leader
+                .sign_call(
+                    &self.controller,
+                    Some((self.plan.clone(), self.generation)),
+                    &call,
+                )
+                .await?;
+            match self.leader.send_signed(&self.to, &signed).await? {
+                ForwardReply::Done { .. } => done += 1,
+                other => {
+                    return Err(ClusterError::Raft(format!(
+                        "forwarded call not executed: {other:?}"
+                    )));
                 }
             }
-            Ok::<u64, ClusterError>(done)
-        }));
+        }
+        Ok(done)
     }
-    let mut calls = 0;
-    for t in tasks {
-        calls += t.await.map_err(|e| ClusterError::Raft(e.to_string()))??;
-    }
-    let forward_elapsed = started.elapsed();
-
-    for n in &nodes {
-        n.shutdown().await;
-    }
-
-    Ok(BenchReport {
-        writes: options.writes,
-        commit_p50_ms: percentile(&latencies, 0.50),
-        commit_p99_ms: percentile(&latencies, 0.99),
-        commit_max_ms: latencies.last().map_or(0.0, |d| d.as_secs_f64() * 1000.0),
-        forwarded_calls: calls,
-        forwarded_calls_per_second: calls as f64 / forward_elapsed.as_secs_f64(),
-        forward_concurrency: options.concurrency,
-        verifications_per_second: verification_rate()?,
-    })
 }
 
 /// Signature checks and the other verifications, in a loop, for one second.
@@ -274,7 +326,7 @@ fn verification_rate() -> Result<f64, ClusterError> {
         signer_key: Some(key.public_key()),
         plan_generation: None,
     };
-    let started = Instant::now();
+    let started = monotonic_now();
     let mut n = 0u64;
     for c in &calls {
         signing::verify(c, &ctx, &mut nonces).map_err(|e| ClusterError::Raft(e.to_string()))?;

@@ -35,7 +35,7 @@ impl Liveness {
         self.seen
             .lock()
             .unwrap_or_else(|p| p.into_inner())
-            .insert(node, Instant::now());
+            .insert(node, qfence_model::time::monotonic_now());
     }
 
     /// Whether `node` answered within `window`.

@@ -8,6 +8,9 @@
 //!    built locally `FROM scratch`, one per site network plus a shared inter-site network; dc1
 //!    is cut off with `docker network disconnect`, then healed.
 
+// Tests measure real elapsed time and wait on real processes: they may read the clocks.
+#![allow(clippy::disallowed_methods)]
+
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command as Proc, Stdio};

@@ -20,6 +20,9 @@
 //! sushy applies power changes after `QFENCE_BENCH_POWER_DELAY` seconds (default 2; its own
 //! default is a random 1–11 s, which would swamp the comparison).
 
+// A benchmark measures real elapsed time on the machine's monotonic clock.
+#![allow(clippy::disallowed_methods)]
+
 use std::collections::BTreeMap;
 use std::io::Write;
 use std::path::Path;

@@ -11,6 +11,9 @@
 //! children's user + system time (python3 and every ipmitool it runs). The BMC's CPU is in
 //! neither.
 
+// A benchmark measures real elapsed time on the machine's monotonic clock.
+#![allow(clippy::disallowed_methods)]
+
 // The tests' emulator starter, which `support.rs` uses as `crate::emulators`.
 #[path = "../tests/it/emulators.rs"]
 mod emulators;

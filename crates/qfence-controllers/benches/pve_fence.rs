@@ -8,6 +8,9 @@
 //! time scales are measured: 0 (tasks finish at once: protocol overhead only) and 0.1 (the
 //! emulator's default pacing of a qmstop task).
 
+// A benchmark measures real elapsed time on the machine's monotonic clock.
+#![allow(clippy::disallowed_methods)]
+
 use std::collections::BTreeMap;
 use std::path::PathBuf;
 use std::process::Command;

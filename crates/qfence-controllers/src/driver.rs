@@ -46,7 +46,7 @@ impl CallContext {
         Reading {
             holds,
             detail,
-            at: std::time::SystemTime::now(),
+            at: qfence_model::time::wall_clock(),
             by: self.orchestrator.clone(),
             definitive: false,
         }

@@ -18,13 +18,13 @@ use std::collections::BTreeMap;
 use std::time::Duration;
 
 use qfence_model::catalog::SecretUse;
-use qfence_model::config::{ControllerKind, TlsTrust, ValidatedConfig};
+use qfence_model::config::{Binding, ControllerConfig, ControllerKind, TlsTrust, ValidatedConfig};
 use qfence_model::{ControllerId, Grade, OrchestratorId, SiteId};
 
 pub use qfence_call::{BindingCheck, Report, Step, StepStatus};
 
 use crate::any::AnyDriver;
-use crate::driver::{CallContext, Discovered, Driver, Target};
+use crate::driver::{CallContext, Discovered, Driver, Probe, Target};
 use crate::secrets::{Secret, SecretStore};
 
 /// What registration runs with.
@@ -68,25 +68,36 @@ fn endpoint_of(kind: &ControllerKind) -> Option<String> {
     ))
 }
 
+fn step(number: u8, name: &str, status: StepStatus) -> Step {
+    Step {
+        number,
+        name: name.into(),
+        status,
+        notes: vec![],
+    }
+}
+
+/// Marks the step failed with why.
+fn fail(s: &mut Step, note: String) {
+    s.status = StepStatus::Failed;
+    s.notes.push(note);
+}
+
+/// Adds a warning both to the step and to the report's list (a warning lowers an Ok step to
+/// Warning, never a Failed one).
+fn warn(s: &mut Step, warnings: &mut Vec<String>, note: String) {
+    warnings.push(note.clone());
+    s.notes.push(note);
+    if s.status == StepStatus::Ok {
+        s.status = StepStatus::Warning;
+    }
+}
+
 /// Steps 1 and 2: the driver, built with the secret resolved here. On failure, the steps
 /// say why.
 fn build(reg: &Registration<'_>, steps: &mut Vec<Step>) -> (Option<AnyDriver>, Option<SiteId>) {
-    let mut s1 = Step {
-        number: 1,
-        name: "configuration".into(),
-        status: StepStatus::Ok,
-        notes: vec![],
-    };
-    let mut s2 = Step {
-        number: 2,
-        name: "secret".into(),
-        status: StepStatus::Skipped,
-        notes: vec![],
-    };
-    let fail = |s: &mut Step, note: String| {
-        s.status = StepStatus::Failed;
-        s.notes.push(note);
-    };
+    let mut s1 = step(1, "configuration", StepStatus::Ok);
+    let mut s2 = step(2, "secret", StepStatus::Skipped);
     let Some(cc) = reg.config.controller(reg.controller.as_str()) else {
         let names: Vec<&str> = reg
             .config
@@ -106,6 +117,34 @@ fn build(reg: &Registration<'_>, steps: &mut Vec<Step>) -> (Option<AnyDriver>, O
         steps.extend([s1, s2]);
         return (None, None);
     };
+    let site = check_configuration(reg, cc, &mut s1);
+    if s1.status == StepStatus::Failed {
+        steps.extend([s1, s2]);
+        return (None, site);
+    }
+    let secret = resolve_secret(reg, cc, &mut s2);
+    let driver = if s2.status == StepStatus::Ok {
+        match AnyDriver::build(reg.controller, cc, secret) {
+            Ok(d) => Some(d),
+            Err(e) => {
+                fail(&mut s2, e.to_string());
+                None
+            }
+        }
+    } else {
+        None
+    };
+    steps.extend([s1, s2]);
+    (driver, site)
+}
+
+/// Step 1: this orchestrator may call the controller, and its connection settings build.
+/// Returns this orchestrator's site (the report names it even when the step fails).
+fn check_configuration(
+    reg: &Registration<'_>,
+    cc: &ControllerConfig,
+    s1: &mut Step,
+) -> Option<SiteId> {
     let site = reg
         .config
         .config()
@@ -114,11 +153,11 @@ fn build(reg: &Registration<'_>, steps: &mut Vec<Step>) -> (Option<AnyDriver>, O
         .map(|o| o.site.clone());
     match &site {
         None => fail(
-            &mut s1,
+            s1,
             format!("there is no orchestrator {:?}", reg.orchestrator.as_str()),
         ),
         Some(site) if !cc.callable_from(site) => fail(
-            &mut s1,
+            s1,
             format!(
                 "orchestrator {} is at site {site}, which may not call this controller (allowed: {})",
                 reg.orchestrator,
@@ -136,7 +175,7 @@ fn build(reg: &Registration<'_>, steps: &mut Vec<Step>) -> (Option<AnyDriver>, O
     }
     // A dry build checks the connection settings without the secret.
     if let Err(e) = AnyDriver::build(reg.controller, cc, Some(Secret::new(String::new()))) {
-        fail(&mut s1, e.to_string());
+        fail(s1, e.to_string());
     }
     match &cc.tls {
         TlsTrust::Insecure => {
@@ -150,15 +189,18 @@ fn build(reg: &Registration<'_>, steps: &mut Vec<Step>) -> (Option<AnyDriver>, O
         TlsTrust::CaFile(f) => s1.notes.push(format!("TLS: certificates signed by {f}")),
         TlsTrust::SystemRoots => {}
     }
-    if s1.status == StepStatus::Failed {
-        steps.extend([s1, s2]);
-        return (None, site);
-    }
+    site
+}
+
+/// Step 2: the secret the controller names, resolved from this orchestrator's stores
+/// (whether the type needs one is the catalog's word). The step stays Ok when there is
+/// nothing to resolve.
+fn resolve_secret(reg: &Registration<'_>, cc: &ControllerConfig, s2: &mut Step) -> Option<Secret> {
     let ty = cc.controller_type();
-    let secret = match &cc.secret {
+    match &cc.secret {
         None if ty.secret() == SecretUse::Required => {
             fail(
-                &mut s2,
+                s2,
                 format!("a {ty} controller needs a secret (secret: NAME)"),
             );
             None
@@ -179,24 +221,11 @@ fn build(reg: &Registration<'_>, steps: &mut Vec<Step>) -> (Option<AnyDriver>, O
                 Some(s)
             }
             Err(e) => {
-                fail(&mut s2, e.to_string());
+                fail(s2, e.to_string());
                 None
             }
         },
-    };
-    let driver = if s2.status == StepStatus::Ok {
-        match AnyDriver::build(reg.controller, cc, secret) {
-            Ok(d) => Some(d),
-            Err(e) => {
-                fail(&mut s2, e.to_string());
-                None
-            }
-        }
-    } else {
-        None
-    };
-    steps.extend([s1, s2]);
-    (driver, site)
+    }
 }
 
 /// Runs the four steps.
@@ -227,94 +256,31 @@ pub async fn register(reg: Registration<'_>) -> Report {
     }
     let (Some(driver), Some(cc)) = (driver, cc) else {
         for (n, name) in [(3, "connectivity"), (4, "capabilities")] {
-            report.steps.push(Step {
-                number: n,
-                name: name.into(),
-                status: StepStatus::Skipped,
-                notes: vec!["an earlier step failed".into()],
-            });
+            let mut s = step(n, name, StepStatus::Skipped);
+            s.notes.push("an earlier step failed".into());
+            report.steps.push(s);
         }
         return report;
     };
     let ctx = || CallContext::with_timeout(reg.orchestrator.clone(), reg.timeout);
-
-    // Step 3.
-    let mut s3 = Step {
-        number: 3,
-        name: "connectivity".into(),
-        status: StepStatus::Ok,
-        notes: vec![],
-    };
     let probe = match driver.probe(&ctx()).await {
         Ok(p) => p,
         Err(e) => {
-            s3.status = StepStatus::Failed;
-            s3.notes.push(e.to_string());
+            let mut s3 = step(3, "connectivity", StepStatus::Ok);
+            fail(&mut s3, e.to_string());
             report.steps.push(s3);
-            report.steps.push(Step {
-                number: 4,
-                name: "capabilities".into(),
-                status: StepStatus::Skipped,
-                notes: vec!["the target could not be read".into()],
-            });
+            let mut s4 = step(4, "capabilities", StepStatus::Skipped);
+            s4.notes.push("the target could not be read".into());
+            report.steps.push(s4);
             return report;
         }
     };
-    s3.notes.push(format!("identity {}", probe.identity.id));
-    for (k, v) in &probe.identity.facts {
-        s3.notes.push(format!("{k}: {v}"));
-    }
-    if let Some(fp) = &probe.identity.tls_fingerprint
-        && !matches!(cc.tls, TlsTrust::Pin(_))
-    {
-        s3.notes.push(format!(
-            "TLS certificate {fp}: compare it with the device's, then pin it with tls: {{pin: \"{fp}\"}}"
-        ));
-    }
-    let warn = |s: &mut Step, warnings: &mut Vec<String>, note: String| {
-        warnings.push(note.clone());
-        s.notes.push(note);
-        if s.status == StepStatus::Ok {
-            s.status = StepStatus::Warning;
-        }
-    };
-    for w in &probe.warnings {
-        warn(&mut s3, &mut report.warnings, w.clone());
-    }
-    for (other, id) in reg.known {
-        if other != reg.controller && *id == probe.identity.id {
-            warn(
-                &mut s3,
-                &mut report.warnings,
-                format!(
-                    "controller {other} has the same identity {id}: both drive the same system"
-                ),
-            );
-        }
-    }
-    let mine = endpoint_of(&cc.kind);
-    for (other, occ) in &reg.config.config().controllers {
-        if other != reg.controller && mine.is_some() && endpoint_of(&occ.kind) == mine {
-            warn(
-                &mut s3,
-                &mut report.warnings,
-                format!(
-                    "controller {other} points at the same endpoint {}",
-                    mine.as_deref().unwrap_or("")
-                ),
-            );
-        }
-    }
+    let s3 = connectivity(&reg, cc, &probe, &mut report.warnings);
     report.steps.push(s3);
     report.identity = Some(probe.identity);
 
-    // Step 4.
-    let mut s4 = Step {
-        number: 4,
-        name: "capabilities".into(),
-        status: StepStatus::Ok,
-        notes: vec![],
-    };
+    // Step 4: the grades, then every binding of this controller checked by the driver.
+    let mut s4 = step(4, "capabilities", StepStatus::Ok);
     for g in &probe.grades {
         if g.grade == Grade::Failed {
             warn(
@@ -328,8 +294,90 @@ pub async fn register(reg: Registration<'_>) -> Report {
         }
     }
     report.grades = probe.grades;
-    for (plan_id, plan) in &reg.config.config().plans {
-        let mut bindings: Vec<(String, SiteId, &qfence_model::config::Binding)> = Vec::new();
+    for (path, site, b) in bindings_of(reg.config, reg.controller) {
+        let target = Target {
+            capability: b.capability.clone(),
+            resource: b.resource.clone(),
+            params: b.params.clone(),
+            site,
+        };
+        let problems = match driver.check_binding(&ctx(), &target).await {
+            Ok(p) => p,
+            Err(e) => vec![format!("could not check: {e}")],
+        };
+        if !problems.is_empty() {
+            s4.status = StepStatus::Failed;
+        }
+        report.bindings.push(BindingCheck {
+            path,
+            capability: b.capability.clone(),
+            resource: b.resource.clone(),
+            problems,
+        });
+    }
+    report.steps.push(s4);
+    report
+}
+
+/// Step 3 after a successful probe: what the target is, and the warnings an operator must see
+/// before trusting it (the probe's own, another controller driving the same system or
+/// endpoint, a certificate to pin).
+fn connectivity(
+    reg: &Registration<'_>,
+    cc: &ControllerConfig,
+    probe: &Probe,
+    warnings: &mut Vec<String>,
+) -> Step {
+    let mut s3 = step(3, "connectivity", StepStatus::Ok);
+    s3.notes.push(format!("identity {}", probe.identity.id));
+    for (k, v) in &probe.identity.facts {
+        s3.notes.push(format!("{k}: {v}"));
+    }
+    if let Some(fp) = &probe.identity.tls_fingerprint
+        && !matches!(cc.tls, TlsTrust::Pin(_))
+    {
+        s3.notes.push(format!(
+            "TLS certificate {fp}: compare it with the device's, then pin it with tls: {{pin: \"{fp}\"}}"
+        ));
+    }
+    for w in &probe.warnings {
+        warn(&mut s3, warnings, w.clone());
+    }
+    for (other, id) in reg.known {
+        if other != reg.controller && *id == probe.identity.id {
+            warn(
+                &mut s3,
+                warnings,
+                format!(
+                    "controller {other} has the same identity {id}: both drive the same system"
+                ),
+            );
+        }
+    }
+    let mine = endpoint_of(&cc.kind);
+    for (other, occ) in &reg.config.config().controllers {
+        if other != reg.controller && mine.is_some() && endpoint_of(&occ.kind) == mine {
+            warn(
+                &mut s3,
+                warnings,
+                format!(
+                    "controller {other} points at the same endpoint {}",
+                    mine.as_deref().unwrap_or("")
+                ),
+            );
+        }
+    }
+    s3
+}
+
+/// Every binding in the plans that names `controller`, with its configuration path and the
+/// site it acts for (a service binding acts for the plan's owner), in configuration order.
+fn bindings_of<'c>(
+    config: &'c ValidatedConfig,
+    controller: &ControllerId,
+) -> Vec<(String, SiteId, &'c Binding)> {
+    let mut bindings = Vec::new();
+    for (plan_id, plan) in &config.config().plans {
         for (site, list) in &plan.instances {
             for (i, b) in list.iter().enumerate() {
                 bindings.push((
@@ -346,33 +394,9 @@ pub async fn register(reg: Registration<'_>) -> Report {
                 b,
             ));
         }
-        for (path, site, b) in bindings {
-            if b.controller != *reg.controller {
-                continue;
-            }
-            let target = Target {
-                capability: b.capability.clone(),
-                resource: b.resource.clone(),
-                params: b.params.clone(),
-                site,
-            };
-            let problems = match driver.check_binding(&ctx(), &target).await {
-                Ok(p) => p,
-                Err(e) => vec![format!("could not check: {e}")],
-            };
-            if !problems.is_empty() {
-                s4.status = StepStatus::Failed;
-            }
-            report.bindings.push(BindingCheck {
-                path,
-                capability: b.capability.clone(),
-                resource: b.resource.clone(),
-                problems,
-            });
-        }
     }
-    report.steps.push(s4);
-    report
+    bindings.retain(|(_, _, b)| b.controller == *controller);
+    bindings
 }
 
 /// Lists what the controller's capabilities can act on, from this orchestrator (steps 1 and

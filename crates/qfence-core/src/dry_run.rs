@@ -7,7 +7,7 @@
 
 use std::collections::BTreeMap;
 
-use qfence_model::config::ValidatedConfig;
+use qfence_model::config::{PlanConfig, ValidatedConfig};
 use qfence_model::{PlanId, SiteId, Term};
 use serde::Serialize;
 
@@ -16,7 +16,8 @@ use crate::error::CoreError;
 use crate::rules;
 use crate::state::{Intent, IntentKind, Phase, PlanState};
 use crate::types::{
-    Action, BindingKey, BindingPos, Leadership, Millis, Observation, Observed, OpResult, Outcome,
+    Action, BindingKey, BindingPos, Command, Leadership, Millis, Observation, Observed, OpId, OpResult,
+    Outcome,
 };
 
 /// Which kind of move to show.
@@ -93,6 +94,105 @@ pub fn dry_run(
     to: &str,
     kind: MoveKind,
 ) -> Result<DryRun, CoreError> {
+    let (plan_id, plan, target, by_key) = resolve_move(config, plan_name, assumed, to)?;
+    let mut state = PlanState::initial(plan);
+    if state.owner == target {
+        return Err(CoreError::AlreadyOwner {
+            plan: plan_name.into(),
+            site: to.into(),
+        });
+    }
+    let from = state.owner.clone();
+    let start = Millis(0);
+    let intent_kind = match kind {
+        MoveKind::Failover => IntentKind::Failover { to: target.clone() },
+        MoveKind::Switchover => IntentKind::Switchover { to: target.clone() },
+    };
+    state.intents.push(Intent {
+        kind: intent_kind,
+        generation: state.generation,
+        by: "dry-run".into(),
+        why: "dry run".into(),
+        at: start,
+    });
+    let mut world = World {
+        assumed: &by_key,
+        observations: BTreeMap::new(),
+        results: BTreeMap::new(),
+    };
+    let mut steps = Vec::new();
+    let mut now = start;
+    let mut outcome = String::new();
+    let mut completes = false;
+    for _ in 0..MAX_ROUNDS {
+        now = now.plus(std::time::Duration::from_secs(1));
+        let in_flight = BTreeMap::new();
+        let snap = Snapshot {
+            config,
+            plan: plan_id.clone(),
+            state: &state,
+            observations: &world.observations,
+            results: &world.results,
+            in_flight: &in_flight,
+            leadership: Leadership {
+                leader: true,
+                term: Term(1),
+                lease_until: now.plus(std::time::Duration::from_secs(3600)),
+            },
+            now,
+        };
+        let d = decide(&snap);
+        outcome = d.reason.to_string();
+        let before = state.clone();
+        if let Some(change) = &d.state_change {
+            state = state.apply(change).expect("the dry run is its only writer");
+        }
+        let stage = state
+            .transition()
+            .map(|t| t.stage.as_str().to_owned())
+            .unwrap_or_else(|| "done".into());
+        if state.generation != before.generation {
+            steps.push(commit_step(steps.len() + 1, &before, &state));
+        }
+        for c in &d.commands {
+            steps.push(command_step(steps.len() + 1, config, plan, &stage, c));
+            world.done(c, now);
+        }
+        match &state.phase {
+            Phase::Steady if state.generation != PlanState::initial(plan).generation => {
+                completes = true;
+                break;
+            }
+            Phase::Steady => break,
+            Phase::Transition(t) if t.halted.is_some() => break,
+            Phase::Transition(_) => {}
+        }
+    }
+    Ok(DryRun {
+        plan: plan_id,
+        kind,
+        from,
+        to: target,
+        steps,
+        assumed: assumed
+            .iter()
+            .filter(|(_, v)| **v != Observed::Holds)
+            .map(|(k, v)| format!("{k}={}", reading_word(*v)))
+            .collect(),
+        completes,
+        outcome,
+    })
+}
+
+/// The plan, the target site among its sites, and the assumed readings by key; every assumed
+/// binding must be one of the plan's, so a typo is an error rather than an assumption silently
+/// ignored.
+fn resolve_move<'c>(
+    config: &'c ValidatedConfig,
+    plan_name: &str,
+    assumed: &BTreeMap<BindingPos, Observed>,
+    to: &str,
+) -> Result<(PlanId, &'c PlanConfig, SiteId, BTreeMap<BindingKey, Observed>), CoreError> {
     let plan_id = PlanId::new(plan_name).map_err(|_| CoreError::UnknownPlan(plan_name.into()))?;
     let plan = config
         .plan(plan_name)
@@ -120,141 +220,92 @@ pub fn dry_run(
         })?;
         by_key.insert(k, *v);
     }
-    let mut state = PlanState::initial(plan);
-    if state.owner == target {
-        return Err(CoreError::AlreadyOwner {
-            plan: plan_name.into(),
-            site: to.into(),
-        });
-    }
-    let from = state.owner.clone();
-    let start = Millis(0);
-    let intent_kind = match kind {
-        MoveKind::Failover => IntentKind::Failover { to: target.clone() },
-        MoveKind::Switchover => IntentKind::Switchover { to: target.clone() },
-    };
-    state.intents.push(Intent {
-        kind: intent_kind,
-        generation: state.generation,
-        by: "dry-run".into(),
-        why: "dry run".into(),
-        at: start,
-    });
-    let mut observations = BTreeMap::new();
-    let mut results = BTreeMap::new();
-    let mut steps = Vec::new();
-    let mut now = start;
-    let mut outcome = String::new();
-    let mut completes = false;
-    for _ in 0..MAX_ROUNDS {
-        now = now.plus(std::time::Duration::from_secs(1));
-        let in_flight = BTreeMap::new();
-        let snap = Snapshot {
-            config,
-            plan: plan_id.clone(),
-            state: &state,
-            observations: &observations,
-            results: &results,
-            in_flight: &in_flight,
-            leadership: Leadership {
-                leader: true,
-                term: Term(1),
-                lease_until: now.plus(std::time::Duration::from_secs(3600)),
-            },
-            now,
+    Ok((plan_id, plan, target, by_key))
+}
+
+/// The imagined world `decide` is run against: every command is done at once, and a check
+/// reads as assumed (holds unless told otherwise).
+struct World<'a> {
+    assumed: &'a BTreeMap<BindingKey, Observed>,
+    observations: BTreeMap<BindingKey, Observation>,
+    results: BTreeMap<OpId, OpResult>,
+}
+
+impl World<'_> {
+    /// Records command `c` as done at `now`, with its check's assumed reading.
+    fn done(&mut self, c: &Command, now: Millis) {
+        let Some(k) = c.action.binding().cloned() else {
+            return;
         };
-        let d = decide(&snap);
-        outcome = d.reason.to_string();
-        let before = state.clone();
-        if let Some(change) = &d.state_change {
-            state = state.apply(change).expect("the dry run is its only writer");
+        let value = self.assumed.get(&k).copied().unwrap_or(Observed::Holds);
+        if matches!(c.action, Action::Check { .. }) {
+            self.observations
+                .insert(k.clone(), Observation::new(value, now));
         }
-        let stage = state
-            .transition()
-            .map(|t| t.stage.as_str().to_owned())
-            .unwrap_or_else(|| "done".into());
-        if state.generation != before.generation {
-            steps.push(DryRunStep {
-                n: steps.len() + 1,
-                stage: "commit".into(),
-                action: "commit".into(),
-                site: Some(state.owner.clone()),
-                controller: None,
-                capability: None,
-                resource: None,
-                run_from: Vec::new(),
-                detail: format!(
-                    "owner {} at generation {} (compare-and-set on generation {})",
-                    state.owner, state.generation, before.generation
-                ),
-            });
-        }
-        for c in &d.commands {
-            let key = c.action.binding().cloned();
-            let b = key.as_ref().and_then(|k| rules::binding(plan, k));
-            let controller = b.and_then(|b| config.controller(b.controller.as_str()));
-            let detail = match &c.action {
-                Action::Service { site, .. } => format!("point at {site}"),
-                Action::Alarm { detail, .. } => detail.clone(),
-                _ => String::new(),
-            };
-            steps.push(DryRunStep {
-                n: steps.len() + 1,
-                stage: stage.clone(),
-                action: c.action.name().into(),
-                site: key.as_ref().and_then(|k| k.site.clone()),
-                controller: b.map(|b| b.controller.to_string()),
-                capability: match (&c.action, &key) {
-                    (Action::Unfence { .. }, Some(k)) => {
-                        rules::unfence_capability(config, plan, k).map(str::to_owned)
-                    }
-                    _ => b.map(|b| b.capability.clone()),
-                },
-                resource: b.map(|b| b.resource.clone()),
-                run_from: controller
-                    .map(|c| c.allowed_sites().cloned().collect())
-                    .unwrap_or_default(),
-                detail,
-            });
-            if let Some(k) = key {
-                let value = by_key.get(&k).copied().unwrap_or(Observed::Holds);
-                if matches!(c.action, Action::Check { .. }) {
-                    observations.insert(k.clone(), Observation::new(value, now));
-                }
-                results.insert(
-                    c.op.clone(),
-                    OpResult {
-                        binding: Some(k),
-                        outcome: Outcome::Done,
-                        at: now,
-                    },
-                );
-            }
-        }
-        match &state.phase {
-            Phase::Steady if state.generation != PlanState::initial(plan).generation => {
-                completes = true;
-                break;
-            }
-            Phase::Steady => break,
-            Phase::Transition(t) if t.halted.is_some() => break,
-            Phase::Transition(_) => {}
-        }
+        self.results.insert(
+            c.op.clone(),
+            OpResult {
+                binding: Some(k),
+                outcome: Outcome::Done,
+                at: now,
+            },
+        );
     }
-    Ok(DryRun {
-        plan: plan_id,
-        kind,
-        from,
-        to: target,
-        steps,
-        assumed: assumed
-            .iter()
-            .filter(|(_, v)| **v != Observed::Holds)
-            .map(|(k, v)| format!("{k}={}", reading_word(*v)))
-            .collect(),
-        completes,
-        outcome,
-    })
+}
+
+/// The step a change of generation shows: the commit, a compare-and-set on the old one.
+fn commit_step(n: usize, before: &PlanState, state: &PlanState) -> DryRunStep {
+    DryRunStep {
+        n,
+        stage: "commit".into(),
+        action: "commit".into(),
+        site: Some(state.owner.clone()),
+        controller: None,
+        capability: None,
+        resource: None,
+        run_from: Vec::new(),
+        detail: format!(
+            "owner {} at generation {} (compare-and-set on generation {})",
+            state.owner, state.generation, before.generation
+        ),
+    }
+}
+
+/// The step a command shows: what it calls (an unfence names the capability that undoes the
+/// fence), and from which sites it may run.
+fn command_step(
+    n: usize,
+    config: &ValidatedConfig,
+    plan: &PlanConfig,
+    stage: &str,
+    c: &Command,
+) -> DryRunStep {
+    let key = c.action.binding().cloned();
+    let b = key.as_ref().and_then(|k| rules::binding(plan, k));
+    let controller = b.and_then(|b| config.controller(b.controller.as_str()));
+    let detail = match &c.action {
+        Action::Service { site, .. } => format!("point at {site}"),
+        Action::Alarm { detail, .. } => detail.clone(),
+        _ => String::new(),
+    };
+    DryRunStep {
+        n,
+        stage: stage.to_owned(),
+        action: c.action.name().into(),
+        site: key.as_ref().and_then(|k| k.site.clone()),
+        controller: b.map(|b| b.controller.to_string()),
+        capability: match (&c.action, &key) {
+            (Action::Unfence { .. }, Some(k)) => {
+                rules::unfence_capability(config, plan, k).map(str::to_owned)
+            }
+            _ => b.map(|b| b.capability.clone()),
+        },
+        resource: b.map(|b| b.resource.clone()),
+        run_from: controller
+            .map(|c| c.allowed_sites().cloned().collect())
+            .unwrap_or_default(),
+        detail,
+    }
 }
 
 impl DryRun {

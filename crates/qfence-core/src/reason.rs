@@ -263,6 +263,54 @@ impl Note {
 }
 
 fn render(plan: &PlanId, n: &Note) -> String {
+    // One function per kind of clause, so each reads on its own; the match here stays
+    // exhaustive, so a new note must be placed in one.
+    match n {
+        Note::UnknownPlan
+        | Note::NotLeader { .. }
+        | Note::LeaseExpired { .. }
+        | Note::IntentStale { .. }
+        | Note::IntentRefused { .. }
+        | Note::Paused { .. }
+        | Note::Resumed { .. }
+        | Note::Confirmed { .. }
+        | Note::Retrying { .. }
+        | Note::Aborted { .. } => render_gate(plan, n),
+        Note::Steady { .. }
+        | Note::CheckingHealth { .. }
+        | Note::HealthGood
+        | Note::HealthBad { .. }
+        | Note::Recovering { .. }
+        | Note::WouldFailOver { .. }
+        | Note::RenewingDeadMan { .. }
+        | Note::DeadManTrouble { .. }
+        | Note::ServiceElsewhere { .. }
+        | Note::ServiceRetry { .. }
+        | Note::EvidenceContradicted { .. } => render_steady(plan, n),
+        Note::Starting { .. }
+        | Note::Shield { .. }
+        | Note::Halted { .. }
+        | Note::Holding { .. }
+        | Note::NewLeaderRepeats { .. }
+        | Note::Retry { .. }
+        | Note::RetryWaiting { .. }
+        | Note::Done { .. }
+        | Note::StepLimit
+        | Note::Reverify { .. }
+        | Note::WaitingBusy { .. }
+        | Note::Step { .. }
+        | Note::Committed { .. }
+        | Note::Waiting { .. }
+        | Note::SwitchoverRefused { .. }
+        | Note::SecondaryFailed { .. }
+        | Note::DeadManEvidence { .. }
+        | Note::WaitingDeadMan { .. } => render_transition(plan, n),
+    }
+}
+
+/// Clauses about whether the plan is acted on at all (leadership, the lease) and about the
+/// operators' intents.
+fn render_gate(plan: &PlanId, n: &Note) -> String {
     match n {
         Note::UnknownPlan => format!("{plan} is not in the configuration"),
         Note::NotLeader { term } => {
@@ -309,6 +357,14 @@ fn render(plan: &PlanId, n: &Note) -> String {
             }
             s
         }
+        _ => unreachable!("render sends only gate notes here"),
+    }
+}
+
+/// Clauses about a plan at rest at its owner: its sites, its health, its dead-man switch, its
+/// service pointer.
+fn render_steady(plan: &PlanId, n: &Note) -> String {
+    match n {
         Note::Steady {
             owner,
             generation,
@@ -355,17 +411,6 @@ fn render(plan: &PlanId, n: &Note) -> String {
         Note::WouldFailOver { detail, why } => {
             format!("{plan} should fail over ({detail}) but {why}")
         }
-        Note::Starting { kind, from, target } => match kind {
-            TransitionKind::Failover { cause } => {
-                format!("failing {plan} over from {from} to {target}: {cause}")
-            }
-            TransitionKind::OperatorFailover { by, why } => {
-                format!("{by} fails {plan} over from {from} to {target} ({why})")
-            }
-            TransitionKind::Switchover { by, why } => {
-                format!("{by} switches {plan} over from {from} to {target} ({why})")
-            }
-        },
         Note::RenewingDeadMan {
             until,
             arming: false,
@@ -410,6 +455,24 @@ fn render(plan: &PlanId, n: &Note) -> String {
         Note::EvidenceContradicted { site } => {
             format!("{site} reads FAILED: its fence evidence no longer stands")
         }
+        _ => unreachable!("render sends only steady notes here"),
+    }
+}
+
+/// Clauses about a move in progress, step by step, and how it ends.
+fn render_transition(plan: &PlanId, n: &Note) -> String {
+    match n {
+        Note::Starting { kind, from, target } => match kind {
+            TransitionKind::Failover { cause } => {
+                format!("failing {plan} over from {from} to {target}: {cause}")
+            }
+            TransitionKind::OperatorFailover { by, why } => {
+                format!("{by} fails {plan} over from {from} to {target} ({why})")
+            }
+            TransitionKind::Switchover { by, why } => {
+                format!("{by} switches {plan} over from {from} to {target} ({why})")
+            }
+        },
         Note::Shield { up: true } => "raising the shield".into(),
         Note::Shield { up: false } => "lowering the shield".into(),
         Note::Halted { target, stage, why } => format!(
@@ -484,6 +547,7 @@ fn render(plan: &PlanId, n: &Note) -> String {
         Note::WaitingDeadMan { site, by, unproven } => {
             format!("{unproven}; waiting for {site}'s dead-man switch to fire by {by}")
         }
+        _ => unreachable!("render sends only transition notes here"),
     }
 }
 

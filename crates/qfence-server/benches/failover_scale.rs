@@ -19,6 +19,9 @@
 //! is separated from the lab's. Memory is per process (the simulators included): the report
 //! gives the orchestrator's share as RSS minus the simulators-only baseline.
 
+// A benchmark measures real elapsed time on the machine's monotonic clock.
+#![allow(clippy::disallowed_methods)]
+
 use std::collections::BTreeMap;
 use std::fmt::Write as _;
 use std::process::Command as Process;

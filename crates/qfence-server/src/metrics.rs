@@ -254,7 +254,7 @@ impl Metrics {
         LaneWatch {
             metrics: self.clone(),
             labels,
-            started: std::time::Instant::now(),
+            started: qfence_model::time::monotonic_now(),
             running: false,
         }
     }
@@ -528,7 +528,7 @@ mod tests {
                 two_sites("dc1", Verdict::Fenced, Some(1_700_000_000_000)),
             );
         }
-        let started = std::time::Instant::now();
+        let started = qfence_model::time::monotonic_now();
         let text = m.render();
         let took = started.elapsed();
         let series = text

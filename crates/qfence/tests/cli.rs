@@ -1,6 +1,9 @@
 //! The `qfence` binary, run as an operator or a script would: exit codes, where output goes,
 //! and the JSON shapes scripts rely on.
 
+// Tests measure real elapsed time and wait on real processes: they may read the clocks.
+#![allow(clippy::disallowed_methods)]
+
 use std::path::PathBuf;
 use std::process::{Command, Output};
 

@@ -3,6 +3,9 @@
 //! `qfence lab fail dc1` shows up in both, live, without a reload. Screenshots go to
 //! `target/console-screenshots/lab-*.png`.
 
+// Tests measure real elapsed time and wait on real processes: they may read the clocks.
+#![allow(clippy::disallowed_methods)]
+
 #[path = "../../qfence-server/tests/browser/harness.rs"]
 mod harness;
 

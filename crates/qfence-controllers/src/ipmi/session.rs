@@ -302,63 +302,50 @@ fn seal(
     ))
 }
 
-impl Session {
-    /// Opens a session: cipher suite 3, the highest of `params.privileges` the BMC grants
-    /// (a BMC refuses a level above the user's limit, in RAKP 2 or in Set Session Privilege
-    /// Level; each level is a fresh handshake).
-    pub async fn open(params: &Params<'_>) -> Result<Session, Failure> {
-        let mut refused = Vec::new();
-        for &level in params.privileges {
-            match Self::open_at(params, level).await {
-                Ok(s) => return Ok(s),
-                Err(f) if f.role_refused => {
-                    tracing::debug!(privilege = %level, reason = %f.message, "The BMC refused a privilege level; trying the next");
-                    refused.push(format!("{level}: {}", f.message));
-                }
-                Err(f) => return Err(f),
-            }
-        }
-        Err(Failure::new(
+/// The user name and password (Kuid) as RMCP+ carries them, checked against the protocol's
+/// limits before anything is sent: a too-long credential is a configuration error, not
+/// something to learn from the BMC.
+fn credentials(params: &Params<'_>) -> Result<(Vec<u8>, Zeroizing<Vec<u8>>), Failure> {
+    let username = params.username.as_bytes();
+    if username.len() > wire::MAX_USERNAME {
+        return Err(Failure::new(
             ErrorKind::Auth,
             format!(
-                "the BMC refused every privilege level asked for ({})",
-                refused.join("; ")
+                "user name is {} bytes; RMCP+ allows at most {}",
+                username.len(),
+                wire::MAX_USERNAME
             ),
-        ))
+        ));
     }
+    let kuid = Zeroizing::new(params.password.expose_secret().as_bytes().to_vec());
+    if kuid.len() > 20 {
+        return Err(Failure::new(
+            ErrorKind::Auth,
+            "the password is longer than the 20 bytes IPMI 2.0 allows",
+        ));
+    }
+    Ok((username.to_vec(), kuid))
+}
 
-    async fn open_at(params: &Params<'_>, level: Privilege) -> Result<Session, Failure> {
-        let addr = params.addr;
-        let username = params.username.as_bytes();
-        if username.len() > wire::MAX_USERNAME {
-            return Err(Failure::new(
-                ErrorKind::Auth,
-                format!(
-                    "user name is {} bytes; RMCP+ allows at most {}",
-                    username.len(),
-                    wire::MAX_USERNAME
-                ),
-            ));
-        }
-        let kuid = Zeroizing::new(params.password.expose_secret().as_bytes().to_vec());
-        if kuid.len() > 20 {
-            return Err(Failure::new(
-                ErrorKind::Auth,
-                "the password is longer than the 20 bytes IPMI 2.0 allows",
-            ));
-        }
-        let sock = bound(addr).await?;
-        let rng = SystemRandom::new();
-        let console_sid = u32::from_le_bytes(random::<4>(&rng)?) | 1;
-        let tag = random::<1>(&rng)?[0];
+/// The session-less messages of one handshake attempt, one method per request/answer pair:
+/// each checks its answer before the next message depends on it.
+struct Handshake<'a> {
+    sock: &'a UdpSocket,
+    params: &'a Params<'a>,
+    /// The message tag that pairs each answer with its request.
+    tag: u8,
+}
 
-        // Open Session
-        let suite = params.suite;
+impl Handshake<'_> {
+    /// Open Session: the BMC names its session id and must accept our cipher suite as is
+    /// (a BMC that picks other algorithms would have us speak a suite we did not ask for).
+    async fn open_session(&self, console_sid: u32) -> Result<wire::OpenSessionResponse, Failure> {
+        let (addr, tag, suite) = (self.params.addr, self.tag, self.params.suite);
         let request = wire::open_session_request(tag, console_sid, suite);
         let resp = exchange(
-            &sock,
+            self.sock,
             addr,
-            params.retry,
+            self.params.retry,
             "Open Session Request",
             || {
                 Ok(wire::build_packet(
@@ -401,21 +388,18 @@ impl Session {
                 ),
             ));
         }
+        Ok(resp)
+    }
 
-        // RAKP 1 / 2: name-only lookup (like ipmitool), at the highest privilege wanted
-        let rakp = Rakp {
-            console_sid,
-            bmc_sid: resp.bmc_sid,
-            rm: random::<16>(&rng)?,
-            role: 0x10 | level as u8,
-            username: username.to_vec(),
-            suite,
-        };
+    /// RAKP 1 / 2: the BMC proves it knows the user's password; a code keyed otherwise is a
+    /// wrong password, said as such.
+    async fn rakp_1_2(&self, rakp: &Rakp, kuid: &[u8]) -> Result<wire::Rakp2, Failure> {
+        let (tag, suite) = (self.tag, self.params.suite);
         let m1 = rakp.message1(tag);
         let r2 = exchange(
-            &sock,
-            addr,
-            params.retry,
+            self.sock,
+            self.params.addr,
+            self.params.retry,
             "RAKP Message 1",
             || Ok(wire::build_packet(payload::RAKP1, false, 0, 0, &m1, None)),
             |bytes| {
@@ -432,24 +416,34 @@ impl Session {
         if r2.status != 0 {
             return Err(status_failure("RAKP Message 1", r2.status));
         }
-        if r2.code[..] != rakp.expected_rakp2_code(&kuid, &r2.rc, &r2.guid)[..] {
+        if r2.code[..] != rakp.expected_rakp2_code(kuid, &r2.rc, &r2.guid)[..] {
             // The BMC keyed its code with another password than ours.
             return Err(Failure::new(
                 ErrorKind::Auth,
                 format!(
                     "the BMC's RAKP 2 code does not match: wrong password for user {:?}",
-                    params.username
+                    self.params.username
                 ),
             ));
         }
+        Ok(r2)
+    }
 
-        // RAKP 3 / 4
-        let m3 = rakp.message3(tag, &kuid, &r2.rc);
-        let sik = Zeroizing::new(rakp.sik(&kuid, &r2.rc));
+    /// RAKP 3 / 4: we prove we know the password; the BMC's integrity check value proves
+    /// both sides derived the same session integrity key (SIK), which is returned.
+    async fn rakp_3_4(
+        &self,
+        rakp: &Rakp,
+        kuid: &[u8],
+        r2: &wire::Rakp2,
+    ) -> Result<Zeroizing<Vec<u8>>, Failure> {
+        let (tag, suite) = (self.tag, self.params.suite);
+        let m3 = rakp.message3(tag, kuid, &r2.rc);
+        let sik = Zeroizing::new(rakp.sik(kuid, &r2.rc));
         let r4 = exchange(
-            &sock,
-            addr,
-            params.retry,
+            self.sock,
+            self.params.addr,
+            self.params.retry,
             "RAKP Message 3",
             || Ok(wire::build_packet(payload::RAKP3, false, 0, 0, &m3, None)),
             |bytes| {
@@ -468,14 +462,65 @@ impl Session {
         }
         if r4.icv[..] != rakp.expected_rakp4_icv(&sik, &r2.guid)[..] {
             return Err(protocol(
-                addr,
+                self.params.addr,
                 wire::Malformed("RAKP 4 integrity check value does not match".into()),
             ));
         }
+        Ok(sik)
+    }
+}
 
-        let mut session = Session {
+impl Session {
+    /// Opens a session: cipher suite 3, the highest of `params.privileges` the BMC grants
+    /// (a BMC refuses a level above the user's limit, in RAKP 2 or in Set Session Privilege
+    /// Level; each level is a fresh handshake).
+    pub async fn open(params: &Params<'_>) -> Result<Session, Failure> {
+        let mut refused = Vec::new();
+        for &level in params.privileges {
+            match Self::open_at(params, level).await {
+                Ok(s) => return Ok(s),
+                Err(f) if f.role_refused => {
+                    tracing::debug!(privilege = %level, reason = %f.message, "The BMC refused a privilege level; trying the next");
+                    refused.push(format!("{level}: {}", f.message));
+                }
+                Err(f) => return Err(f),
+            }
+        }
+        Err(Failure::new(
+            ErrorKind::Auth,
+            format!(
+                "the BMC refused every privilege level asked for ({})",
+                refused.join("; ")
+            ),
+        ))
+    }
+
+    async fn open_at(params: &Params<'_>, level: Privilege) -> Result<Session, Failure> {
+        let (username, kuid) = credentials(params)?;
+        let sock = bound(params.addr).await?;
+        let rng = SystemRandom::new();
+        let console_sid = u32::from_le_bytes(random::<4>(&rng)?) | 1;
+        let tag = random::<1>(&rng)?[0];
+        let hs = Handshake {
+            sock: &sock,
+            params,
+            tag,
+        };
+        let resp = hs.open_session(console_sid).await?;
+        // RAKP 1 / 2: name-only lookup (like ipmitool), at the highest privilege wanted
+        let rakp = Rakp {
+            console_sid,
+            bmc_sid: resp.bmc_sid,
+            rm: random::<16>(&rng)?,
+            role: 0x10 | level as u8,
+            username,
+            suite: params.suite,
+        };
+        let r2 = hs.rakp_1_2(&rakp, &kuid).await?;
+        let sik = hs.rakp_3_4(&rakp, &kuid, &r2).await?;
+        let session = Session {
             sock,
-            keys: SessionKeys::from_sik(suite, &sik),
+            keys: SessionKeys::from_sik(params.suite, &sik),
             console_sid,
             bmc_sid: resp.bmc_sid,
             seq: 0,
@@ -486,9 +531,14 @@ impl Session {
             privilege: level,
             rakp_guid: r2.guid,
         };
-        // The session starts below the requested maximum; raise it (0x80-0x82: the level is
-        // not available to this user or channel).
-        let r = session
+        session.raise_privilege(level).await
+    }
+
+    /// The last handshake step: the session starts below the requested maximum; raise it
+    /// (0x80-0x82: the level is not available to this user or channel). A refusal closes the
+    /// session and says whether a lower level may work.
+    async fn raise_privilege(mut self, level: Privilege) -> Result<Session, Failure> {
+        let r = self
             .request(
                 wire::netfn::APP,
                 wire::cmd::SET_SESSION_PRIVILEGE,
@@ -496,14 +546,14 @@ impl Session {
             )
             .await?;
         if r.cc == 0 {
-            session.privilege = r
+            self.privilege = r
                 .data
                 .first()
                 .and_then(|b| Privilege::from_u8(b & 0x0F))
                 .unwrap_or(level);
-            return Ok(session);
+            return Ok(self);
         }
-        session.close().await;
+        self.close().await;
         let mut f = Failure::new(
             ErrorKind::Auth,
             format!(

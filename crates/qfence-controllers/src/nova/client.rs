@@ -4,7 +4,7 @@
 //! error mapped onto the driver contract's kinds.
 
 use std::sync::{Arc, Mutex};
-use std::time::{Duration, SystemTime};
+use std::time::Duration;
 
 use qfence_model::ControllerId;
 use qfence_model::config::{NovaAuth, NovaInterface, TlsTrust};
@@ -136,7 +136,7 @@ impl Client {
         let mut current = self.session.lock().await;
         if let Some(s) = current.as_ref() {
             let refused = failed.is_some_and(|f| Arc::ptr_eq(f, s));
-            if !refused && !s.token.stale(SystemTime::now()) {
+            if !refused && !s.token.stale(qfence_model::time::wall_clock()) {
                 return Ok(s.clone());
             }
         }

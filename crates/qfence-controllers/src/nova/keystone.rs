@@ -143,7 +143,7 @@ pub(crate) fn parse_token(subject: Option<&str>, body: &[u8]) -> Result<Token, S
     Ok(Token {
         secret: SecretString::from(secret.to_owned()),
         expires_at,
-        issued: SystemTime::now(),
+        issued: qfence_model::time::wall_clock(),
         user: t.user.map(|u| u.name).unwrap_or_default(),
         project_id: project.id,
         project_name: project.name,

@@ -707,20 +707,10 @@ pub fn parse_time(s: &str) -> Option<SystemTime> {
     if !(1..=12).contains(&m) || !(1..=31).contains(&day) || hh > 23 || mm > 59 || ss > 60 {
         return None;
     }
-    let secs = days_from_civil(y, m, day) * 86_400 + hh * 3600 + mm * 60 + ss - offset_secs;
+    let secs = qfence_model::time::days_from_civil(y, m, day) * 86_400 + hh * 3600 + mm * 60 + ss
+        - offset_secs;
     let secs = u64::try_from(secs).ok()?;
     Some(UNIX_EPOCH + Duration::new(secs, nanos))
-}
-
-/// Days since 1970-01-01 of a proleptic Gregorian date (Howard Hinnant's algorithm).
-fn days_from_civil(y: i64, m: i64, d: i64) -> i64 {
-    let y = if m <= 2 { y - 1 } else { y };
-    let era = y.div_euclid(400);
-    let yoe = y - era * 400;
-    let mp = (m + 9) % 12;
-    let doy = (153 * mp + 2) / 5 + d - 1;
-    let doe = yoe * 365 + yoe / 4 - yoe / 100 + doy;
-    era * 146_097 + doe - 719_468
 }
 
 #[cfg(test)]

@@ -27,7 +27,7 @@
 
 use std::collections::{BTreeMap, HashMap};
 use std::sync::{Arc, Mutex};
-use std::time::{Duration, SystemTime, UNIX_EPOCH};
+use std::time::Duration;
 
 use qfence_model::config::{ControllerConfig, ControllerKind, ProxmoxAuth, TlsTrust};
 use qfence_model::{ControllerId, ControllerType, Grade};
@@ -235,24 +235,9 @@ pub fn privileges_on(perms: &Value, path: &str) -> Vec<String> {
     out
 }
 
-/// Epoch seconds as `YYYY-MM-DDTHH:MM:SSZ` (civil-from-days, proleptic Gregorian), so a
-/// cached reading says when it was taken without a date crate.
+/// Epoch seconds as `YYYY-MM-DDTHH:MM:SSZ`, so a cached reading says when it was taken.
 fn utc(epoch: u64) -> String {
-    let (days, secs) = (epoch / 86_400, epoch % 86_400);
-    let z = days + 719_468;
-    let (era, doe) = (z / 146_097, z % 146_097);
-    let yoe = (doe - doe / 1460 + doe / 36_524 - doe / 146_096) / 365;
-    let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
-    let mp = (5 * doy + 2) / 153;
-    let day = doy - (153 * mp + 2) / 5 + 1;
-    let month = if mp < 10 { mp + 3 } else { mp - 9 };
-    let year = yoe + era * 400 + u64::from(month <= 2);
-    format!(
-        "{year:04}-{month:02}-{day:02}T{:02}:{:02}:{:02}Z",
-        secs / 3600,
-        secs / 60 % 60,
-        secs % 60
-    )
+    qfence_model::time::utc_rfc3339(epoch.saturating_mul(1000))
 }
 
 fn loose_u64(v: &Value) -> Option<u64> {
@@ -264,10 +249,9 @@ fn loose_u64(v: &Value) -> Option<u64> {
     }
 }
 
+/// Now, in seconds since the Unix epoch (Proxmox's replication times are in seconds).
 fn now_epoch() -> u64 {
-    SystemTime::now()
-        .duration_since(UNIX_EPOCH)
-        .map_or(0, |d| d.as_secs())
+    qfence_model::time::now_unix_ms() / 1000
 }
 
 /// A VM reading in words, as `status/current` or a listing row gives it.

@@ -221,6 +221,51 @@ fn plural(n: usize) -> &'static str {
 
 impl fmt::Display for Note {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        // One method per phase of a host's failure, so each reads on its own; this match stays
+        // exhaustive, so a new note must be placed in one.
+        match self {
+            Note::UnknownCloud
+            | Note::NotLeader { .. }
+            | Note::LeaseExpired { .. }
+            | Note::Summary { .. }
+            | Note::Blind { .. }
+            | Note::Disabled { .. }
+            | Note::HostFailed { .. }
+            | Note::Blocked { .. }
+            | Note::Deferred { .. }
+            | Note::NoFence { .. }
+            | Note::CameBack { .. } => self.fmt_detect(f),
+            Note::KdumpWaiting { .. }
+            | Note::FenceStarted { .. }
+            | Note::Verifying { .. }
+            | Note::Fenced { .. }
+            | Note::FenceRetry { .. }
+            | Note::FenceNotProven { .. }
+            | Note::Isolating { .. } => self.fmt_fence(f),
+            Note::Reserved { .. }
+            | Note::NoReserved { .. }
+            | Note::Evacuating { .. }
+            | Note::WaitingProof { .. }
+            | Note::EvacuationFailed { .. }
+            | Note::GaveUp { .. }
+            | Note::PoweredOnWhileEvacuated { .. }
+            | Note::Evacuated { .. } => self.fmt_evacuate(f),
+            Note::LeftDisabled { .. }
+            | Note::PoweringOn { .. }
+            | Note::Enabling { .. }
+            | Note::Recovered { .. }
+            | Note::ReturnedByOperator { .. }
+            | Note::Resumed { .. }
+            | Note::Adopted { .. }
+            | Note::LocksReleased { .. }
+            | Note::Waiting { .. } => self.fmt_restore(f),
+        }
+    }
+}
+
+impl Note {
+    /// Clauses about whether the cycle acts at all, and which hosts it finds failed.
+    fn fmt_detect(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self {
             Note::UnknownCloud => f.write_str("the cloud is not in the configuration"),
             Note::NotLeader { term } => write!(f, "not the leader (term {term})"),
@@ -260,7 +305,7 @@ impl fmt::Display for Note {
             Note::Deferred { hosts, cap } => write!(
                 f,
                 "{} wait{} for the next cycle: {cap} fence{} started in this one \
-                 (max_hosts_per_cycle)",
+             (max_hosts_per_cycle)",
                 names(hosts),
                 if hosts.len() == 1 { "s" } else { "" },
                 plural(*cap as usize)
@@ -277,6 +322,13 @@ impl fmt::Display for Note {
                     "{host} reports again before its fence: nothing done to it"
                 )
             }
+            _ => unreachable!("Display sends only detect notes here"),
+        }
+    }
+
+    /// Clauses about fencing a failed host and proving it off.
+    fn fmt_fence(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
             Note::KdumpWaiting { host, until, seen } => {
                 if *seen {
                     write!(
@@ -305,10 +357,17 @@ impl fmt::Display for Note {
             Note::FenceNotProven { host, attempts } => write!(
                 f,
                 "{host}'s fence not proven after {attempts} attempt{}: it is not evacuated; an \
-                 operator must act",
+             operator must act",
                 plural(*attempts as usize)
             ),
             Note::Isolating { host, what } => write!(f, "{host}: {what}"),
+            _ => unreachable!("Display sends only fence notes here"),
+        }
+    }
+
+    /// Clauses about moving a fenced host's servers elsewhere.
+    fn fmt_evacuate(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
             Note::Reserved { host, spare } => {
                 write!(f, "enabling reserved host {spare} for {host}")
             }
@@ -352,12 +411,12 @@ impl fmt::Display for Note {
             Note::GaveUp { host, server } => write!(
                 f,
                 "{server} could not be evacuated from {host}: {host} is left disabled and \
-                 forced down for an operator"
+             forced down for an operator"
             ),
             Note::PoweredOnWhileEvacuated { host } => write!(
                 f,
                 "{host}'s fence reads it powered on while its servers were evacuated: \
-                 evacuations stopped for an operator"
+             evacuations stopped for an operator"
             ),
             Note::Evacuated {
                 host,
@@ -373,6 +432,13 @@ impl fmt::Display for Note {
                 "{host} evacuated but for {unsuccessful} server{} ({done} done)",
                 plural(*unsuccessful)
             ),
+            _ => unreachable!("Display sends only evacuate notes here"),
+        }
+    }
+
+    /// Clauses about a host coming back into service, and about work a new leader adopts.
+    fn fmt_restore(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
             Note::LeftDisabled { host, why } => {
                 let why = match why {
                     LeftWhy::Asked => "leave_disabled",
@@ -402,6 +468,7 @@ impl fmt::Display for Note {
                 plural(*servers)
             ),
             Note::Waiting { host, what } => write!(f, "{host}: {what}"),
+            _ => unreachable!("Display sends only restore notes here"),
         }
     }
 }

@@ -4,6 +4,9 @@
 //! (`check.rs`) and a planted bug for each (`planted.rs`). One test binary; see
 //! `docs/specs/maintenance.md`.
 
+// Tests measure real elapsed time and wait on real processes: they may read the clocks.
+#![allow(clippy::disallowed_methods)]
+
 mod acceptance;
 mod check;
 mod fixture;

@@ -4,6 +4,9 @@
 //! the simulators with the independent emulators (sushy-tools, fakepve, fence-agents) and drives
 //! the FortiOS simulator with fortiosapi.
 
+// Tests measure real elapsed time and wait on real processes: they may read the clocks.
+#![allow(clippy::disallowed_methods)]
+
 mod common;
 // The controller tests' emulator starter, shared rather than copied.
 #[path = "../../../qfence-controllers/tests/it/emulators.rs"]

@@ -82,7 +82,7 @@ impl JsonlStore {
         Ok(Self {
             path,
             file,
-            synced_at: std::time::Instant::now(),
+            synced_at: qfence_model::time::monotonic_now(),
             unsynced: false,
         })
     }
@@ -159,7 +159,7 @@ impl EventStore for JsonlStore {
                 })?;
             self.unsynced = false;
         }
-        self.synced_at = std::time::Instant::now();
+        self.synced_at = qfence_model::time::monotonic_now();
         Ok(())
     }
 

@@ -518,7 +518,7 @@ mod tests {
                     .map(|i| (PlanId::new(format!("p{i}")).unwrap(), plan_spec("bmc-x")))
                     .collect(),
             };
-            let t = std::time::Instant::now();
+            let t = qfence_model::time::monotonic_now();
             let e = EffectiveConfig::build(&file(), BASE, &entries);
             let took = t.elapsed();
             assert_eq!(e.api_plans.len(), n, "{:?}", e.dropped);

@@ -38,7 +38,7 @@ pub mod gauges;
 pub mod registered;
 pub mod systemd;
 
-use std::time::{Duration, SystemTime};
+use std::time::Duration;
 
 pub use backend::RuntimeBackend;
 pub use daemon::{Daemon, DaemonOptions, JoinOptions};
@@ -119,7 +119,7 @@ pub struct Clock {
 impl Clock {
     /// A clock reading the system time now.
     pub fn system() -> Self {
-        Self::starting_at(Millis(drivers::unix_ms(SystemTime::now())))
+        Self::starting_at(Millis(qfence_model::time::now_unix_ms()))
     }
 
     /// A clock reading `base` now.

@@ -317,7 +317,7 @@ mod loop_tests {
                 while !done.load(Ordering::SeqCst) {
                     if let Ok(n) = systemd.recv(&mut buf) {
                         got.push((
-                            Instant::now(),
+                            qfence_model::time::monotonic_now(),
                             String::from_utf8_lossy(&buf[..n]).into_owned(),
                         ));
                     }
@@ -336,7 +336,7 @@ mod loop_tests {
         };
         let (engine, node) = engine_at(dir.path(), heartbeat).await;
         let stop = CancellationToken::new();
-        let started = Instant::now();
+        let started = qfence_model::time::monotonic_now();
         let task = tokio::spawn(engine.clone().run(stop.clone()));
         tokio::time::sleep(Duration::from_secs(2)).await;
 
@@ -345,11 +345,11 @@ mod loop_tests {
         let inner = engine.inner.clone();
         let holder = std::thread::spawn(move || {
             let events = inner.events.lock().unwrap();
-            let from = Instant::now();
+            let from = qfence_model::time::monotonic_now();
             held_tx.send(from).unwrap();
             std::thread::sleep(Duration::from_secs(2));
             drop(events);
-            (from, Instant::now())
+            (from, qfence_model::time::monotonic_now())
         });
         let _ = held_rx.recv();
         engine.wake();

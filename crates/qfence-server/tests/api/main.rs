@@ -2,6 +2,9 @@
 //! router (plain HTTP through `oneshot`), plus one real TLS test and the schemathesis fuzz run
 //! against a served `/openapi.json`.
 
+// Tests measure real elapsed time and wait on real processes: they may read the clocks.
+#![allow(clippy::disallowed_methods)]
+
 mod console;
 mod endpoints;
 mod fuzz;

@@ -20,7 +20,7 @@ mod proxy;
 mod writer;
 
 use std::path::{Path, PathBuf};
-use std::time::{Duration, SystemTime, UNIX_EPOCH};
+use std::time::Duration;
 
 use anyhow::{Context, Result, bail};
 
@@ -28,14 +28,9 @@ use orchestrator::{Endpoints, Orchestrator};
 use pair::Pair;
 use writer::Writer;
 
+/// Now, in milliseconds since the Unix epoch (qfence's one time helper).
 pub fn now_ms() -> u64 {
-    u64::try_from(
-        SystemTime::now()
-            .duration_since(UNIX_EPOCH)
-            .unwrap_or_default()
-            .as_millis(),
-    )
-    .unwrap_or(u64::MAX)
+    qfence_model::time::now_unix_ms()
 }
 
 /// A set of timings, as plan keys (and the controllers' timeouts).

@@ -22,6 +22,7 @@ use qfence_cluster::node::Timing;
 use qfence_cluster::tls::JoinToken;
 use qfence_controllers::SecretStore;
 use qfence_model::OrchestratorId;
+use qfence_model::config::OrchestratorConfig;
 use qfence_model::ids::SecretRef;
 use qfence_server::TokenStore;
 use qfence_server::runtime::daemon::Membership;
@@ -106,44 +107,9 @@ pub async fn run(a: ServeArgs) -> anyhow::Result<ExitCode> {
             TokenStore::default()
         }
     };
-    let join = match (&a.join, &a.join_token, &a.join_token_file) {
-        (None, _, _) => None,
-        (Some(seed), Some(t), _) => Some(JoinOptions {
-            seed: seed.clone(),
-            token: JoinToken::decode(t).context("--join-token")?,
-        }),
-        (Some(seed), None, Some(f)) => {
-            let text = std::fs::read_to_string(f)
-                .with_context(|| format!("reading the join token {}", f.display()))?;
-            Some(JoinOptions {
-                seed: seed.clone(),
-                token: JoinToken::decode(&text)
-                    .with_context(|| format!("the join token in {}", f.display()))?,
-            })
-        }
-        (Some(seed), None, None) => {
-            // Under systemd: the credential `join-token` (LoadCredential=), or the secret
-            // stores' entry of that name.
-            let secrets = SecretStore::from_process(a.secrets_dir.clone());
-            let Ok(token) = SecretRef::new(JOIN_TOKEN_SECRET)
-                .map_err(|e| e.to_string())
-                .and_then(|r| secrets.resolve(&r).map_err(|e| e.to_string()))
-            else {
-                eprintln!(
-                    "error: --join needs this orchestrator's join token: --join-token-file FILE, \
-                     --join-token TOKEN, QFENCE_JOIN_TOKEN or the secret {JOIN_TOKEN_SECRET:?} \
-                     (a systemd credential; the first node wrote the token into its \
-                     join-tokens/ directory)"
-                );
-                return Ok(ExitCode::from(super::EXIT_USAGE));
-            };
-            Some(JoinOptions {
-                seed: seed.clone(),
-                token: JoinToken::decode(token.expose().trim()).with_context(|| {
-                    format!("the join token in the secret {JOIN_TOKEN_SECRET:?}")
-                })?,
-            })
-        }
+    let join = match join_options(&a)? {
+        Ok(join) => join,
+        Err(code) => return Ok(code),
     };
     let name = OrchestratorId::new(&a.name).context("--name")?;
     let me = loaded.config.config().orchestrators.get(&name).cloned();
@@ -175,24 +141,82 @@ pub async fn run(a: ServeArgs) -> anyhow::Result<ExitCode> {
         notifier: notifier.clone(),
     })
     .await?;
-    if let Some(me) = &me
-        && let Some(listen) = a.cluster_listen.or_else(|| me.address.parse().ok())
-    {
-        // What `qfence cluster status --data-dir` reads to find this node.
-        let identity = super::cluster::NodeIdentity {
-            name: name.clone(),
-            site: me.site.clone(),
-            witness,
-            listen,
-            advertise: me.address.clone(),
-        };
-        if let Err(e) = identity.save(&a.data) {
-            tracing::warn!(
-                error = format!("{e:#}"),
-                "Could not save this node's identity"
-            );
-        }
+    if let Some(me) = &me {
+        save_identity(&a, &name, me, witness);
     }
+    announce(&a, &daemon, witness);
+    Ok(serve_until_stopped(&a, daemon, notifier.as_ref()).await)
+}
+
+/// How to join, from the flags or (under systemd) the `join-token` secret; `Err` is the exit
+/// code of a `--join` without a token, said on stderr.
+fn join_options(a: &ServeArgs) -> anyhow::Result<Result<Option<JoinOptions>, ExitCode>> {
+    let join = match (&a.join, &a.join_token, &a.join_token_file) {
+        (None, _, _) => None,
+        (Some(seed), Some(t), _) => Some(JoinOptions {
+            seed: seed.clone(),
+            token: JoinToken::decode(t).context("--join-token")?,
+        }),
+        (Some(seed), None, Some(f)) => {
+            let text = std::fs::read_to_string(f)
+                .with_context(|| format!("reading the join token {}", f.display()))?;
+            Some(JoinOptions {
+                seed: seed.clone(),
+                token: JoinToken::decode(&text)
+                    .with_context(|| format!("the join token in {}", f.display()))?,
+            })
+        }
+        (Some(seed), None, None) => {
+            // Under systemd: the credential `join-token` (LoadCredential=), or the secret
+            // stores' entry of that name.
+            let secrets = SecretStore::from_process(a.secrets_dir.clone());
+            let Ok(token) = SecretRef::new(JOIN_TOKEN_SECRET)
+                .map_err(|e| e.to_string())
+                .and_then(|r| secrets.resolve(&r).map_err(|e| e.to_string()))
+            else {
+                eprintln!(
+                    "error: --join needs this orchestrator's join token: --join-token-file FILE, \
+                     --join-token TOKEN, QFENCE_JOIN_TOKEN or the secret {JOIN_TOKEN_SECRET:?} \
+                     (a systemd credential; the first node wrote the token into its \
+                     join-tokens/ directory)"
+                );
+                return Ok(Err(ExitCode::from(super::EXIT_USAGE)));
+            };
+            Some(JoinOptions {
+                seed: seed.clone(),
+                token: JoinToken::decode(token.expose().trim()).with_context(|| {
+                    format!("the join token in the secret {JOIN_TOKEN_SECRET:?}")
+                })?,
+            })
+        }
+    };
+    Ok(Ok(join))
+}
+
+/// Writes what `qfence cluster status --data-dir` reads to find this node (a failure is
+/// only warned of: the node serves without it).
+fn save_identity(a: &ServeArgs, name: &OrchestratorId, me: &OrchestratorConfig, witness: bool) {
+    let Some(listen) = a.cluster_listen.or_else(|| me.address.parse().ok()) else {
+        return;
+    };
+    let identity = super::cluster::NodeIdentity {
+        name: name.clone(),
+        site: me.site.clone(),
+        witness,
+        listen,
+        advertise: me.address.clone(),
+    };
+    if let Err(e) = identity.save(&a.data) {
+        tracing::warn!(
+            error = format!("{e:#}"),
+            "Could not save this node's identity"
+        );
+    }
+}
+
+/// Tells the operator what start-up did: the membership, where the join tokens are, the
+/// witness role, the controllers without a driver here, and where the API serves.
+fn announce(a: &ServeArgs, daemon: &Daemon, witness: bool) {
     match (daemon.membership, &a.join) {
         (Membership::Joined, Some(seed)) => println!("Joined the cluster through {seed}"),
         (Membership::Member, Some(_)) => {
@@ -219,6 +243,14 @@ pub async fn run(a: ServeArgs) -> anyhow::Result<ExitCode> {
     }
     println!("qfence {} serving https://{}", a.name, daemon.api_addr);
     println!("API certificate sha256:{}", daemon.api_fingerprint);
+}
+
+/// Serves until the first signal, then drains; a second signal exits at once (130).
+async fn serve_until_stopped(
+    a: &ServeArgs,
+    daemon: Daemon,
+    notifier: Option<&Notifier>,
+) -> ExitCode {
     // Ready for systemd once joined, serving and past the first tick of the engine (a
     // signal before that still drains).
     let signalled = tokio::select! {
@@ -227,12 +259,12 @@ pub async fn run(a: ServeArgs) -> anyhow::Result<ExitCode> {
     };
     if !signalled {
         tracing::info!(orchestrator = %a.name, api = %daemon.api_addr, "Ready: the first tick has run");
-        if let Some(n) = &notifier {
+        if let Some(n) = notifier {
             n.ready(&format!("serving https://{}", daemon.api_addr));
         }
         signal().await;
     }
-    if let Some(n) = &notifier {
+    if let Some(n) = notifier {
         n.stopping("draining");
     }
     println!("Draining: no new operation starts; a second signal exits at once.");
@@ -240,7 +272,7 @@ pub async fn run(a: ServeArgs) -> anyhow::Result<ExitCode> {
         n = daemon.drain(Duration::from_secs(a.drain_seconds)) => n,
         () = signal() => {
             eprintln!("Second signal: exiting now.");
-            return Ok(ExitCode::from(130));
+            return ExitCode::from(130);
         }
     };
     if left > 0 {
@@ -248,7 +280,7 @@ pub async fn run(a: ServeArgs) -> anyhow::Result<ExitCode> {
     }
     daemon.shutdown().await;
     println!("Stopped.");
-    Ok(ExitCode::SUCCESS)
+    ExitCode::SUCCESS
 }
 
 pub(crate) async fn signal() {

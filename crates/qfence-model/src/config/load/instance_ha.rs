@@ -149,18 +149,7 @@ impl Decoder {
             "evacuation_poll_seconds",
             "evacuation_timeout_seconds",
         );
-        if let Some(d) = delta
-            && d < Duration::from_secs(20)
-        {
-            self.warn(
-                &f.path("delta_seconds"),
-                format!(
-                    "delta_seconds ({}) is less than two of nova-compute's reports at its default \
-                     report_interval (10 s): one late report would count a healthy host as failed",
-                    secs(d)
-                ),
-            );
-        }
+        self.check_delta(&f, delta);
         if let (Some(h), Some(r)) = (&hosts, &host_rules)
             && h.values().all(|e| e.fence.is_none())
             && r.is_empty()
@@ -198,6 +187,23 @@ impl Decoder {
             hosts: hosts?,
             host_rules: host_rules?,
         })
+    }
+
+    /// A `delta_seconds` under two nova-compute reports is allowed but warned of: one late
+    /// report would fail a healthy host.
+    fn check_delta(&mut self, f: &Fields<'_>, delta: Option<Duration>) {
+        if let Some(d) = delta
+            && d < Duration::from_secs(20)
+        {
+            self.warn(
+                &f.path("delta_seconds"),
+                format!(
+                    "delta_seconds ({}) is less than two of nova-compute's reports at its default \
+                     report_interval (10 s): one late report would count a healthy host as failed",
+                    secs(d)
+                ),
+            );
+        }
     }
 
     /// `short` must be less than `long`, both as read.

@@ -16,7 +16,7 @@ mod pre_fence;
 
 use std::collections::BTreeMap;
 use std::sync::{Arc, Mutex};
-use std::time::{Duration, SystemTime};
+use std::time::Duration;
 
 use qfence_call::{Answer, Call, Report, Verb};
 use qfence_cluster::forward::{BoxFuture, CallExecutor};
@@ -512,9 +512,4 @@ impl CallExecutor for DriverExecutor {
             })
         })
     }
-}
-
-/// Wall-clock milliseconds of a `SystemTime`.
-pub(crate) fn unix_ms(t: SystemTime) -> u64 {
-    qfence_model::time::unix_ms(t)
 }

@@ -47,29 +47,7 @@ pub enum PlanCmd {
     /// with --to (by priority with --failover alone), a switchover with --switchover --to,
     /// applying the staged change with --staged, else the next cycle.
     #[command(after_help = OFFLINE_RULE)]
-    DryRun {
-        /// PLAN (online), or FILE PLAN (offline).
-        #[arg(num_args = 1..=2, required = true, value_names = ["FILE_OR_PLAN", "PLAN"])]
-        names: Vec<String>,
-        /// The site to move to.
-        #[arg(long = "to", value_name = "SITE")]
-        to: Option<String>,
-        /// Offline only: a reading to assume instead of success, as SITE[INDEX]=READING,
-        /// e.g. `dc1[0]=unknown`. Repeatable.
-        #[arg(long = "assume", value_name = "BINDING=READING")]
-        assume: Vec<String>,
-        /// A switchover to --to instead of a failover.
-        #[arg(long, conflicts_with_all = ["staged", "failover"])]
-        switchover: bool,
-        /// Online: a failover (to --to, or by priority).
-        #[arg(long, conflicts_with = "staged")]
-        failover: bool,
-        /// Online: applying the staged change.
-        #[arg(long)]
-        staged: bool,
-        #[command(flatten)]
-        api: ApiArgs,
-    },
+    DryRun(DryRunArgs),
     /// Move ownership to SITE in order, and follow it step by step until done or failed.
     Switchover {
         plan: String,
@@ -157,6 +135,33 @@ pub enum OnOff {
     Off,
 }
 
+// `qfence plan dry-run`'s flags, apart so that the command reads in one function (a plain
+// comment: the variant's doc is the help text).
+#[derive(Debug, Args)]
+pub struct DryRunArgs {
+    /// PLAN (online), or FILE PLAN (offline).
+    #[arg(num_args = 1..=2, required = true, value_names = ["FILE_OR_PLAN", "PLAN"])]
+    pub names: Vec<String>,
+    /// The site to move to.
+    #[arg(long = "to", value_name = "SITE")]
+    pub to: Option<String>,
+    /// Offline only: a reading to assume instead of success, as SITE[INDEX]=READING,
+    /// e.g. `dc1[0]=unknown`. Repeatable.
+    #[arg(long = "assume", value_name = "BINDING=READING")]
+    pub assume: Vec<String>,
+    /// A switchover to --to instead of a failover.
+    #[arg(long, conflicts_with_all = ["staged", "failover"])]
+    pub switchover: bool,
+    /// Online: a failover (to --to, or by priority).
+    #[arg(long, conflicts_with = "staged")]
+    pub failover: bool,
+    /// Online: applying the staged change.
+    #[arg(long)]
+    pub staged: bool,
+    #[command(flatten)]
+    pub api: ApiArgs,
+}
+
 #[derive(Debug, Args)]
 pub struct PauseArgs {
     pub plan: String,
@@ -179,64 +184,7 @@ pub fn run(cmd: PlanCmd, format: Format) -> anyhow::Result<ExitCode> {
             let plan = names.pop().expect("one name");
             Ok(super::run(format, "plan show", show(api, plan, format)))
         }
-        PlanCmd::DryRun {
-            mut names,
-            to,
-            assume,
-            switchover,
-            failover,
-            staged,
-            api,
-        } => {
-            if names.len() == 2 {
-                if failover || staged {
-                    eprintln!(
-                        "error: --failover and --staged are for the online form (plan dry-run \
-                         PLAN); offline dry-runs work out a failover, or a switchover with \
-                         --switchover"
-                    );
-                    return Ok(ExitCode::from(crate::cmd::EXIT_USAGE));
-                }
-                let Some(to) = to else {
-                    eprintln!("error: the offline form (plan dry-run FILE PLAN) needs --to SITE");
-                    return Ok(ExitCode::from(crate::cmd::EXIT_USAGE));
-                };
-                let plan = names.pop().expect("two names");
-                let file = PathBuf::from(names.pop().expect("two names"));
-                return crate::cmd::plan::run(
-                    OfflinePlan::DryRun {
-                        file,
-                        plan,
-                        to,
-                        assume,
-                        switchover,
-                    },
-                    format,
-                );
-            }
-            let plan = names.pop().expect("one name");
-            let what = if !assume.is_empty() {
-                eprintln!("error: --assume is for the offline form (plan dry-run FILE PLAN)");
-                return Ok(ExitCode::from(crate::cmd::EXIT_USAGE));
-            } else if staged {
-                DryRun::ApplyStaged
-            } else if switchover {
-                let Some(target) = to else {
-                    eprintln!("error: --switchover needs --to SITE");
-                    return Ok(ExitCode::from(crate::cmd::EXIT_USAGE));
-                };
-                DryRun::Switchover { target }
-            } else if failover || to.is_some() {
-                DryRun::Failover { target: to }
-            } else {
-                DryRun::Cycle
-            };
-            Ok(super::run(
-                format,
-                "plan dry-run",
-                dry_run(api, plan, what, format),
-            ))
-        }
+        PlanCmd::DryRun(a) => dry_run_command(a, format),
         PlanCmd::List { api } => Ok(super::run(format, "plan list", list(api, format))),
         PlanCmd::Switchover { plan, to, op } => Ok(super::run(
             format,
@@ -254,25 +202,22 @@ pub fn run(cmd: PlanCmd, format: Format) -> anyhow::Result<ExitCode> {
             generation,
             reason,
             api,
-        } => Ok(super::run(format, "plan confirm-fenced", async move {
-            let api = Api::new(&api)?;
+        } => {
             let req = ConfirmFencedRequest {
                 expected_generation: generation,
                 reason,
             };
-            let r: OperationAccepted = api
-                .post(
-                    &format!(
-                        "/api/v1/plans/{}/sites/{}/confirm-fenced",
-                        seg(&plan),
-                        seg(&site)
-                    ),
-                    &req,
-                )
-                .await?;
-            accepted(&r, format);
-            Ok(())
-        })),
+            let path = format!(
+                "/api/v1/plans/{}/sites/{}/confirm-fenced",
+                seg(&plan),
+                seg(&site)
+            );
+            Ok(super::run(
+                format,
+                "plan confirm-fenced",
+                site_operation(api, path, req, false, format),
+            ))
+        }
         PlanCmd::Maintenance {
             plan,
             site,
@@ -280,26 +225,23 @@ pub fn run(cmd: PlanCmd, format: Format) -> anyhow::Result<ExitCode> {
             generation,
             reason,
             api,
-        } => Ok(super::run(format, "plan maintenance", async move {
-            let api = Api::new(&api)?;
+        } => {
             let req = MaintenanceRequest {
                 enabled: state == OnOff::On,
                 expected_generation: generation,
                 reason,
             };
-            let r: OperationAccepted = api
-                .put(
-                    &format!(
-                        "/api/v1/plans/{}/sites/{}/maintenance",
-                        seg(&plan),
-                        seg(&site)
-                    ),
-                    &req,
-                )
-                .await?;
-            accepted(&r, format);
-            Ok(())
-        })),
+            let path = format!(
+                "/api/v1/plans/{}/sites/{}/maintenance",
+                seg(&plan),
+                seg(&site)
+            );
+            Ok(super::run(
+                format,
+                "plan maintenance",
+                site_operation(api, path, req, true, format),
+            ))
+        }
         PlanCmd::Pause(a) => Ok(super::run(format, "plan pause", pause(a, "pause", format))),
         PlanCmd::Resume(a) => Ok(super::run(
             format,
@@ -307,6 +249,87 @@ pub fn run(cmd: PlanCmd, format: Format) -> anyhow::Result<ExitCode> {
             pause(a, "resume", format),
         )),
     }
+}
+
+/// `plan dry-run`: offline with FILE PLAN (a failover, or a switchover with --switchover),
+/// online with PLAN alone; the flags of one form are refused in the other.
+fn dry_run_command(a: DryRunArgs, format: Format) -> anyhow::Result<ExitCode> {
+    let DryRunArgs {
+        mut names,
+        to,
+        assume,
+        switchover,
+        failover,
+        staged,
+        api,
+    } = a;
+    if names.len() == 2 {
+        if failover || staged {
+            eprintln!(
+                "error: --failover and --staged are for the online form (plan dry-run \
+                 PLAN); offline dry-runs work out a failover, or a switchover with \
+                 --switchover"
+            );
+            return Ok(ExitCode::from(crate::cmd::EXIT_USAGE));
+        }
+        let Some(to) = to else {
+            eprintln!("error: the offline form (plan dry-run FILE PLAN) needs --to SITE");
+            return Ok(ExitCode::from(crate::cmd::EXIT_USAGE));
+        };
+        let plan = names.pop().expect("two names");
+        let file = PathBuf::from(names.pop().expect("two names"));
+        return crate::cmd::plan::run(
+            OfflinePlan::DryRun {
+                file,
+                plan,
+                to,
+                assume,
+                switchover,
+            },
+            format,
+        );
+    }
+    let plan = names.pop().expect("one name");
+    let what = if !assume.is_empty() {
+        eprintln!("error: --assume is for the offline form (plan dry-run FILE PLAN)");
+        return Ok(ExitCode::from(crate::cmd::EXIT_USAGE));
+    } else if staged {
+        DryRun::ApplyStaged
+    } else if switchover {
+        let Some(target) = to else {
+            eprintln!("error: --switchover needs --to SITE");
+            return Ok(ExitCode::from(crate::cmd::EXIT_USAGE));
+        };
+        DryRun::Switchover { target }
+    } else if failover || to.is_some() {
+        DryRun::Failover { target: to }
+    } else {
+        DryRun::Cycle
+    };
+    Ok(super::run(
+        format,
+        "plan dry-run",
+        dry_run(api, plan, what, format),
+    ))
+}
+
+/// An operation on one site of a plan (confirm fenced: POST; maintenance: PUT, it sets a
+/// state), printed as accepted.
+async fn site_operation(
+    api: ApiArgs,
+    path: String,
+    req: impl serde::Serialize,
+    put: bool,
+    format: Format,
+) -> Outcome {
+    let api = Api::new(&api)?;
+    let r: OperationAccepted = if put {
+        api.put(&path, &req).await?
+    } else {
+        api.post(&path, &req).await?
+    };
+    accepted(&r, format);
+    Ok(())
 }
 
 fn accepted(r: &OperationAccepted, format: Format) {

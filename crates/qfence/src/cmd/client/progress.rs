@@ -7,8 +7,9 @@
 //! `failed`, or `steady` with another owner at a newer generation than the accepted one
 //! (something else moved the plan), is failure.
 
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
+use qfence_model::time::monotonic_now;
 use qfence_server::dto::{OperationAccepted, PlanStatus, StatusResponse};
 use qfence_server::events::{Event, EventPage};
 use serde_json::json;
@@ -66,7 +67,7 @@ pub async fn follow(
             accepted.reason
         );
     }
-    let deadline = Instant::now() + op.timeout;
+    let deadline = monotonic_now() + op.timeout;
     let mut after = op.after_seq;
     let mut last_phase: Option<String> = None;
     let mut last_step = String::new();
@@ -96,7 +97,7 @@ pub async fn follow(
                     eprintln!("{} {why}", table::clock(table::now_ms()));
                     down = true;
                 }
-                if Instant::now() >= deadline {
+                if monotonic_now() >= deadline {
                     return Err(timed_out(&op));
                 }
                 tokio::time::sleep(op.poll).await;
@@ -141,7 +142,7 @@ pub async fn follow(
             }
             Stage::Running => {}
         }
-        if Instant::now() >= deadline {
+        if monotonic_now() >= deadline {
             if json_mode {
                 println!("{}", json!({"outcome": "timeout", "plan": p}));
             }
