@@ -2,6 +2,8 @@
 //! over WebDriver, with the console's browser harness). Each test clicks through a story and
 //! leaves screenshots in `target/console-screenshots/`.
 
+// Tests measure real elapsed time and wait on real processes: they may read the clocks.
+#![allow(clippy::disallowed_methods)]
 // The harness's Browser holds a WebDriver session, which has no Debug.
 #![allow(missing_debug_implementations)]
 
