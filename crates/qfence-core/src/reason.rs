@@ -266,11 +266,7 @@ pub(crate) fn not_fenced(v: &SiteVerdict) -> String {
 /// "dc1's resource not proven stopped (vm.stop FAILED at 14:02:07)": a resource verdict
 /// ([`crate::rules::Rules::resource_verdict`]) that is not FENCED.
 pub(crate) fn not_stopped(v: &SiteVerdict) -> String {
-    format!(
-        "{}'s resource not proven stopped ({})",
-        v.site,
-        readings(v)
-    )
+    format!("{}'s resource not proven stopped ({})", v.site, readings(v))
 }
 
 impl Note {
@@ -508,9 +504,9 @@ fn render(plan: &PlanId, n: &Note) -> String {
         Note::WaitingDeadMan { site, by, unproven } => {
             format!("{unproven}; waiting for {site}'s dead-man switch to fire by {by}")
         }
-        Note::ResourceStopped { what } => format!(
-            "the switchover stopped the resource ({what}) and did not power the site off"
-        ),
+        Note::ResourceStopped { what } => {
+            format!("the switchover stopped the resource ({what}) and did not power the site off")
+        }
         Note::Escalating { target, why } => format!(
             "{plan} to {target}: {why}: escalating to the required fences, verified as in a \
              failover"

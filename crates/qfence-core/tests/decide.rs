@@ -1881,7 +1881,11 @@ fn a_planned_switchover_stops_the_vm_and_leaves_the_old_owners_host_on() {
     );
     let t = b.state.transition().expect("service step");
     assert!(!t.escalated);
-    assert_eq!(t.fenced, vec![k("dc1", 1)], "an abort would undo vm.stop only");
+    assert_eq!(
+        t.fenced,
+        vec![k("dc1", 1)],
+        "an abort would undo vm.stop only"
+    );
     assert_eq!(b.state.owner, site("dc2"));
     // Steady at dc2: dc1 is a standby whose resource is stopped, with no alarm.
     let mut all = Vec::new();
@@ -1891,7 +1895,8 @@ fn a_planned_switchover_stops_the_vm_and_leaves_the_old_owners_host_on() {
         all.push(acts(&d));
         if d.reason.starts_with("no action: erp-db owned by dc2") {
             assert!(
-                d.reason.contains("dc1 resource stopped (vm.stop FENCED at "),
+                d.reason
+                    .contains("dc1 resource stopped (vm.stop FENCED at "),
                 "{}",
                 d.reason
             );
@@ -1904,7 +1909,9 @@ fn a_planned_switchover_stops_the_vm_and_leaves_the_old_owners_host_on() {
     assert!(seen > 10, "steady at dc2 {seen} times");
     never_powers_off(&all, "dc1");
     assert!(
-        !all.iter().flatten().any(|a| matches!(a, Action::Alarm { .. })),
+        !all.iter()
+            .flatten()
+            .any(|a| matches!(a, Action::Alarm { .. })),
         "{all:?}"
     );
     assert!(b.state.alarmed.is_empty());
@@ -1921,11 +1928,10 @@ fn a_switchover_whose_vm_does_not_read_stopped_escalates_to_the_power_fence() {
     // Escalated at once, in the same decision: the required fences, as a failover.
     assert_eq!(acts(&d), vec![fence("dc1", 0), fence("dc1", 1)]);
     assert!(
-        d.reason == (
-            "erp-db to dc2: dc1's resource not proven stopped (vm.stop FAILED at 14:02:05): \
+        d.reason
+            == ("erp-db to dc2: dc1's resource not proven stopped (vm.stop FAILED at 14:02:05): \
              escalating to the required fences, verified as in a failover; erp-db to dc2, \
-             fences step: dc1 power.off, dc1 vm.stop"
-        ),
+             fences step: dc1 power.off, dc1 vm.stop"),
         "{}",
         d.reason
     );
@@ -1938,7 +1944,11 @@ fn a_switchover_whose_vm_does_not_read_stopped_escalates_to_the_power_fence() {
     assert_eq!(acts(&b.step()), vec![check("dc2", 2)]);
     assert_eq!(b.stage(), Some(Stage::Readiness));
     let d = walk_acting(&mut b, 3);
-    assert!(d.iter().flatten().any(|a| matches!(a, Action::Service { .. })));
+    assert!(
+        d.iter()
+            .flatten()
+            .any(|a| matches!(a, Action::Service { .. }))
+    );
     assert_eq!(b.state.owner, site("dc2"));
 }
 

@@ -45,7 +45,12 @@ impl Cx<'_, '_> {
         if v.verdict != Verdict::Fenced {
             return Err(crate::reason::not_stopped(&v));
         }
-        let read_at = v.readings.iter().filter_map(|r| r.at).min().unwrap_or(since);
+        let read_at = v
+            .readings
+            .iter()
+            .filter_map(|r| r.at)
+            .min()
+            .unwrap_or(since);
         if let Some(why) = self.starting(site, read_at) {
             return Err(format!("{site}'s resource may be starting again ({why})"));
         }

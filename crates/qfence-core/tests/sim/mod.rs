@@ -1080,11 +1080,14 @@ impl<'c> Sim<'c> {
             return Err(self.violation(
                 step,
                 inv,
-                format!("committed {} at generation {}: {why}", n.owner, n.generation),
+                format!(
+                    "committed {} at generation {}: {why}",
+                    n.owner, n.generation
+                ),
             ));
         }
-        let excused = self.world.confirmed_running.contains(from)
-            || self.world.tamper_unseen.contains(from);
+        let excused =
+            self.world.confirmed_running.contains(from) || self.world.tamper_unseen.contains(from);
         if self.world.primary.contains(from) && !self.site_down(from) && !excused {
             return Err(self.violation(
                 step,
