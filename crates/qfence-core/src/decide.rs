@@ -6,10 +6,10 @@
 //! the owner's dead-man switches, `decide/dead_man.rs`; the fence watch of every other site,
 //! the owner's shield, the readiness watch; the service binding kept, `decide/service.rs`) or
 //! the transition under way (`decide/transition.rs`), step by step, as far as it can go without
-//! waiting, each step judged in `decide/judge.rs`; a failover's target is chosen in
-//! `decide/target.rs`. Every change to the plan state is collected into one compare-and-set;
-//! every clause of the sentence into one sentence (see `reason.rs`). The rules themselves are
-//! in `docs/specs/decision-core.md`.
+//! waiting, each step judged in `decide/judge.rs`, a planned switchover's resource-level proof
+//! in `decide/resource.rs`; a failover's target is chosen in `decide/target.rs`. Every change
+//! to the plan state is collected into one compare-and-set; every clause of the sentence into
+//! one sentence (see `reason.rs`). The rules themselves are in `docs/specs/decision-core.md`.
 
 use std::collections::BTreeMap;
 use std::time::Duration;
@@ -23,6 +23,7 @@ mod dead_man;
 mod health;
 mod intents;
 mod judge;
+mod resource;
 mod service;
 mod steady;
 mod target;

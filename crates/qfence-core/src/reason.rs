@@ -193,6 +193,17 @@ pub enum Note {
         by: Millis,
         unproven: String,
     },
+    /// A planned switchover committed on the resource-level proof: the sites it gave up had
+    /// their resource stopped and were not powered off ("dc1 vm.stop FENCED at 14:02:07").
+    ResourceStopped {
+        what: String,
+    },
+    /// A planned switchover's resource-level proof did not come: it runs the required fences
+    /// and verifies them as a failover does.
+    Escalating {
+        target: SiteId,
+        why: String,
+    },
 }
 
 fn intent_name(i: &IntentKind) -> String {
@@ -231,6 +242,9 @@ pub(crate) fn site_summary(v: &SiteVerdict) -> String {
                 v.site
             )
         }
+        (Verdict::Fenced, Basis::ResourceStopped) => {
+            format!("{} resource stopped ({})", v.site, readings(v))
+        }
         (Verdict::Fenced, _) => format!("{} fenced ({})", v.site, readings(v)),
         _ => not_fenced(v),
     }
@@ -247,6 +261,12 @@ pub(crate) fn not_fenced(v: &SiteVerdict) -> String {
         }
         _ => format!("{} not fenced ({})", v.site, readings(v)),
     }
+}
+
+/// "dc1's resource not proven stopped (vm.stop FAILED at 14:02:07)": a resource verdict
+/// ([`crate::rules::Rules::resource_verdict`]) that is not FENCED.
+pub(crate) fn not_stopped(v: &SiteVerdict) -> String {
+    format!("{}'s resource not proven stopped ({})", v.site, readings(v))
 }
 
 impl Note {
@@ -304,7 +324,9 @@ fn render(plan: &PlanId, n: &Note) -> String {
         | Note::SwitchoverRefused { .. }
         | Note::SecondaryFailed { .. }
         | Note::DeadManEvidence { .. }
-        | Note::WaitingDeadMan { .. } => render_transition(plan, n),
+        | Note::WaitingDeadMan { .. }
+        | Note::ResourceStopped { .. }
+        | Note::Escalating { .. } => render_transition(plan, n),
     }
 }
 
@@ -547,6 +569,13 @@ fn render_transition(plan: &PlanId, n: &Note) -> String {
         Note::WaitingDeadMan { site, by, unproven } => {
             format!("{unproven}; waiting for {site}'s dead-man switch to fire by {by}")
         }
+        Note::ResourceStopped { what } => {
+            format!("the switchover stopped the resource ({what}) and did not power the site off")
+        }
+        Note::Escalating { target, why } => format!(
+            "{plan} to {target}: {why}: escalating to the required fences, verified as in a \
+             failover"
+        ),
         _ => unreachable!("render sends only transition notes here"),
     }
 }

@@ -34,6 +34,9 @@ pub enum Mutation {
     /// The simulated executor acts on an arm or renewal after its `not_after` (a forwarded
     /// call delayed past its deadline). The core does not read it: the runtime's side.
     ActsAfterNotAfter,
+    /// A planned switchover counts a site's resource as stopped once its resource-level
+    /// fences ran, whatever their read-back says.
+    SwitchoverTrustsTheStop,
 }
 
 /// The rules `decide` applies. [`Rules::default`] is the only one production uses.
@@ -63,6 +66,10 @@ pub enum Basis {
     Evidence(EvidenceKind),
     /// The site has no required fence and no evidence: nothing can prove it stopped.
     NothingToProve,
+    /// Every resource-level fence of the site reads FENCED ([`Rules::resource_verdict`]): its
+    /// resource is proven stopped, its host may run. What a planned switchover stands on for
+    /// the sites it gives up, and what a standby left so reads; never proof in a failover.
+    ResourceStopped,
 }
 
 /// A site's verdict, with its basis.
@@ -156,6 +163,22 @@ pub fn proving_fences(
         .collect()
 }
 
+/// The resource-level fences of `site`: its fences that do not count toward its verdict (not
+/// required, or application-level: `vm.stop`, `container.stop`, `db.demote`). They stop the
+/// resource, not the site, and their read-back proves the resource stopped while the site is
+/// up and answering: what a planned switchover stands on (see [`Rules::resource_verdict`]).
+pub fn resource_fences(
+    config: &ValidatedConfig,
+    plan: &PlanConfig,
+    site: &SiteId,
+) -> Vec<BindingKey> {
+    let proving = proving_fences(config, plan, site);
+    keys(plan, site, Role::Fence)
+        .into_iter()
+        .filter(|k| !proving.contains(k))
+        .collect()
+}
+
 impl Rules {
     /// What one reading counts as: FENCED only for a reading that holds, is no older than
     /// `freshness` and was taken no earlier than `since`.
@@ -227,6 +250,84 @@ impl Rules {
         }
     }
 
+    /// Whether `site`'s resource is proven stopped by its resource-level fences
+    /// ([`resource_fences`]): FENCED, basis [`Basis::ResourceStopped`], when the site has at
+    /// least one and every one reads FENCED ([`Rules::reading_verdict`]: fresh, no earlier
+    /// than `since`); FAILED when one reads FAILED (the resource runs); UNKNOWN otherwise.
+    /// The readings are the resource fences'. It says nothing of the host: a planned
+    /// switchover and the fence watch of a standby use it; a failover never does.
+    #[allow(clippy::too_many_arguments)]
+    pub fn resource_verdict(
+        &self,
+        config: &ValidatedConfig,
+        plan: &PlanConfig,
+        observations: &BTreeMap<BindingKey, Observation>,
+        site: &SiteId,
+        now: Millis,
+        since: Option<Millis>,
+    ) -> SiteVerdict {
+        let mut readings = self.readings_of(
+            plan,
+            observations,
+            resource_fences(config, plan, site),
+            now,
+            since,
+        );
+        if self.mutation == Mutation::SwitchoverTrustsTheStop {
+            for r in &mut readings {
+                r.verdict = Verdict::Fenced;
+            }
+        }
+        let (verdict, basis) = if readings.is_empty() {
+            (Verdict::Unknown, Basis::NothingToProve)
+        } else if readings.iter().any(|r| r.verdict == Verdict::Failed) {
+            (Verdict::Failed, Basis::Readings)
+        } else if readings.iter().all(|r| r.verdict == Verdict::Fenced) {
+            (Verdict::Fenced, Basis::ResourceStopped)
+        } else {
+            (Verdict::Unknown, Basis::Readings)
+        };
+        SiteVerdict {
+            site: site.clone(),
+            verdict,
+            basis,
+            readings,
+        }
+    }
+
+    /// The verdict of a site that does not own the plan, as the fence watch and a status show
+    /// it: [`Rules::site_verdict`], or, when that is not FENCED, [`Rules::resource_verdict`]
+    /// once it is (a standby whose resource is proven stopped is safe; a planned switchover
+    /// leaves the old owner so, its host on). Only display and alarms use it: a move's proof
+    /// is judged by `decide` itself, and a failover's only by [`Rules::site_verdict`].
+    #[allow(clippy::too_many_arguments)]
+    pub fn standby_verdict(
+        &self,
+        config: &ValidatedConfig,
+        plan: &PlanConfig,
+        state: &PlanState,
+        observations: &BTreeMap<BindingKey, Observation>,
+        site: &SiteId,
+        now: Millis,
+        transition_started: Option<Millis>,
+    ) -> SiteVerdict {
+        let v = self.site_verdict(
+            config,
+            plan,
+            state,
+            observations,
+            site,
+            now,
+            None,
+            transition_started,
+        );
+        if v.verdict == Verdict::Fenced {
+            return v;
+        }
+        let r = self.resource_verdict(config, plan, observations, site, now, None);
+        if r.verdict == Verdict::Fenced { r } else { v }
+    }
+
     /// The readings of `site`'s proving fences, each judged by [`Rules::reading_verdict`].
     fn readings(
         &self,
@@ -237,8 +338,24 @@ impl Rules {
         now: Millis,
         since: Option<Millis>,
     ) -> Vec<FenceReading> {
-        proving_fences(config, plan, site)
-            .into_iter()
+        self.readings_of(
+            plan,
+            observations,
+            proving_fences(config, plan, site),
+            now,
+            since,
+        )
+    }
+
+    fn readings_of(
+        &self,
+        plan: &PlanConfig,
+        observations: &BTreeMap<BindingKey, Observation>,
+        keys: Vec<BindingKey>,
+        now: Millis,
+        since: Option<Millis>,
+    ) -> Vec<FenceReading> {
+        keys.into_iter()
             .map(|k| {
                 let obs = observations.get(&k);
                 FenceReading {
@@ -253,8 +370,8 @@ impl Rules {
             .collect()
     }
 
-    /// The verdict shown for `site` when nothing else judged it: [`Rules::site_verdict`] for a
-    /// site that does not own the plan, or that a transition is taking it from (it is the
+    /// The verdict shown for `site` when nothing else judged it: [`Rules::standby_verdict`]
+    /// for a site that does not own the plan, or that a transition is taking it from (it is the
     /// site being fenced); for the owner, only readings taken since it became the owner, and
     /// no evidence. A reading taken before it was unfenced and promoted says FENCED of a host
     /// that now runs the service: it no longer describes the site. The owner's fences are not
@@ -273,14 +390,13 @@ impl Rules {
         let transition = state.transition();
         let serving = *site == state.owner && transition.is_none_or(|t| t.target == *site);
         if !serving {
-            return self.site_verdict(
+            return self.standby_verdict(
                 config,
                 plan,
                 state,
                 observations,
                 site,
                 now,
-                None,
                 transition.map(|t| t.started),
             );
         }

@@ -247,7 +247,10 @@ pub enum TransitionKind {
     Failover { cause: String },
     /// An operator's failover to a named site.
     OperatorFailover { by: String, why: String },
-    /// A planned switchover: the target's readiness is checked before anything is touched.
+    /// A planned switchover: the target's readiness is checked before anything is touched,
+    /// and the sites given up stop the resource through their resource-level fences (see
+    /// [`crate::rules::resource_fences`]), escalating to the required ones only when that
+    /// proof does not come.
     Switchover { by: String, why: String },
 }
 
@@ -329,6 +332,12 @@ pub struct Transition {
     /// already held when the transition came to it is never undone by an abort.
     #[serde(default)]
     pub fenced: Vec<BindingKey>,
+    /// A planned switchover whose resource-level proof did not come (a resource fence of a
+    /// site given up read back not holding or UNKNOWN, or not within the fence timeout): from
+    /// then on it fences and verifies the required fences, as a failover does. Always false
+    /// for a failover, which never tries the resource-level proof.
+    #[serde(default)]
+    pub escalated: bool,
 }
 
 /// Evidence that a site is fenced without a read-back.

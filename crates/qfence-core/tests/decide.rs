@@ -134,8 +134,10 @@ fn a_returning_site_raises_an_alarm_and_the_shield_and_is_never_unfenced() {
     b.step();
     let d = b.step();
     assert!(d.reason.starts_with("no action:"), "{}", d.reason);
-    // dc2's host comes back on.
+    // dc2's host comes back on, and its VM with it (a host back on with its VM stopped
+    // would be a standby whose resource is stopped: safe, no alarm).
     b.world.insert(k("dc2", 0), Observed::NotHeld);
+    b.world.insert(k("dc2", 1), Observed::NotHeld);
     b.tick(8);
     let d = b.step();
     assert!(acts(&d).contains(&check("dc2", 0)));
@@ -446,7 +448,8 @@ fn a_switchover_reads_readiness_again_whatever_the_watch_read() {
         steps,
         vec![
             vec![check("dc2", 2)],
-            vec![fence("dc1", 0), fence("dc1", 1)],
+            // A planned switchover stops the resource: dc1's vm.stop, not its power.
+            vec![fence("dc1", 1)],
             vec![check("dc1", 0), check("dc1", 1)],
             vec![check("dc2", 2)],
         ]
@@ -1094,7 +1097,7 @@ fn a_planned_switchover_checks_the_target_before_touching_the_owner() {
     b.intent(IntentKind::Switchover { to: site("dc2") });
     let steps = walk(&mut b, 4);
     assert_eq!(steps[0], vec![check("dc2", 2)]);
-    assert_eq!(steps[1], vec![fence("dc1", 0), fence("dc1", 1)]);
+    assert_eq!(steps[1], vec![fence("dc1", 1)]);
     assert_eq!(steps[2], vec![check("dc1", 0), check("dc1", 1)]);
     assert_eq!(steps[3], vec![check("dc2", 2)]);
 }
@@ -1448,8 +1451,9 @@ fn a_site_in_maintenance_is_checked_and_shown_but_raises_no_alarm() {
         "no action: erp-db owned by dc1 at generation 1; dc2 in maintenance, fenced \
          (power.off FENCED at 14:02:01), ready (replication.lag at 14:02:01)"
     );
-    // An operator at work powers dc2 on: shown, but no alarm.
+    // An operator at work powers dc2 on, its VM too: shown, but no alarm.
     b.world.insert(k("dc2", 0), Observed::NotHeld);
+    b.world.insert(k("dc2", 1), Observed::NotHeld);
     b.tick(8);
     b.step();
     let d = b.step();
@@ -1814,4 +1818,239 @@ fn a_verify_step_that_cannot_read_back_shows_unknown_though_an_older_reading_hol
     assert_eq!(shown(&d, "dc1"), Verdict::Unknown);
     // What the status used to show: the site rule judged again without the step's start.
     assert_eq!(verdict(&b, "dc1"), Verdict::Fenced);
+}
+
+// ----- a planned switchover stops the resource, not the host -----
+
+/// The lab with dc1's host on (its power.off reads not holding, as a live host does), asked
+/// to switch over to dc2, walked through preflight.
+fn switchover_with_dc1_up() -> Bench {
+    let mut b = Bench::lab();
+    b.world.insert(k("dc1", 0), Observed::NotHeld);
+    b.step();
+    b.step();
+    b.intent(IntentKind::Switchover { to: site("dc2") });
+    assert_eq!(acts(&b.step()), vec![check("dc2", 2)], "preflight");
+    b
+}
+
+fn never_powers_off(steps: &[Vec<Action>], s: &str) {
+    assert!(
+        !steps.iter().flatten().any(|a| *a == fence(s, 0)),
+        "{s}'s power.off was run: {steps:?}"
+    );
+}
+
+#[test]
+fn a_planned_switchover_stops_the_vm_and_leaves_the_old_owners_host_on() {
+    let mut b = switchover_with_dc1_up();
+    let mut steps = Vec::new();
+    let mut sentences = Vec::new();
+    for _ in 0..7 {
+        let d = b.step();
+        steps.push(acts(&d));
+        sentences.push(d.reason.to_string());
+    }
+    assert_eq!(
+        steps,
+        vec![
+            // Only dc1's resource-level fence: vm.stop.
+            vec![fence("dc1", 1)],
+            // Every fence read back; vm.stop decides.
+            vec![check("dc1", 0), check("dc1", 1)],
+            vec![check("dc2", 2)],
+            vec![
+                Action::Unfence {
+                    binding: k("dc2", 0)
+                },
+                Action::Unfence {
+                    binding: k("dc2", 1)
+                }
+            ],
+            vec![Action::Switchover {
+                binding: k("dc2", 4)
+            }],
+            vec![],
+            vec![Action::Service {
+                binding: svc(0),
+                site: site("dc2")
+            }],
+        ]
+    );
+    assert_eq!(
+        sentences[5],
+        "committed erp-db to dc2 at generation 2; the switchover stopped the resource (dc1 \
+         vm.stop FENCED) and did not power the site off"
+    );
+    let t = b.state.transition().expect("service step");
+    assert!(!t.escalated);
+    assert_eq!(
+        t.fenced,
+        vec![k("dc1", 1)],
+        "an abort would undo vm.stop only"
+    );
+    assert_eq!(b.state.owner, site("dc2"));
+    // Steady at dc2: dc1 is a standby whose resource is stopped, with no alarm.
+    let mut all = Vec::new();
+    let mut seen = 0;
+    for _ in 0..30 {
+        let d = b.step();
+        all.push(acts(&d));
+        if d.reason.starts_with("no action: erp-db owned by dc2") {
+            assert!(
+                d.reason
+                    .contains("dc1 resource stopped (vm.stop FENCED at "),
+                "{}",
+                d.reason
+            );
+            let dc1 = d.sites.iter().find(|v| v.site == site("dc1")).unwrap();
+            assert_eq!(dc1.verdict, Verdict::Fenced);
+            assert_eq!(dc1.basis, qfence_core::rules::Basis::ResourceStopped);
+            seen += 1;
+        }
+    }
+    assert!(seen > 10, "steady at dc2 {seen} times");
+    never_powers_off(&all, "dc1");
+    assert!(
+        !all.iter()
+            .flatten()
+            .any(|a| matches!(a, Action::Alarm { .. })),
+        "{all:?}"
+    );
+    assert!(b.state.alarmed.is_empty());
+}
+
+#[test]
+fn a_switchover_whose_vm_does_not_read_stopped_escalates_to_the_power_fence() {
+    let mut b = switchover_with_dc1_up();
+    // vm.stop "succeeds" but the read-back shows the VM still running.
+    b.world.insert(k("dc1", 1), Observed::NotHeld);
+    assert_eq!(acts(&b.step()), vec![fence("dc1", 1)]);
+    assert_eq!(acts(&b.step()), vec![check("dc1", 0), check("dc1", 1)]);
+    let d = b.step();
+    // Escalated at once, in the same decision: the required fences, as a failover.
+    assert_eq!(acts(&d), vec![fence("dc1", 0), fence("dc1", 1)]);
+    assert!(
+        d.reason
+            == ("erp-db to dc2: dc1's resource not proven stopped (vm.stop FAILED at 14:02:05): \
+             escalating to the required fences, verified as in a failover; erp-db to dc2, \
+             fences step: dc1 power.off, dc1 vm.stop"),
+        "{}",
+        d.reason
+    );
+    let t = b.state.transition().unwrap();
+    assert!(t.escalated);
+    assert_eq!(t.fenced, vec![k("dc1", 1), k("dc1", 0)]);
+    // The host powers off; its power.off reads holding: the move goes on as a failover's.
+    b.world.insert(k("dc1", 0), Observed::Holds);
+    assert_eq!(acts(&b.step()), vec![check("dc1", 0), check("dc1", 1)]);
+    assert_eq!(acts(&b.step()), vec![check("dc2", 2)]);
+    assert_eq!(b.stage(), Some(Stage::Readiness));
+    let d = walk_acting(&mut b, 3);
+    assert!(
+        d.iter()
+            .flatten()
+            .any(|a| matches!(a, Action::Service { .. }))
+    );
+    assert_eq!(b.state.owner, site("dc2"));
+}
+
+#[test]
+fn a_switchover_whose_vm_stop_answers_unknown_escalates_rather_than_promote() {
+    let mut b = switchover_with_dc1_up();
+    b.world.insert(k("dc1", 1), Observed::Unknown);
+    b.step();
+    b.step();
+    let d = b.step();
+    assert!(acts(&d).contains(&fence("dc1", 0)), "{d:?}");
+    assert!(b.state.transition().unwrap().escalated);
+    // Until dc1's power.off holds, nothing is promoted.
+    for _ in 0..60 {
+        let d = b.step();
+        assert!(
+            !acts(&d)
+                .iter()
+                .any(|a| matches!(a, Action::Switchover { .. } | Action::Unfence { .. })),
+            "{d:?}"
+        );
+    }
+}
+
+#[test]
+fn a_switchover_does_not_stand_on_a_stopped_vm_while_a_restart_is_under_way_there() {
+    let mut b = Bench::full();
+    b.world.insert(k("dc1", 0), Observed::NotHeld);
+    b.step();
+    b.step();
+    b.intent(IntentKind::Switchover { to: site("dc2") });
+    for _ in 0..5 {
+        if b.stage() == Some(Stage::Verify) {
+            break;
+        }
+        b.step();
+    }
+    assert_eq!(b.stage(), Some(Stage::Verify));
+    // A restart in place (vm.start, recovery) sent before the move is still on its way.
+    b.in_flight
+        .insert(OpId("erp-db/late-recover".into()), k("dc1", 5));
+    let d = b.step();
+    assert!(
+        d.reason
+            .contains("dc1's resource may be starting again (dc1 vm.start is under way)"),
+        "{}",
+        d.reason
+    );
+    assert!(acts(&d).contains(&fence("dc1", 0)), "escalated: {d:?}");
+}
+
+#[test]
+fn a_failover_still_needs_the_required_fence_when_the_vm_reads_stopped() {
+    let mut b = Bench::lab();
+    // dc1's VM reads stopped but its host's power is UNKNOWN (its BMC unreachable).
+    b.world.insert(k("dc1", 0), Observed::Unknown);
+    b.intent(IntentKind::Failover { to: site("dc2") });
+    let steps: Vec<Vec<Action>> = (0..200).map(|_| acts(&b.step())).collect();
+    assert_eq!(steps[0], vec![fence("dc1", 0), fence("dc1", 1)]);
+    assert!(
+        !steps
+            .iter()
+            .flatten()
+            .any(|a| matches!(a, Action::Switchover { .. } | Action::Unfence { .. })),
+        "a failover never stands on the resource-level proof: {steps:?}"
+    );
+    let t = b.state.transition().expect("still moving");
+    assert!(!t.escalated);
+    assert!(
+        t.halted
+            .as_deref()
+            .is_some_and(|h| h.contains("dc1 not fenced (power.off UNKNOWN")),
+        "{t:?}"
+    );
+}
+
+#[test]
+fn a_standby_with_its_resource_stopped_reads_so_and_raises_no_alarm() {
+    let mut b = Bench::lab();
+    // dc2's host is on (a hot standby), its VM stopped.
+    b.world.insert(k("dc2", 0), Observed::NotHeld);
+    b.step();
+    let d = b.step();
+    assert_eq!(
+        d.reason,
+        "no action: erp-db owned by dc1 at generation 1; dc2 resource stopped (vm.stop \
+         FENCED at 14:02:01), ready (replication.lag at 14:02:01)"
+    );
+    assert!(b.state.alarmed.is_empty());
+    // Its VM starts behind qfence's back: now it is not safe, and says so once.
+    b.world.insert(k("dc2", 1), Observed::NotHeld);
+    b.tick(9);
+    b.step();
+    let d = b.step();
+    assert_eq!(
+        acts(&d),
+        vec![Action::Alarm {
+            site: Some(site("dc2")),
+            detail: "dc2 not fenced (power.off FAILED at 14:02:12)".into()
+        }]
+    );
 }

@@ -1,8 +1,9 @@
 //! The invariants can fail: a copy of the rules with a deliberate bug (an UNKNOWN reading
 //! counted as FENCED, a target in maintenance, and one per defect of issue 12: a dead-man
 //! switch kept armed, an arm or renewal acted on after its deadline, an abort after the
-//! switchover, a service never kept) is run through the same simulation, and the checker
-//! must catch it within a bounded number of schedules.
+//! switchover, a service never kept; and a switchover that trusts its resource fences without
+//! their read-back) is run through the same simulation, and the checker must catch it within
+//! a bounded number of schedules.
 
 mod sim;
 
@@ -147,6 +148,16 @@ fn a_service_applied_once_and_never_kept_is_caught_by_the_world() {
         Mutation::ServiceNotKept,
         sim::Invariant::VipAtOwner,
         0x3D00_0000,
+        3000,
+    );
+}
+
+#[test]
+fn a_switchover_that_trusts_the_stop_without_its_read_back_is_caught() {
+    first_caught(
+        Mutation::SwitchoverTrustsTheStop,
+        sim::Invariant::SwitchoverStopsResource,
+        0x3E00_0000,
         3000,
     );
 }

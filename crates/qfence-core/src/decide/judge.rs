@@ -21,6 +21,8 @@ pub(super) enum Next {
     Advance(Stage),
     Retry(Stage, String),
     Halt(String),
+    /// A planned switchover's resource-level proof did not come: fence the required fences.
+    Escalate(String),
     Steady,
 }
 
@@ -31,11 +33,19 @@ impl Cx<'_, '_> {
         let mut waiting = 0;
         let timeout = t.stage_started.plus(self.plan.fence_timeout);
         let hard = t.stage_started.plus(self.plan.fence_timeout * 2);
+        // Verify waits for the read-backs that decide: a site's resource-level fences where
+        // a planned switchover stops its resource, its required ones otherwise.
         let proving: Vec<BindingKey> = match t.stage {
             Stage::Verify => self
                 .other_sites(&t.target)
                 .iter()
-                .flat_map(|s| rules::proving_fences(self.s.config, self.plan, s))
+                .flat_map(|s| {
+                    if self.stops_resource(t, s) {
+                        rules::resource_fences(self.s.config, self.plan, s)
+                    } else {
+                        rules::proving_fences(self.s.config, self.plan, s)
+                    }
+                })
                 .collect(),
             _ => Vec::new(),
         };
@@ -172,10 +182,17 @@ impl Cx<'_, '_> {
 
     pub(super) fn judge_verify(&mut self, t: &Transition, retries_left: bool) -> Next {
         let mut unproven = Vec::new();
+        let mut not_stopped = Vec::new();
         let mut waiting_dead_man = None;
         for site in self.other_sites(&t.target) {
             let v = self.judge_site(&site, Some(t.stage_started));
             if v.verdict == Verdict::Fenced {
+                continue;
+            }
+            if self.stops_resource(t, &site) {
+                if let Err(why) = self.resource_proof(t, &site, Some(t.stage_started)) {
+                    not_stopped.push(why);
+                }
                 continue;
             }
             if v.verdict == Verdict::Unknown {
@@ -208,6 +225,11 @@ impl Cx<'_, '_> {
                 }
             }
             unproven.push(crate::reason::not_fenced(&v));
+        }
+        if !not_stopped.is_empty() {
+            // No retry of the resource fences: the proof had its fence timeout, and the
+            // required fences are what a site that does not stop its resource gets.
+            return Next::Escalate(not_stopped.join(", "));
         }
         if unproven.is_empty() {
             return Next::Advance(t.after_verify);

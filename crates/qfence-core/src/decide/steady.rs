@@ -33,7 +33,8 @@ impl Cx<'_, '_> {
     }
 
     /// Re-checks every fence of every site that does not own the plan; raises an alarm for a
-    /// site that is no longer fenced, and drops evidence a fresh FAILED reading contradicts.
+    /// site that is no longer fenced (nor its resource proven stopped), and drops evidence a
+    /// fresh FAILED reading contradicts.
     pub(super) fn fence_watch(&mut self, owner: &SiteId) -> Vec<SiteVerdict> {
         let mut out = Vec::new();
         for site in self.other_sites(owner) {
@@ -64,6 +65,27 @@ impl Cx<'_, '_> {
                         .push(Note::EvidenceContradicted { site: site.clone() });
                 }
             }
+            // A standby whose resource is proven stopped (a planned switchover leaves the old
+            // owner so, its host on) is safe: shown so, and no alarm. A failover still needs
+            // its required fences (judged by `Rules::site_verdict` alone).
+            let v = if v.verdict == Verdict::Fenced {
+                v
+            } else {
+                let r = self.rules.resource_verdict(
+                    self.s.config,
+                    self.plan,
+                    self.s.observations,
+                    &site,
+                    self.now(),
+                    None,
+                );
+                if r.verdict == Verdict::Fenced {
+                    self.judged.insert(site.clone(), r.clone());
+                    r
+                } else {
+                    v
+                }
+            };
             let judged = !checking && !never_read;
             // A site in maintenance is checked and shown, but an operator is at work there:
             // its state raises no alarm (it can never be promoted meanwhile, and the owner's

@@ -146,6 +146,7 @@ impl Cx<'_, '_> {
             entered: false,
             halted: None,
             fenced: Vec::new(),
+            escalated: false,
         });
     }
 }

@@ -137,6 +137,22 @@ impl Cx<'_, '_> {
                 self.set_t(t);
                 false
             }
+            Next::Escalate(why) => {
+                // The resource-level proof did not come: fence and verify the required
+                // fences from here on, with the retries of a failover.
+                self.notes.push(Note::Escalating {
+                    target: t.target.clone(),
+                    why,
+                });
+                t.escalated = true;
+                t.attempt = 0;
+                t.retry_at = None;
+                t.stage = Stage::Fences;
+                t.entered = false;
+                t.pending.clear();
+                self.set_t(t);
+                true
+            }
             Next::Halt(why) => {
                 self.issue(Action::Alarm {
                     site: Some(t.target.clone()),
@@ -166,15 +182,24 @@ impl Cx<'_, '_> {
         }
     }
 
-    /// Whether every site but the target reads FENCED (or has evidence) now.
+    /// Whether every site but the target reads FENCED (or has evidence) now; in a planned
+    /// switchover, a site whose resource it stops may instead have its resource proven
+    /// stopped in this transition (`resource.rs`).
     pub(super) fn guard(&mut self, t: &Transition) -> Result<(), String> {
-        let bad: Vec<String> = self
-            .other_sites(&t.target)
-            .iter()
-            .map(|s| self.judge_site(s, None))
-            .filter(|v| v.verdict != Verdict::Fenced)
-            .map(|v| crate::reason::not_fenced(&v))
-            .collect();
+        let mut bad = Vec::new();
+        for s in self.other_sites(&t.target) {
+            let v = self.judge_site(&s, None);
+            if v.verdict == Verdict::Fenced {
+                continue;
+            }
+            if self.stops_resource(t, &s) {
+                if let Err(why) = self.resource_proof(t, &s, None) {
+                    bad.push(why);
+                }
+                continue;
+            }
+            bad.push(crate::reason::not_fenced(&v));
+        }
         if bad.is_empty() {
             Ok(())
         } else {
@@ -207,7 +232,14 @@ impl Cx<'_, '_> {
             Stage::AppFences | Stage::Fences => {
                 let app = t.stage == Stage::AppFences;
                 for s in &others {
-                    for k in rules::keys(self.plan, s, Role::Fence) {
+                    // A planned switchover stops the resource, not the site: only the
+                    // resource-level fences, unless it escalated.
+                    let keys = if self.stops_resource(t, s) {
+                        rules::resource_fences(self.s.config, self.plan, s)
+                    } else {
+                        rules::keys(self.plan, s, Role::Fence)
+                    };
+                    for k in keys {
                         if (self.level(&k) == Some(FenceLevel::Application)) == app {
                             out.push(Action::Fence { binding: k });
                         }
@@ -348,6 +380,17 @@ impl Cx<'_, '_> {
         nt.entered = false;
         nt.attempt = 0;
         nt.pending.clear();
+        let stopped: Vec<String> = self
+            .other_sites(&target)
+            .iter()
+            .filter_map(|s| self.judged.get(s))
+            .filter(|v| v.basis == rules::Basis::ResourceStopped)
+            .flat_map(|v| {
+                v.readings
+                    .iter()
+                    .map(|r| format!("{} {} {}", v.site, r.capability, r.verdict))
+            })
+            .collect();
         let st = self.change();
         // Evidence that proved the other sites fenced carries into the new generation: it
         // is what the new owner stands on.
@@ -372,5 +415,10 @@ impl Cx<'_, '_> {
             owner: target,
             generation,
         });
+        if !stopped.is_empty() {
+            self.notes.push(Note::ResourceStopped {
+                what: stopped.join(", "),
+            });
+        }
     }
 }

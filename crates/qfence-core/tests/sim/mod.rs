@@ -29,7 +29,8 @@ use std::time::Duration;
 use qfence_core::rules::{binding, fence_level};
 use qfence_core::{
     Action, BindingKey, Decision, EvidenceKind, Intent, IntentKind, Leadership, Millis,
-    Observation, Observed, OpId, OpResult, PlanState, Rules, Snapshot, Stage, decide_with,
+    Observation, Observed, OpId, OpResult, PlanState, Rules, Snapshot, Stage, Transition,
+    TransitionKind, decide_with,
 };
 use qfence_model::config::{PlanConfig, ValidatedConfig};
 use qfence_model::{FenceLevel, Generation, PlanId, Role, SiteId, Term};
@@ -59,10 +60,14 @@ pub enum Invariant {
     VipAtOwner,
     /// (o) No dead-man evidence unless the world's watchdog really fired.
     DeadManFired,
+    /// (p) A planned switchover commits only with the resource proven stopped at the old
+    /// owner, and, standing on its resource-level fences, only while the world's copy there
+    /// is really stopped.
+    SwitchoverStopsResource,
 }
 
 impl Invariant {
-    pub const ALL: [Invariant; 9] = [
+    pub const ALL: [Invariant; 10] = [
         Invariant::FencedBeforePromote,
         Invariant::OneOwnerPerGeneration,
         Invariant::CurrentTermOnly,
@@ -72,6 +77,7 @@ impl Invariant {
         Invariant::OneCopyReachable,
         Invariant::VipAtOwner,
         Invariant::DeadManFired,
+        Invariant::SwitchoverStopsResource,
     ];
 
     pub fn name(self) -> &'static str {
@@ -85,6 +91,9 @@ impl Invariant {
             Invariant::OneCopyReachable => "(m) one reachable copy",
             Invariant::VipAtOwner => "(n) the VIP at the owner",
             Invariant::DeadManFired => "(o) dead-man evidence only when the watchdog fired",
+            Invariant::SwitchoverStopsResource => {
+                "(p) a switchover commits with the resource stopped at the old owner"
+            }
         }
     }
 
@@ -99,6 +108,7 @@ impl Invariant {
             Invariant::OneCopyReachable => 0x2A00_0000,
             Invariant::VipAtOwner => 0x2B00_0000,
             Invariant::DeadManFired => 0x2C00_0000,
+            Invariant::SwitchoverStopsResource => 0x2D00_0000,
         }
     }
 }
@@ -137,6 +147,10 @@ pub struct Stats {
     pub vip_moves: usize,
     /// Drains of the leader, each ended by a hand-over.
     pub drains: usize,
+    /// Planned switchovers committed on the old owner's resource-level proof (its host left
+    /// on), and those that escalated to the required fences.
+    pub resource_commits: usize,
+    pub escalations: usize,
 }
 
 impl std::ops::AddAssign for Stats {
@@ -157,6 +171,8 @@ impl std::ops::AddAssign for Stats {
         self.tampers += o.tampers;
         self.vip_moves += o.vip_moves;
         self.drains += o.drains;
+        self.resource_commits += o.resource_commits;
+        self.escalations += o.escalations;
     }
 }
 
@@ -608,6 +624,18 @@ impl<'c> Sim<'c> {
         if let Some(n) = next {
             if n.generation != self.state.generation {
                 self.stats.commits += 1;
+                if let Some(t) = self.state.transition()
+                    && matches!(t.kind, TransitionKind::Switchover { .. })
+                    && !t.escalated
+                    && !self.site_down(&t.from)
+                {
+                    self.stats.resource_commits += 1;
+                }
+            }
+            if n.transition().is_some_and(|t| t.escalated)
+                && self.state.transition().is_some_and(|t| !t.escalated)
+            {
+                self.stats.escalations += 1;
             }
             if n.transition().is_some_and(|t| t.halted.is_some())
                 && self.state.transition().is_none_or(|t| t.halted.is_none())
@@ -722,9 +750,68 @@ impl<'c> Sim<'c> {
         self.check.contains(&i)
     }
 
-    /// Whether `site` is proven stopped at `generation`, judged from the raw observations and
-    /// the world's record, never from the core's verdict.
+    /// Whether `site` is proven stopped at `generation` for the move `t`, judged from the raw
+    /// observations and the world's record, never from the core's verdict: as a site
+    /// ([`Sim::site_proven`]) or, in a planned switchover, by its resource
+    /// ([`Sim::resource_proven`]).
     fn proven(
+        &self,
+        snap: &Snapshot<'_>,
+        state: &PlanState,
+        site: &SiteId,
+        generation: Generation,
+        t: Option<&Transition>,
+    ) -> Result<(), String> {
+        let why = match self.site_proven(snap, state, site, generation) {
+            Ok(()) => return Ok(()),
+            Err(why) => why,
+        };
+        match t {
+            Some(t) if matches!(t.kind, TransitionKind::Switchover { .. }) => self
+                .resource_proven(snap, site, t.started)
+                .map_err(|r| format!("{why}; {r}")),
+            _ => Err(why),
+        }
+    }
+
+    /// Whether every resource-level fence of `site` (a fence that is not required, or is
+    /// application-level) has a fresh read-back that holds, taken since `since`.
+    fn resource_proven(
+        &self,
+        snap: &Snapshot<'_>,
+        site: &SiteId,
+        since: Millis,
+    ) -> Result<(), String> {
+        let mut readings = Vec::new();
+        let mut all = true;
+        for (i, b) in self.plan.instances[site].iter().enumerate() {
+            let k = BindingKey::site(site, i);
+            if b.role != Role::Fence
+                || b.required
+                    && fence_level(self.config, self.plan, &k) != Some(FenceLevel::Application)
+            {
+                continue;
+            }
+            let o = snap.observations.get(&k);
+            all &= o.is_some_and(|o| {
+                o.value == Observed::Holds
+                    && o.at >= since
+                    && snap.now.since(o.at) <= self.plan.freshness
+            });
+            readings.push(format!("{k}={:?}", o.map(|o| (o.value, o.at.0))));
+        }
+        if all && !readings.is_empty() {
+            Ok(())
+        } else {
+            Err(format!(
+                "{site}'s resource not proven stopped since {since}: {}",
+                readings.join(", ")
+            ))
+        }
+    }
+
+    /// Whether `site` is proven stopped as a site: its required fences or evidence.
+    fn site_proven(
         &self,
         snap: &Snapshot<'_>,
         state: &PlanState,
@@ -892,8 +979,13 @@ impl<'c> Sim<'c> {
                     format!("{c} before {target} was committed as owner"),
                 ));
             }
+            // The move this command is part of (the decision may have started it).
+            let t = after
+                .transition()
+                .filter(|t| t.target == target)
+                .or(snap.state.transition().filter(|t| t.target == target));
             for s in self.sites().iter().filter(|s| **s != target) {
-                if let Err(why) = self.proven(snap, after, s, c.generation) {
+                if let Err(why) = self.proven(snap, after, s, c.generation, t) {
                     return Err(self.violation(step, inv, format!("{c}: {why}")));
                 }
             }
@@ -932,8 +1024,9 @@ impl<'c> Sim<'c> {
             && let Some(n) = next
         {
             if n.generation != snap.state.generation {
+                let t = snap.state.transition();
                 for s in self.sites().iter().filter(|s| **s != n.owner) {
-                    if let Err(why) = self.proven(snap, n, s, n.generation) {
+                    if let Err(why) = self.proven(snap, n, s, n.generation, t) {
                         return Err(self.violation(
                             step,
                             Invariant::UnknownIsNotProof,
@@ -956,6 +1049,57 @@ impl<'c> Sim<'c> {
                     ));
                 }
             }
+        }
+        if self.on(Invariant::SwitchoverStopsResource)
+            && let Some(n) = next
+            && n.generation != snap.state.generation
+            && let Some(t) = snap.state.transition()
+            && matches!(t.kind, TransitionKind::Switchover { .. })
+        {
+            self.switchover_stopped_resource(step, snap, n, t)?;
+        }
+        Ok(())
+    }
+
+    /// (p) at the commit of planned switchover `t`: the old owner is proven stopped, as a site
+    /// or by its resource since the switchover started; and when only the resource proves it,
+    /// the world's copy there is stopped (the read-back told the truth, and nothing started
+    /// it again since). An operator's mistaken confirmation, and a watchdog changed where no
+    /// read-back showed it, are the excuses (m) and (o) allow too.
+    fn switchover_stopped_resource(
+        &self,
+        step: usize,
+        snap: &Snapshot<'_>,
+        n: &PlanState,
+        t: &Transition,
+    ) -> Result<(), Violation> {
+        let inv = Invariant::SwitchoverStopsResource;
+        let from = &t.from;
+        if self.site_proven(snap, n, from, n.generation).is_ok() {
+            return Ok(());
+        }
+        if let Err(why) = self.resource_proven(snap, from, t.started) {
+            return Err(self.violation(
+                step,
+                inv,
+                format!(
+                    "committed {} at generation {}: {why}",
+                    n.owner, n.generation
+                ),
+            ));
+        }
+        let excused =
+            self.world.confirmed_running.contains(from) || self.world.tamper_unseen.contains(from);
+        if self.world.primary.contains(from) && !self.site_down(from) && !excused {
+            return Err(self.violation(
+                step,
+                inv,
+                format!(
+                    "committed {} at generation {} on {from}'s resource-level proof while \
+                     {from}'s copy runs",
+                    n.owner, n.generation
+                ),
+            ));
         }
         Ok(())
     }
@@ -1003,7 +1147,7 @@ fn binding_timeout(plan: &PlanConfig, k: &BindingKey) -> Duration {
         .unwrap_or(Duration::from_secs(60))
 }
 
-/// Schedules per invariant file by default: nine files make 18,000 per run.
+/// Schedules per invariant file by default: ten files make 20,000 per run.
 pub const DEFAULT_SCHEDULES: u64 = 2000;
 
 /// Steps per schedule: about seven minutes of simulated time (2.75 s a step on average).
@@ -1061,7 +1205,9 @@ pub fn run_invariant(invariant: Invariant, default: u64) {
                 && total.maintenance_refused > 0
                 && total.tampers > 0
                 && total.vip_moves > 0
-                && total.drains > 0,
+                && total.drains > 0
+                && total.resource_commits > 0
+                && total.escalations > 0,
             "the schedules missed a behaviour: {total:?}"
         );
     }

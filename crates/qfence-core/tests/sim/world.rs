@@ -286,6 +286,19 @@ impl Sim<'_> {
                     }
                     if !self.site_down(s) {
                         self.world.primary.insert(s.clone());
+                        // The copy runs again: the site's resource-level fences (`vm.stop`,
+                        // `db.demote`) no longer hold; its power fences are untouched.
+                        for (k, stopped) in self.world.stopped.iter_mut() {
+                            if k.site.as_ref() == Some(s)
+                                && qfence_core::rules::binding(self.plan, k).is_some_and(|b| {
+                                    !b.required
+                                        || fence_level(self.config, self.plan, k)
+                                            == Some(FenceLevel::Application)
+                                })
+                            {
+                                *stopped = false;
+                            }
+                        }
                     }
                 }
                 o

@@ -723,6 +723,7 @@ async fn a_plan_in_transition_is_neither_changed_nor_deleted() -> Result<()> {
         entered: false,
         halted: Some("held by the test".into()),
         fenced: Vec::new(),
+        escalated: false,
     });
     let doc = PlanStateDoc::encode(
         PLAN_STATE_SCHEMA,

@@ -412,29 +412,80 @@ async fn a_planned_switchover_moves_erp_db_to_dc2_and_refuses_a_stale_generation
     .await
     .inspect_err(|_| dump(&o))?;
     assert_eq!(after.generation.0, 2);
+
+    phase("the switchover stopped VM 101 at dc1, not its host: both hosts are on");
     assert_eq!(
         sims.bmc1.snapshot().systems[0].power,
-        PowerState::Off,
-        "dc1 was fenced"
+        PowerState::On,
+        "a planned switchover must not power dc1's host off"
+    );
+    assert_eq!(
+        sims.bmc2.snapshot().systems[0].power,
+        PowerState::On,
+        "dc2's host runs the promoted VM"
+    );
+    assert_eq!(
+        sims.pve1.snapshot().vm(101).map(|v| v.status),
+        Some(VmStatus::Stopped),
+        "VM 101 runs at dc2 only"
     );
     assert_eq!(
         sims.pve2.snapshot().vm(101).map(|v| v.status),
         Some(VmStatus::Running)
     );
+    assert_eq!(sims.vip(), ["10.2.1.5"], "the VIP points at dc2");
 
     let events = o.engine.events();
     let asked = events
         .iter()
         .position(|e| e.kind == EventKind::Operator && e.actor == "token:alice")
         .expect("the request is in the log with its actor");
-    let fenced = events
+    let stopped = events
         .iter()
-        .position(|e| e.kind == EventKind::Command && e.message.starts_with("fence dc1[0]"))
-        .expect("dc1 fenced");
-    assert!(asked < fenced);
-    let status = backend.status().await?;
+        .position(|e| e.kind == EventKind::Command && e.message.starts_with("fence dc1[1]"))
+        .expect("dc1's VM stopped through its vm.stop fence");
+    assert!(asked < stopped);
+    assert!(
+        !events
+            .iter()
+            .any(|e| e.kind == EventKind::Command && e.message.starts_with("fence dc1[0]")),
+        "dc1's power.off was never run"
+    );
+    assert!(
+        events.iter().any(|e| e
+            .message
+            .contains("the switchover stopped the resource (dc1 vm.stop FENCED)")),
+        "the commit says the resource was stopped and the site left on"
+    );
+
+    phase("in steady state dc1 reads as a standby whose resource is stopped, no alarm");
+    let status = eventually(
+        Duration::from_secs(20),
+        "dc1 shown resource-stopped",
+        || async {
+            let status = backend.status().await.ok()?;
+            status.plans[0]
+                .last_reason
+                .contains("dc1 resource stopped (vm.stop FENCED")
+                .then_some(status)
+        },
+    )
+    .await
+    .inspect_err(|_| dump(&o))?;
     assert_eq!(status.plans[0].owner, "dc2");
     assert_eq!(verdict(&status, "dc1"), Some(VerdictDto::Fenced));
+    assert!(
+        !o.engine
+            .events()
+            .iter()
+            .any(|e| e.kind == EventKind::Alarm && e.message.contains("dc1 not fenced")),
+        "no alarm for a standby whose resource is proven stopped"
+    );
+    assert_eq!(
+        sims.bmc1.snapshot().systems[0].power,
+        PowerState::On,
+        "still on"
+    );
 
     o.shutdown().await;
     sims.stop().await;

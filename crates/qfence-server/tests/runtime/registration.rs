@@ -444,12 +444,14 @@ async fn a_fence_through_a_bmc_that_answers_with_another_identity_is_not_sent() 
     })
     .await?;
 
-    phase("dc1's BMC address now answers as another BMC; a switchover to dc2 must fence dc1");
+    // A failover, not a planned switchover: a switchover stops dc1's VM and never powers the
+    // host off, so it would not call bmc-dc1's power.off at all.
+    phase("dc1's BMC address now answers as another BMC; a failover to dc2 must fence dc1");
     sims.bmc1
         .update(|s| s.service_uuid = "7f000001-dead-4bee-8000-00000000beef".into());
     let (st, body) = api
         .post(
-            "/api/v1/plans/erp-db/switchover",
+            "/api/v1/plans/erp-db/failover",
             json!({"target": "dc2", "expected_generation": 1}),
         )
         .await;
@@ -480,7 +482,7 @@ async fn a_fence_through_a_bmc_that_answers_with_another_identity_is_not_sent() 
         "no power.off was sent through a BMC of another identity"
     );
     let state = o.engine.plan_state(&lab::plan())?.expect("registered");
-    assert_eq!(state.owner.as_str(), "dc1", "the switchover did not commit");
+    assert_eq!(state.owner.as_str(), "dc1", "the failover did not commit");
     assert_eq!(sims.vip(), ["10.1.1.5"]);
 
     o.shutdown().await;
