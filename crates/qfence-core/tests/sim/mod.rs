@@ -785,7 +785,7 @@ impl<'c> Sim<'c> {
         let mut readings = Vec::new();
         let mut all = true;
         for (i, b) in self.plan.instances[site].iter().enumerate() {
-            let k = BindingKey::site(site, i);
+            let k = BindingKey::new(Some(site), i, b);
             if b.role != Role::Fence
                 || b.required
                     && fence_level(self.config, self.plan, &k) != Some(FenceLevel::Application)
