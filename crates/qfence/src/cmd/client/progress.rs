@@ -9,8 +9,8 @@
 
 use std::time::{Duration, Instant};
 
-use qfence_server::dto::{OperationAccepted, PlanStatus, StatusResponse};
-use qfence_server::events::{Event, EventPage};
+use qfence_runtime::dto::{OperationAccepted, PlanStatus, StatusResponse};
+use qfence_runtime::events::{Event, EventPage};
 use serde_json::json;
 
 use super::http::{Api, seg};
