@@ -17,22 +17,12 @@ use std::fmt;
 use std::path::Path;
 
 use serde::Serialize;
-use utoipa::ToSchema;
 
 /// What a token may do.
 #[derive(
-    Debug,
-    Clone,
-    Copy,
-    PartialEq,
-    Eq,
-    PartialOrd,
-    Ord,
-    Hash,
-    Serialize,
-    serde::Deserialize,
-    ToSchema,
+    Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, serde::Deserialize,
 )]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 #[serde(rename_all = "lowercase")]
 pub enum Access {
     /// Read everything.

@@ -3,12 +3,12 @@
 //! Requests refuse unknown fields, so a misspelt field is an error, not a silent default.
 
 use serde::{Deserialize, Serialize};
-use utoipa::{IntoParams, ToSchema};
 
 use crate::auth::Access;
 
 /// A site's fence verdict.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 #[serde(rename_all = "SCREAMING_SNAKE_CASE")]
 pub enum VerdictDto {
     /// An independent read-back showed the site stopped.
@@ -30,7 +30,8 @@ impl From<qfence_model::Verdict> for VerdictDto {
 }
 
 /// How well a capability's privileges were shown to work.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 #[serde(rename_all = "kebab-case")]
 pub enum GradeDto {
     Proven,
@@ -52,7 +53,8 @@ impl From<qfence_model::Grade> for GradeDto {
 
 /// One problem with a submitted plan or controller: the same shape `qfence config check`
 /// prints.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 pub struct IssueDto {
     /// Where, as in the configuration file: `plans.erp-db.instances.dc1[0].capability`.
     pub path: String,
@@ -73,7 +75,8 @@ impl From<&qfence_model::config::Issue> for IssueDto {
 }
 
 /// Every error response.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, ToSchema)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 pub struct ErrorBody {
     /// Stable, machine-readable: `unauthorized`, `forbidden`, `not_found`, `invalid_json`,
     /// `invalid_body`, `invalid_query`, `unsupported_media_type`, `body_too_large`,
@@ -96,7 +99,8 @@ pub struct ErrorBody {
 }
 
 /// `GET /health`.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, ToSchema)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 pub struct Health {
     /// Always `ok`: the process serves requests.
     pub status: String,
@@ -105,7 +109,8 @@ pub struct Health {
 }
 
 /// Who leads the cluster.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 pub struct LeaderInfo {
     /// The current term.
     pub term: u64,
@@ -120,7 +125,8 @@ pub struct LeaderInfo {
 }
 
 /// Where a site stands in a plan.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 #[serde(rename_all = "snake_case")]
 pub enum SiteRole {
     /// The site runs the service.
@@ -130,7 +136,8 @@ pub enum SiteRole {
 }
 
 /// One site of a plan.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, ToSchema)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 pub struct SiteStatus {
     pub site: String,
     pub role: SiteRole,
@@ -146,7 +153,8 @@ pub struct SiteStatus {
 }
 
 /// What a plan is doing.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, ToSchema)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 pub struct PlanStatus {
     pub plan: String,
     /// The site that owns the plan.
@@ -169,7 +177,8 @@ pub struct PlanStatus {
 
 /// A binding to a capability that cannot work: its controller's latest test graded it
 /// `failed`.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 pub struct UnworkableBinding {
     /// The binding's capability field, as in the configuration file:
     /// `plans.erp-db.instances.dc2[0].capability`.
@@ -195,7 +204,8 @@ impl std::fmt::Display for UnworkableBinding {
 }
 
 /// `GET /api/v1/status`.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, ToSchema)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 pub struct StatusResponse {
     pub leader: LeaderInfo,
     pub plans: Vec<PlanStatus>,
@@ -203,12 +213,13 @@ pub struct StatusResponse {
 
 /// A plan as stored: its document (the structure of `plans.NAME` in the configuration file)
 /// and a staged change, if one waits.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, ToSchema)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 pub struct PlanView {
     pub name: String,
     pub generation: u64,
     /// The plan in force, as the configuration file writes it.
-    #[schema(value_type = Object)]
+    #[cfg_attr(feature = "openapi", schema(value_type = Object))]
     pub spec: serde_json::Value,
     pub paused: bool,
     /// A change that waits to be applied.
@@ -223,7 +234,8 @@ pub struct PlanView {
 }
 
 /// Where a plan comes from.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 #[serde(rename_all = "snake_case")]
 pub enum PlanSource {
     /// The configuration file: the API shows it, and refuses to change or delete it.
@@ -234,9 +246,10 @@ pub enum PlanSource {
 }
 
 /// A staged change of a plan.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, ToSchema)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 pub struct StagedPlan {
-    #[schema(value_type = Object)]
+    #[cfg_attr(feature = "openapi", schema(value_type = Object))]
     pub spec: serde_json::Value,
     /// The generation it was staged on. Applying it needs that generation to still hold.
     pub base_generation: u64,
@@ -250,29 +263,35 @@ pub struct StagedPlan {
 }
 
 /// `POST /api/v1/plans`.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, ToSchema)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 #[serde(deny_unknown_fields)]
 pub struct CreatePlan {
     /// The plan's name: letters, digits, `-`, `_` or `.`, starting with a letter or digit, at
     /// most 63 characters.
-    #[schema(pattern = "^[A-Za-z0-9][A-Za-z0-9._-]{0,62}$")]
+    #[cfg_attr(
+        feature = "openapi",
+        schema(pattern = "^[A-Za-z0-9][A-Za-z0-9._-]{0,62}$")
+    )]
     pub name: String,
     /// The plan, as the configuration file writes it under `plans.NAME`.
-    #[schema(value_type = Object)]
+    #[cfg_attr(feature = "openapi", schema(value_type = Object))]
     pub spec: serde_json::Value,
 }
 
 /// `PUT /api/v1/plans/{plan}/staged`.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, ToSchema)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 #[serde(deny_unknown_fields)]
 pub struct StagePlan {
     /// The new plan, whole.
-    #[schema(value_type = Object)]
+    #[cfg_attr(feature = "openapi", schema(value_type = Object))]
     pub spec: serde_json::Value,
 }
 
 /// `POST /api/v1/plans/{plan}/apply`.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, ToSchema)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 #[serde(deny_unknown_fields)]
 pub struct ApplyStaged {
     /// The generation the caller saw. A different current generation is a 409.
@@ -280,16 +299,18 @@ pub struct ApplyStaged {
 }
 
 /// `DELETE /api/v1/plans/{plan}?expected_generation=N`.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, IntoParams)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::IntoParams))]
 #[serde(deny_unknown_fields)]
-#[into_params(parameter_in = Query)]
+#[cfg_attr(feature = "openapi", into_params(parameter_in = Query))]
 pub struct DeletePlanQuery {
     /// The generation the caller saw.
     pub expected_generation: u64,
 }
 
 /// What a dry run asks about.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, ToSchema)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 #[serde(tag = "action", rename_all = "snake_case", deny_unknown_fields)]
 pub enum DryRun {
     /// What the next cycle would do, as things are.
@@ -303,7 +324,8 @@ pub enum DryRun {
 }
 
 /// The answer to a dry run. Nothing was changed.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, ToSchema)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 pub struct DryRunResult {
     pub plan: String,
     pub generation: u64,
@@ -316,7 +338,8 @@ pub struct DryRunResult {
 }
 
 /// A capability's grade, from the last test of its controller.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, ToSchema)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 pub struct CapabilityGrade {
     pub capability: String,
     pub grade: GradeDto,
@@ -325,7 +348,8 @@ pub struct CapabilityGrade {
 }
 
 /// A controller, with the grades of its last test.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, ToSchema)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 pub struct ControllerView {
     pub name: String,
     /// Its type: `redfish`, `ipmi`, `proxmox`...
@@ -345,21 +369,26 @@ pub struct ControllerView {
 }
 
 /// `POST /api/v1/controllers`.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, ToSchema)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 #[serde(deny_unknown_fields)]
 pub struct RegisterController {
     /// The controller's name (the same rules as a plan's).
-    #[schema(pattern = "^[A-Za-z0-9][A-Za-z0-9._-]{0,62}$")]
+    #[cfg_attr(
+        feature = "openapi",
+        schema(pattern = "^[A-Za-z0-9][A-Za-z0-9._-]{0,62}$")
+    )]
     pub name: String,
     /// The controller, as the configuration file writes it under `controllers.NAME`; its
     /// credential by reference only (`secret: NAME`).
-    #[schema(value_type = Object)]
+    #[cfg_attr(feature = "openapi", schema(value_type = Object))]
     pub spec: serde_json::Value,
 }
 
 /// `POST /api/v1/controllers/{controller}/test` and `POST /api/v1/controllers/probe`: the
 /// registration steps, run without side effects on the controller's targets.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, ToSchema)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 pub struct ControllerTest {
     pub controller: String,
     pub reachable: bool,
@@ -386,7 +415,8 @@ pub struct ControllerTest {
 }
 
 /// One registration step.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 pub struct RegistrationStep {
     /// 1 to 4.
     pub number: u8,
@@ -400,7 +430,8 @@ pub struct RegistrationStep {
 
 /// `GET /api/v1/controllers/{controller}/resources`: one thing a capability of the
 /// controller can act on, as the controller lists it.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 pub struct DiscoveredResource {
     /// The capability (`vm.stop`, `power.off`...).
     pub capability: String,
@@ -411,11 +442,15 @@ pub struct DiscoveredResource {
 }
 
 /// `POST /api/v1/plans/{plan}/switchover`: a planned move of ownership.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, ToSchema)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 #[serde(deny_unknown_fields)]
 pub struct SwitchoverRequest {
     /// The site to move ownership to.
-    #[schema(pattern = "^[A-Za-z0-9][A-Za-z0-9._-]{0,62}$")]
+    #[cfg_attr(
+        feature = "openapi",
+        schema(pattern = "^[A-Za-z0-9][A-Za-z0-9._-]{0,62}$")
+    )]
     pub target: String,
     pub expected_generation: u64,
     /// Why, for the event log.
@@ -423,11 +458,15 @@ pub struct SwitchoverRequest {
 }
 
 /// `POST /api/v1/plans/{plan}/failover`: fence the owner, then promote.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, ToSchema)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 #[serde(deny_unknown_fields)]
 pub struct FailoverRequest {
     /// The new owner; by the plan's priority when absent.
-    #[schema(pattern = "^[A-Za-z0-9][A-Za-z0-9._-]{0,62}$")]
+    #[cfg_attr(
+        feature = "openapi",
+        schema(pattern = "^[A-Za-z0-9][A-Za-z0-9._-]{0,62}$")
+    )]
     pub target: Option<String>,
     pub expected_generation: u64,
     pub reason: Option<String>,
@@ -435,7 +474,8 @@ pub struct FailoverRequest {
 
 /// `POST /api/v1/plans/{plan}/sites/{site}/confirm-fenced`: the operator vouches that the
 /// site is stopped (checked by hand), for when no fence can show it.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, ToSchema)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 #[serde(deny_unknown_fields)]
 pub struct ConfirmFencedRequest {
     pub expected_generation: u64,
@@ -444,7 +484,8 @@ pub struct ConfirmFencedRequest {
 }
 
 /// `PUT /api/v1/plans/{plan}/sites/{site}/maintenance`: take a site in or out of maintenance.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, ToSchema)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 #[serde(deny_unknown_fields)]
 pub struct MaintenanceRequest {
     pub enabled: bool,
@@ -454,7 +495,8 @@ pub struct MaintenanceRequest {
 }
 
 /// A secret reference and who uses it. Never the secret.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, ToSchema)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 pub struct SecretRefView {
     /// The name each orchestrator resolves in its own store.
     pub name: String,
@@ -463,14 +505,16 @@ pub struct SecretRefView {
 }
 
 /// `POST /api/v1/plans/{plan}/pause` and `/resume`.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, ToSchema)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 #[serde(deny_unknown_fields)]
 pub struct PauseRequest {
     pub reason: Option<String>,
 }
 
 /// An operation accepted: the new generation, and what will happen next.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, ToSchema)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 pub struct OperationAccepted {
     pub plan: String,
     /// `switchover`, `failover`, `confirm_fenced`, `pause`, `resume`, `maintenance`.
@@ -482,7 +526,8 @@ pub struct OperationAccepted {
 }
 
 /// One orchestrator of the cluster.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, ToSchema)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 pub struct OrchestratorView {
     pub name: String,
     pub site: String,
@@ -495,7 +540,8 @@ pub struct OrchestratorView {
 }
 
 /// `GET /api/v1/whoami`: the caller's token name and role.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, ToSchema)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 pub struct WhoAmI {
     pub name: String,
     pub role: Access,

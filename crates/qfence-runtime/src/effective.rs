@@ -389,7 +389,7 @@ mod tests {
     use super::*;
     use serde_json::json;
 
-    const BASE: &str = include_str!("../../../../examples/lab.yaml");
+    const BASE: &str = include_str!("../../../examples/lab.yaml");
 
     fn file() -> ValidatedConfig {
         load_str(BASE, "lab").expect("the lab loads").config

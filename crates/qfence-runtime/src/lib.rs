@@ -1,4 +1,22 @@
-//! The daemon runtime: what turns decisions into actions and actions into the next snapshot.
+//! qfence-runtime: what turns decisions into actions and actions into the next snapshot, on
+//! one orchestrator. It knows nothing of HTTP: the API and the console (qfence-server) stand
+//! on its [`Backend`], and `qfence events verify` reads its event log offline.
+//!
+//! - [`engine`] decides each plan on every tick through the pure core and writes the state
+//!   change first; [`executor`] runs the commands through [`drivers`], here or forwarded
+//!   through the cluster; [`shared`] holds what the two (and the backend) share, so neither
+//!   reaches into the other.
+//! - [`effective`] is the effective configuration (the file plus records registered at run
+//!   time); [`registered`] the controllers' latest tests.
+//! - [`events`] is the hash-chained event log, [`metrics`] the Prometheus handle ([`gauges`]
+//!   feeds it after each decision), [`systemd`] the service manager's readiness and watchdog.
+//! - [`backend`] is what the API asks of the running orchestrator ([`Backend`], its errors
+//!   and wire types in [`dto`], callers and roles in [`auth`]) and [`RuntimeBackend`], the
+//!   runtime's answer.
+//! - [`orchestrator`] starts it all in one call: cluster node, drivers, engine, event log.
+//!
+//! Feature `openapi` derives the wire types' OpenAPI schemas (`utoipa`) for the server's
+//! document; the runtime itself never needs them (ADR 0022).
 //!
 //! # The model
 //!
@@ -24,28 +42,36 @@
 //! enforces; a drain keeps renewing the owner's switch and then hands the leadership over
 //! (ADR 0013).
 //!
-//! [`RuntimeBackend`] is the API's [`crate::Backend`] over the same parts: status, plans, dry
+//! [`RuntimeBackend`] is the API's [`Backend`] over the same parts: status, plans, dry
 //! runs, controllers, and the operators' intents, which go into the replicated plan state for
 //! the core to act on.
 
+pub mod auth;
 pub mod backend;
-pub mod daemon;
 pub mod drivers;
+pub mod dto;
 pub mod effective;
 pub mod engine;
+pub mod events;
 pub mod executor;
 pub mod gauges;
+pub mod metrics;
+pub mod orchestrator;
 pub mod registered;
+pub mod shared;
 pub mod systemd;
 
 use std::time::Duration;
 
-pub use backend::RuntimeBackend;
-pub use daemon::{Daemon, DaemonOptions, JoinOptions};
+pub use auth::{Access, Caller, TokenStore};
+pub use backend::{Backend, BackendError, CheckedController, CheckedPlan, RuntimeBackend};
 pub use drivers::{DriverExecutor, LocalDrivers};
 pub use effective::{ConfigCell, EffectiveConfig};
-pub use engine::{Engine, EngineOptions, PlanRuntime};
+pub use engine::{Engine, EngineOptions};
 pub use executor::Executor;
+pub use metrics::Metrics;
+pub use orchestrator::{JoinOptions, Membership, Orchestrator, OrchestratorOptions};
+pub use shared::{PLAN_STATE_SCHEMA, PlanRuntime};
 
 use qfence_core::Millis;
 

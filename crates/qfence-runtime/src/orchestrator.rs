@@ -1,6 +1,7 @@
-//! The whole orchestrator process, started in one call: cluster node (a one-voter cluster
-//! created in the data directory on first start), drivers, engine, event log and the HTTPS
-//! API. `qfence serve` is a thin shell around [`Daemon`]; tests start it in process.
+//! One orchestrator's runtime, started in one call: cluster node (a one-voter cluster created
+//! in the data directory on first start), drivers, engine and event log. The server's daemon
+//! puts the HTTPS API in front of its [`Orchestrator::backend`]; tests start either in
+//! process.
 
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
@@ -12,30 +13,24 @@ use qfence_cluster::tls::{CertificateAuthority, JoinToken, NodeTls};
 use qfence_controllers::SecretStore;
 use qfence_model::OrchestratorId;
 use qfence_model::config::ValidatedConfig;
-use rustls::pki_types::pem::PemObject;
-use rustls::pki_types::{CertificateDer, PrivateKeyDer};
 use tokio_util::sync::CancellationToken;
 
-use super::drivers::{DriverExecutor, LocalDrivers};
-use super::effective::ConfigCell;
-use super::engine::{Engine, EngineOptions};
-use super::systemd::{Beat, Heartbeat, Notifier};
-use super::{RuntimeBackend, RuntimeError};
+use crate::drivers::{DriverExecutor, LocalDrivers};
+use crate::effective::ConfigCell;
+use crate::engine::{Engine, EngineOptions};
 use crate::events::{EventLog, JsonlStore, repair_torn_tail};
-use crate::{ApiConfig, Metrics, TokenStore};
+use crate::systemd::{Beat, Heartbeat, Notifier};
+use crate::{Metrics, RuntimeBackend, RuntimeError};
 
 /// How to start an orchestrator.
 #[derive(Debug)]
-pub struct DaemonOptions {
+pub struct OrchestratorOptions {
     pub config: ValidatedConfig,
     /// The configuration file's text: the base of the effective configuration, which the API
     /// validates new plans and controllers against.
     pub config_text: String,
     pub name: OrchestratorId,
     pub data_dir: PathBuf,
-    pub tokens: TokenStore,
-    /// Where the HTTPS API listens.
-    pub api_listen: SocketAddr,
     /// Where the cluster endpoint listens; defaults to the orchestrator's configured address.
     pub cluster_listen: Option<SocketAddr>,
     pub secrets: SecretStore,
@@ -79,22 +74,21 @@ pub enum Membership {
 
 /// A running orchestrator.
 #[derive(Debug)]
-pub struct Daemon {
+pub struct Orchestrator {
     pub membership: Membership,
     pub engine: Engine,
     pub node: ClusterNode,
-    /// Where the API listens.
-    pub api_addr: SocketAddr,
-    /// SHA-256 of the API's certificate (lower-case hex), for clients to pin.
-    pub api_fingerprint: String,
+    /// What the API asks of this orchestrator.
+    pub backend: RuntimeBackend,
+    pub metrics: Metrics,
+    /// The node's certificate and key (from the cluster CA), which the API serves too.
+    pub tls: NodeTls,
     /// Controllers whose driver could not be built here, and why.
     pub unavailable: Vec<(qfence_model::ControllerId, String)>,
     /// Turns true once the engine's first tick has run.
     first_tick: tokio::sync::watch::Receiver<bool>,
     engine_stop: CancellationToken,
-    api_stop: CancellationToken,
     engine_task: tokio::task::JoinHandle<()>,
-    api_task: tokio::task::JoinHandle<std::io::Result<()>>,
     /// Closed last, so BMCs get their sessions back.
     drivers: Arc<LocalDrivers>,
 }
@@ -144,34 +138,6 @@ fn node_tls(
     )?;
     tls.save(&tls_dir)?;
     Ok(tls)
-}
-
-/// A server configuration for the API: the node's certificate (from the cluster CA), no
-/// client certificate (callers authenticate with bearer tokens). Returns it with the
-/// certificate's SHA-256 fingerprint.
-pub fn api_tls(tls: &NodeTls) -> Result<(rustls::ServerConfig, String), RuntimeError> {
-    let certs = CertificateDer::pem_slice_iter(tls.cert_pem.as_bytes())
-        .collect::<Result<Vec<_>, _>>()
-        .map_err(|e| setup(format!("node certificate: {e}")))?;
-    let first = certs
-        .first()
-        .ok_or_else(|| setup("the node certificate file is empty"))?;
-    let fingerprint = ring::digest::digest(&ring::digest::SHA256, first)
-        .as_ref()
-        .iter()
-        .map(|b| format!("{b:02x}"))
-        .collect();
-    let key = PrivateKeyDer::from_pem_slice(tls.key_pem.as_bytes())
-        .map_err(|e| setup(format!("node key: {e}")))?;
-    let config = rustls::ServerConfig::builder_with_provider(Arc::new(
-        rustls::crypto::ring::default_provider(),
-    ))
-    .with_safe_default_protocol_versions()
-    .map_err(|e| setup(e.to_string()))?
-    .with_no_client_auth()
-    .with_single_cert(certs, key)
-    .map_err(|e| setup(e.to_string()))?;
-    Ok((config, fingerprint))
 }
 
 /// Joins through `seed`, retrying for [`JOIN_PATIENCE`]: on a first start the seed may not be
@@ -252,7 +218,7 @@ fn host_of(address: &str) -> String {
         .to_owned()
 }
 
-/// The engine's heartbeat: the first tick is announced to [`Daemon::first_tick`], every turn
+/// The engine's heartbeat: the first tick is announced to [`Orchestrator::first_tick`], every turn
 /// feeds the service manager's watchdog (the loop turning at half its timeout).
 fn heartbeat(
     notifier: Option<Notifier>,
@@ -296,9 +262,9 @@ fn orchestrator_gauges(node: &ClusterNode, timing: &Timing) -> crate::metrics::O
     })
 }
 
-impl Daemon {
+impl Orchestrator {
     /// Starts everything. Spawns tasks; call inside a Tokio runtime.
-    pub async fn start(o: DaemonOptions) -> Result<Self, RuntimeError> {
+    pub async fn start(o: OrchestratorOptions) -> Result<Self, RuntimeError> {
         qfence_cluster::tls::install_crypto_provider();
         let me = o
             .config
@@ -452,41 +418,17 @@ impl Daemon {
         let engine_task = tokio::spawn(engine.clone().run(engine_stop.clone()));
 
         let backend = RuntimeBackend::new(&engine, o.secrets);
-        let api_stop = CancellationToken::new();
-        let app = crate::router(
-            Arc::new(backend),
-            o.tokens,
-            metrics,
-            &ApiConfig {
-                shutdown: api_stop.clone(),
-                ..ApiConfig::default()
-            },
-        );
-        let (server_config, api_fingerprint) = api_tls(&tls)?;
-        let tcp = tokio::net::TcpListener::bind(o.api_listen)
-            .await
-            .map_err(|e| setup(format!("API listen address {}: {e}", o.api_listen)))?;
-        let api_addr = tcp
-            .local_addr()
-            .map_err(|e| setup(format!("API listen address: {e}")))?;
-        let api_task = tokio::spawn(crate::tls::serve_tls(
-            tcp,
-            server_config,
-            app,
-            api_stop.clone(),
-        ));
         Ok(Self {
             membership,
             engine,
             node,
-            api_addr,
-            api_fingerprint,
+            backend,
+            metrics,
+            tls,
             unavailable,
             first_tick,
             engine_stop,
-            api_stop,
             engine_task,
-            api_task,
             drivers,
         })
     }
@@ -503,12 +445,10 @@ impl Daemon {
         self.engine.drain(timeout).await
     }
 
-    /// Stops the engine, the API and the cluster node (cancelling whatever still runs).
+    /// Stops the engine and the cluster node (cancelling whatever still runs).
     pub async fn shutdown(self) {
         self.engine_stop.cancel();
         let _ = self.engine_task.await;
-        self.api_stop.cancel();
-        let _ = self.api_task.await;
         self.node.shutdown().await;
         // Operations still running were cancelled with the leadership; let them record that.
         let left = self.engine.drain(Duration::from_secs(5)).await;

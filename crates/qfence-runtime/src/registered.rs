@@ -191,12 +191,10 @@ mod tests {
 
     #[test]
     fn a_failed_grade_makes_every_binding_to_it_unworkable_and_nothing_else() {
-        let cfg = qfence_model::config::load_str(
-            include_str!("../../../../examples/lab.yaml"),
-            "lab.yaml",
-        )
-        .expect("the lab validates")
-        .config;
+        let cfg =
+            qfence_model::config::load_str(include_str!("../../../examples/lab.yaml"), "lab.yaml")
+                .expect("the lab validates")
+                .config;
         let plan = PlanId::new("erp-db").unwrap();
         let tests: BTreeMap<ControllerId, ControllerTestRecord> = [
             (

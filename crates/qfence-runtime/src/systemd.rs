@@ -4,7 +4,7 @@
 //!
 //! `qfence serve` under `Type=notify` sends `READY=1` once it has joined the cluster, served
 //! its API and finished its first engine tick; `WATCHDOG=1` from the engine's decision loop
-//! itself (see [`super::engine::Heartbeat`]), so a loop that hangs stops the keep-alives and
+//! itself (see [`crate::engine::Heartbeat`]), so a loop that hangs stops the keep-alives and
 //! systemd restarts the service after `WatchdogSec=`; `STATUS=` with a short sentence;
 //! `STOPPING=1` when it starts draining. Outside systemd (`$NOTIFY_SOCKET` unset) nothing is
 //! sent.
@@ -249,7 +249,7 @@ mod loop_tests {
     use super::{Beat, Heartbeat, Notifier};
     use crate::Metrics;
     use crate::events::{EventLog, JsonlStore};
-    use crate::runtime::{ConfigCell, DriverExecutor, Engine, EngineOptions, LocalDrivers};
+    use crate::{ConfigCell, DriverExecutor, Engine, EngineOptions, LocalDrivers};
 
     /// Keep-alives received in `[from, to)`.
     fn keepalives(got: &[(Instant, String)], from: Instant, to: Instant) -> usize {
@@ -260,7 +260,7 @@ mod loop_tests {
 
     async fn engine_at(dir: &std::path::Path, heartbeat: Heartbeat) -> (Engine, ClusterNode) {
         qfence_cluster::tls::install_crypto_provider();
-        let text = include_str!("../../../../examples/lab.yaml");
+        let text = include_str!("../../../examples/lab.yaml");
         let config = qfence_model::config::load_str(text, "lab.yaml")
             .expect("the lab configuration validates")
             .config;

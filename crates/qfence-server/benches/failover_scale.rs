@@ -38,10 +38,10 @@ use qfence_lab::lab::{self, Scenario, Sims};
 use qfence_lab::redfish::PowerState;
 use qfence_model::config::ValidatedConfig;
 use qfence_model::{OrchestratorId, PlanId, SiteId};
-use qfence_server::Metrics;
-use qfence_server::events::{EventLog, JsonlStore};
-use qfence_server::runtime::engine::PLAN_STATE_SCHEMA;
-use qfence_server::runtime::{ConfigCell, DriverExecutor, Engine, EngineOptions, LocalDrivers};
+use qfence_runtime::Metrics;
+use qfence_runtime::PLAN_STATE_SCHEMA;
+use qfence_runtime::events::{EventLog, JsonlStore};
+use qfence_runtime::{ConfigCell, DriverExecutor, Engine, EngineOptions, LocalDrivers};
 use tokio_util::sync::CancellationToken;
 
 const SIM_THREADS: &str = "lab-sim";

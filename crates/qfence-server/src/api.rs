@@ -32,12 +32,12 @@ use qfence_model::{ControllerId, PlanId, SiteId};
 
 mod responses;
 
-use crate::auth::{Access, Caller, TokenStore};
-use crate::backend::{Backend, CheckedController, CheckedPlan};
-use crate::dto::*;
 use crate::error::ApiError;
-use crate::events::{EventPage, EventQuery};
-use crate::metrics::Metrics;
+use qfence_runtime::auth::{Access, Caller, TokenStore};
+use qfence_runtime::backend::{Backend, CheckedController, CheckedPlan};
+use qfence_runtime::dto::*;
+use qfence_runtime::events::{EventPage, EventQuery};
+use qfence_runtime::metrics::Metrics;
 
 /// The largest request body accepted, in bytes. A plan is a few kilobytes.
 pub const BODY_LIMIT: usize = 64 * 1024;
@@ -446,7 +446,7 @@ async fn leader(State(s): State<AppState>) -> (StatusCode, Json<LeaderInfo>) {
         responses::Forbidden))]
 async fn metrics(_: Viewer, State(s): State<AppState>) -> Response {
     (
-        [(header::CONTENT_TYPE, crate::metrics::CONTENT_TYPE)],
+        [(header::CONTENT_TYPE, qfence_runtime::metrics::CONTENT_TYPE)],
         s.metrics.render(),
     )
         .into_response()

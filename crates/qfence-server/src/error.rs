@@ -7,9 +7,9 @@ use axum::response::{IntoResponse, Response};
 
 use qfence_model::config::Issue;
 
-use crate::auth::Access;
-use crate::backend::BackendError;
-use crate::dto::{ErrorBody, IssueDto, LeaderInfo};
+use qfence_runtime::auth::Access;
+use qfence_runtime::backend::BackendError;
+use qfence_runtime::dto::{ErrorBody, IssueDto, LeaderInfo};
 
 /// An API error: a status, a stable code, a message for people, and details for some codes.
 #[derive(Debug, Clone, PartialEq, thiserror::Error)]

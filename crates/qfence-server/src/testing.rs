@@ -27,10 +27,10 @@ use qfence_model::config::{ControllerConfig, PlanConfig, plan_api};
 use qfence_model::{ControllerId, PlanId, Role, SiteId, Verdict};
 use serde_json::json;
 
-use crate::auth::Caller;
-use crate::backend::{Backend, BackendError, CheckedController, CheckedPlan};
-use crate::dto::*;
-use crate::events::{EventKind, EventLog, EventPage, EventQuery, MemoryStore, NewEvent};
+use qfence_runtime::auth::Caller;
+use qfence_runtime::backend::{Backend, BackendError, CheckedController, CheckedPlan};
+use qfence_runtime::dto::*;
+use qfence_runtime::events::{EventKind, EventLog, EventPage, EventQuery, MemoryStore, NewEvent};
 
 pub const LAB: &str = include_str!("../../../examples/lab.yaml");
 
@@ -195,7 +195,7 @@ impl MemoryBackend {
     }
 
     /// The whole log, for verification in tests.
-    pub fn all_events(&self) -> Vec<crate::events::Event> {
+    pub fn all_events(&self) -> Vec<qfence_runtime::events::Event> {
         self.state.lock().unwrap().log.all().to_vec()
     }
 
@@ -267,9 +267,9 @@ impl MemoryBackend {
         c.tested_at_ms = Some(self.clock_ms.load(Ordering::SeqCst));
     }
 
-    /// What the controllers' grades make of the plans (see [`crate::runtime::registered`]).
-    fn registered(st: &State) -> crate::runtime::registered::Registered {
-        let mut r = crate::runtime::registered::Registered::default();
+    /// What the controllers' grades make of the plans (see [`qfence_runtime::registered`]).
+    fn registered(st: &State) -> qfence_runtime::registered::Registered {
+        let mut r = qfence_runtime::registered::Registered::default();
         for (id, c) in &st.controllers {
             r.graded(id, &c.grades);
         }

@@ -306,7 +306,7 @@ fn three_serve_commands_make_a_cluster_with_a_witness_that_never_owns() {
     let token = "oncall-token-3";
     std::fs::write(
         d("tokens"),
-        qfence_server::auth::token_line(qfence_server::Access::Operator, "oncall", token),
+        qfence_runtime::auth::token_line(qfence_runtime::Access::Operator, "oncall", token),
     )
     .unwrap();
     let serve = |name: &'static str, extra: &[String]| {

@@ -10,8 +10,9 @@ use std::sync::atomic::Ordering;
 use std::time::Duration;
 
 use qfence_model::Verdict;
+use qfence_runtime::{Access, Metrics, TokenStore};
+use qfence_server::ApiConfig;
 use qfence_server::testing::MemoryBackend;
-use qfence_server::{Access, ApiConfig, Metrics, TokenStore};
 use tokio::io::{AsyncBufReadExt, AsyncReadExt, BufReader};
 use tokio::process::{Child, ChildStdout, Command};
 use tokio_util::sync::CancellationToken;
@@ -231,7 +232,7 @@ fn in_order(hay: &str, needles: &[&str]) {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn status_warns_of_a_binding_to_a_capability_that_cannot_work() {
-    use qfence_server::dto::{CapabilityGrade, GradeDto};
+    use qfence_runtime::dto::{CapabilityGrade, GradeDto};
     let s = Server::start().await;
     let grade = |g: GradeDto, detail: &str| {
         vec![CapabilityGrade {

@@ -316,7 +316,7 @@ fn check_failover_log(records: &[Value]) -> Result<()> {
     let decision = find("the decision to fail erp-db over", &|r| {
         r["plan"] == "erp-db"
             && r["level"] == "INFO"
-            && r["target"] == "qfence_server::runtime::engine"
+            && r["target"] == "qfence_runtime::engine"
             && r["generation"] == "1"
             && r.get("term").is_some()
             && message(r)

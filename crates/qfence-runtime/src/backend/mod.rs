@@ -1,4 +1,6 @@
-//! What the API needs from the running orchestrator: the [`Backend`] trait.
+//! What the API needs from the running orchestrator: the [`Backend`] trait, and
+//! [`RuntimeBackend`], the runtime's answer to it (the server's `testing` feature has an
+//! in-memory double).
 //!
 //! The API authenticates, parses and validates; the backend decides and records. Every write
 //! that changes a plan's ownership or content compares the caller's `expected_generation`
@@ -17,6 +19,10 @@ use crate::dto::{
     PauseRequest, PlanView, SecretRefView, StatusResponse, SwitchoverRequest,
 };
 use crate::events::{EventPage, EventQuery};
+
+mod runtime;
+
+pub use runtime::RuntimeBackend;
 
 /// A plan the API validated with the configuration file's validation.
 #[derive(Debug, Clone)]

@@ -32,8 +32,8 @@ use tokio_util::sync::CancellationToken;
 
 use self::lanes::{Changing, Lane, wait_turn};
 use self::pre_fence::pre_fence;
-use super::RuntimeError;
-use super::effective::ConfigCell;
+use crate::RuntimeError;
+use crate::effective::ConfigCell;
 
 /// Checks one controller runs at once from this orchestrator. A burst of hundreds of
 /// concurrent calls only opens hundreds of TLS connections (and, on a BMC, sessions) that then
@@ -82,7 +82,7 @@ pub struct LocalDrivers {
     metrics: std::sync::OnceLock<crate::Metrics>,
     /// What a call's absolute deadline is compared with: the system clock, as the engine's
     /// (orchestrators' clocks are assumed within the skew the core's margin covers).
-    clock: super::Clock,
+    clock: crate::Clock,
 }
 
 type BuiltDriver = (ControllerConfig, Result<Arc<AnyDriver>, String>);
@@ -119,7 +119,7 @@ impl LocalDrivers {
             config: config.clone(),
             secrets: secrets.clone(),
             metrics: std::sync::OnceLock::new(),
-            clock: super::Clock::system(),
+            clock: crate::Clock::system(),
         }
     }
 

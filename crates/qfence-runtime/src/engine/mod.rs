@@ -1,34 +1,33 @@
-//! The engine: one decision per plan per tick, on the leader only.
+//! The engine: one decision per plan per tick, on the leader only. What it shows and
+//! publishes of each decision is in [`publish`]; what it shares with the executor and the
+//! API's backend is in [`crate::shared`].
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
-use std::sync::{Arc, Mutex, MutexGuard};
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use futures_util::StreamExt;
 use qfence_cluster::node::ClusterNode;
-use qfence_cluster::state::{
-    Command as ClusterCommand, ControllerRecord, PlanStateDoc, Response, STATUS_FORMAT,
-    SiteVerdict, StatusDraft,
-};
-use qfence_core::{
-    BindingKey, Decision, Leadership, Millis, Observation, OpId, OpResult, PlanState, Reason,
-    Rules, Snapshot, StoredPlanState, decide,
-};
+use qfence_core::{Decision, Leadership, Millis, OpId, PlanState, Snapshot, decide};
+use qfence_model::PlanId;
 use qfence_model::config::ValidatedConfig;
-use qfence_model::{Generation, OrchestratorId, PlanId, Verdict};
 use tokio::sync::Notify;
 use tokio_util::sync::CancellationToken;
 
-use super::effective::{ConfigCell, EffectiveConfig};
-use super::executor::Executor;
-use super::systemd::{Beat, Heartbeat};
-use super::{Clock, RuntimeError};
+use crate::effective::{ConfigCell, EffectiveConfig};
 use crate::events::{EventKind, EventLog, JsonlStore, NewEvent};
+use crate::executor::Executor;
 use crate::metrics::Metrics;
+use crate::shared::{Inner, PlanRuntime, lock};
+use crate::systemd::{Beat, Heartbeat};
+use crate::{Clock, RuntimeError};
 
-/// The schema number of the plan state the core defines, as stored in the cluster.
-pub const PLAN_STATE_SCHEMA: u32 = 1;
+mod publish;
+
+use publish::ToPublish;
+pub(crate) use publish::site_verdicts;
+pub use publish::without_times;
+
 /// While a transition runs, the leader republishes its status at least this often, so a
 /// follower's `status --watch` moves with the steps.
 pub const PUBLISH_DURING_TRANSITION: Duration = Duration::from_secs(2);
@@ -41,8 +40,6 @@ pub const PUBLISH_WHEN_STEADY: Duration = Duration::from_secs(30);
 pub const DECIDE_BATCH: usize = 128;
 /// Statuses carried by one `PublishStatuses` write.
 pub const PUBLISH_BATCH: usize = 500;
-/// Cluster writes of registration at start-up in flight at once.
-const REGISTER_CONCURRENCY: usize = 64;
 
 /// Timers of the engine.
 #[derive(Debug, Clone)]
@@ -72,406 +69,12 @@ impl EngineOptions {
     }
 }
 
-/// What the runtime keeps about one plan between ticks. Not replicated: a new leader starts
-/// with nothing read, and the core re-checks before it relies on anything.
-#[derive(Debug, Clone, Default)]
-pub struct PlanRuntime {
-    pub observations: BTreeMap<BindingKey, Observation>,
-    pub results: BTreeMap<OpId, OpResult>,
-    pub in_flight: BTreeMap<OpId, BindingKey>,
-    /// The last decision's sentence.
-    pub last_reason: Option<String>,
-    /// The last decision's verdict of each site, judged with its sentence (see
-    /// [`qfence_core::Decision::sites`]): what the status shows beside that sentence.
-    pub last_sites: Vec<qfence_core::rules::SiteVerdict>,
-    /// The last sentence recorded in the event log, times of day masked.
-    pub last_recorded: Option<String>,
-    /// What this orchestrator last published as the plan's status (term, verdicts and the
-    /// sentence with times masked) and when.
-    pub last_published: Option<(String, Millis)>,
-}
-
-impl PlanRuntime {
-    /// Forgets every reading and result, when the plan's configuration is replaced through
-    /// the API: the new one starts unread. Operations in flight stay counted until they end;
-    /// their results are filed under their bindings' keys (ids, not positions) only if the
-    /// new configuration still has each binding as it was.
-    pub fn reset(&mut self) {
-        self.observations.clear();
-        self.results.clear();
-        self.last_reason = None;
-        self.last_sites.clear();
-        self.last_recorded = None;
-        self.last_published = None;
-    }
-}
-
-/// Each site's verdict and newest proving-fence check time: what the leader shows and
-/// publishes beside the last sentence. They are the last decision's own verdicts, so the two
-/// never disagree (judging again here, at another `now` or with another rule for the
-/// owner, once showed "dc1 FENCED" beside "dc1 not fenced (...)"). Before this orchestrator
-/// has decided the plan, there is no sentence to agree with: the core's
-/// [`Rules::shown_verdict`] judges its observations now.
-pub(crate) fn site_verdicts(
-    config: &ValidatedConfig,
-    plan: &qfence_model::config::PlanConfig,
-    state: &PlanState,
-    view: &PlanRuntime,
-    now: Millis,
-) -> Vec<SiteVerdict> {
-    let rules = Rules::default();
-    plan.sites()
-        .map(|site| {
-            let v = match view.last_sites.iter().find(|v| v.site == *site) {
-                Some(v) => v.clone(),
-                None if !view.last_sites.is_empty() => {
-                    // The decision judged the plan without this site (its configuration
-                    // changed since): it was not seen, UNKNOWN.
-                    return SiteVerdict {
-                        site: site.clone(),
-                        verdict: Verdict::Unknown,
-                        checked_at_ms: None,
-                    };
-                }
-                None => rules.shown_verdict(config, plan, state, &view.observations, site, now),
-            };
-            SiteVerdict {
-                site: site.clone(),
-                verdict: v.verdict,
-                checked_at_ms: v.readings.iter().filter_map(|r| r.at.map(|a| a.0)).max(),
-            }
-        })
-        .collect()
-}
-
-/// The sentence with every `HH:MM:SS` replaced by `--:--:--`, to tell a new sentence from the
-/// same one at a later time.
-pub fn without_times(s: &str) -> String {
-    let b = s.as_bytes();
-    let mut out = String::with_capacity(s.len());
-    let mut i = 0;
-    while i < b.len() {
-        let is_time = i + 8 <= b.len()
-            && b[i..i + 8].iter().enumerate().all(|(j, c)| {
-                if j == 2 || j == 5 {
-                    *c == b':'
-                } else {
-                    c.is_ascii_digit()
-                }
-            });
-        if is_time {
-            out.push_str("--:--:--");
-            i += 8;
-        } else {
-            let ch = s[i..].chars().next().expect("in bounds");
-            out.push(ch);
-            i += ch.len_utf8();
-        }
-    }
-    out
-}
-
-/// The parts the engine, the executor and the API backend share.
-#[derive(Debug)]
-pub(crate) struct Inner {
-    /// The effective configuration (the file's plus the API's), swapped whole when the
-    /// replicated API entries change: take one snapshot ([`Inner::config`]) and use it
-    /// throughout a step.
-    pub cell: Arc<ConfigCell>,
-    pub node: ClusterNode,
-    pub me: OrchestratorId,
-    pub events: Mutex<EventLog<JsonlStore>>,
-    pub metrics: Metrics,
-    pub clock: Clock,
-    pub plans: Mutex<BTreeMap<PlanId, PlanRuntime>>,
-    /// A plan's state writes one at a time: the cluster compares the generation, this lock
-    /// makes the revision half of the compare-and-set hold too. One lock per plan, so plans
-    /// commit concurrently.
-    pub write_locks: Mutex<BTreeMap<PlanId, Arc<tokio::sync::Mutex<()>>>>,
-    /// Controller registrations through the API one at a time (the name check and the
-    /// write are one).
-    pub controller_lock: tokio::sync::Mutex<()>,
-    pub wake: Notify,
-    /// Plans with news (a result came back) since the last tick: a wake decides only these;
-    /// every plan is decided at least every `options.tick`.
-    pub dirty: Mutex<BTreeSet<PlanId>>,
-    /// Set by [`Inner::wake_all`]: the next tick decides every plan.
-    pub wake_all: AtomicBool,
-    /// Draining: no new operations start.
-    pub draining: AtomicBool,
-    pub options: EngineOptions,
-    /// The controllers' latest tests, decoded (see [`super::registered`]).
-    pub registered: super::registered::RegisteredCache,
-}
-
-fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
-    m.lock().unwrap_or_else(|p| p.into_inner())
-}
-
-impl Inner {
-    /// The effective configuration as last built.
-    pub fn config(&self) -> Arc<EffectiveConfig> {
-        self.cell.get()
-    }
-
-    pub fn runtime(&self) -> MutexGuard<'_, BTreeMap<PlanId, PlanRuntime>> {
-        lock(&self.plans)
-    }
-
-    /// What the controllers' latest tests established (pinned identities, failed grades).
-    pub fn registered(&self) -> Arc<super::registered::Registered> {
-        self.node.read(|s| self.registered.get(&s.controller_tests))
-    }
-
-    /// Appends one record to the event log. A log that cannot be written is an operator's
-    /// problem, said at ERROR; the runtime goes on (refusing to fence because a disk is full
-    /// would be worse).
-    pub fn record(&self, event: NewEvent) {
-        let at = self.clock.now().0;
-        if let Err(e) = lock(&self.events).append(event, at) {
-            tracing::error!(error = %e, "Could not append to the event log");
-        }
-    }
-
-    /// Wakes the engine for a tick that decides `plan` (and any other plan with news).
-    pub fn wake_plan(&self, plan: &PlanId) {
-        lock(&self.dirty).insert(plan.clone());
-        self.wake.notify_one();
-    }
-
-    /// Wakes the engine for a tick that decides every plan (an operator's intent).
-    pub fn wake_all(&self) {
-        self.wake_all.store(true, Ordering::SeqCst);
-        self.wake.notify_one();
-    }
-
-    /// The plan's replicated state, or `None` when the cluster does not know the plan yet.
-    /// Reads that one plan's record in place (no copy of the whole replicated state).
-    pub fn plan_state(&self, plan: &PlanId) -> Result<Option<PlanState>, RuntimeError> {
-        self.plan_states(std::slice::from_ref(plan))
-            .pop()
-            .and_then(|(_, s)| s.transpose())
-            .transpose()
-    }
-
-    /// The replicated state of each of `plans`, read together under one read of the cluster
-    /// state (the documents are decoded after the read lock is released).
-    pub fn plan_states(
-        &self,
-        plans: &[PlanId],
-    ) -> Vec<(PlanId, Result<Option<PlanState>, RuntimeError>)> {
-        let docs: Vec<Option<PlanStateDoc>> = self.node.read(|state| {
-            plans
-                .iter()
-                .map(|p| state.plans.get(p).map(|r| r.state.clone()))
-                .collect()
-        });
-        plans
-            .iter()
-            .zip(docs)
-            .map(|(plan, doc)| {
-                let decoded = doc
-                    .map(|doc| {
-                        doc.decode::<StoredPlanState>(PLAN_STATE_SCHEMA)
-                            .map(StoredPlanState::into_current)
-                            .map_err(|e| RuntimeError::Plan {
-                                plan: plan.to_string(),
-                                reason: e.to_string(),
-                            })
-                    })
-                    .transpose();
-                (plan.clone(), decoded)
-            })
-            .collect()
-    }
-
-    /// Registers every controller and plan of the configuration file the cluster does not
-    /// know yet (plans at their initial state), so routing and the compare-and-set have them;
-    /// the API registers its own. The writes of many plans go concurrently, so the cluster
-    /// commits them in few batches.
-    pub async fn register_plans(&self) -> Result<(), RuntimeError> {
-        let file = self.cell.file();
-        let controllers: Vec<ControllerRecord> = file
-            .config()
-            .controllers
-            .iter()
-            .map(|(id, c)| ControllerRecord {
-                id: id.clone(),
-                site: c.site.clone(),
-                reach: c.reach.clone(),
-                // Secrets appear here by reference only.
-                config: serde_json::to_value(c).unwrap_or_default(),
-            })
-            .collect();
-        let (controllers, missing): (Vec<ControllerRecord>, Vec<PlanId>) =
-            self.node.read(|cluster| {
-                (
-                    controllers
-                        .into_iter()
-                        .filter(|r| cluster.controllers.get(&r.id) != Some(r))
-                        .collect(),
-                    file.plans()
-                        .filter(|(id, _)| !cluster.plans.contains_key(*id))
-                        .map(|(id, _)| id.clone())
-                        .collect(),
-                )
-            });
-        for record in controllers {
-            self.node
-                .write(ClusterCommand::RegisterController { controller: record })
-                .await?;
-        }
-        let mut writes = futures_util::stream::iter(missing.into_iter().map(|id| async move {
-            let plan = file.plan(id.as_str()).ok_or_else(|| RuntimeError::Plan {
-                plan: id.to_string(),
-                reason: "not configured".into(),
-            })?;
-            let initial = StoredPlanState::from(PlanState::initial(plan));
-            let doc =
-                PlanStateDoc::encode(PLAN_STATE_SCHEMA, Generation(1), &initial).map_err(|e| {
-                    RuntimeError::Plan {
-                        plan: id.to_string(),
-                        reason: e.to_string(),
-                    }
-                })?;
-            self.node
-                .write(ClusterCommand::RegisterPlan {
-                    plan: id.clone(),
-                    config: serde_json::json!({"owner": plan.owner}),
-                    initial_state: doc,
-                })
-                .await?;
-            tracing::info!(plan = %id, owner = %plan.owner, "Registered the plan at generation 1");
-            Ok::<(), RuntimeError>(())
-        }))
-        .buffer_unordered(REGISTER_CONCURRENCY);
-        let mut first_error = None;
-        while let Some(r) = writes.next().await {
-            if let Err(e) = r {
-                first_error.get_or_insert(e);
-            }
-        }
-        first_error.map_or(Ok(()), Err)
-    }
-
-    /// The lock that makes one plan's writes go one at a time on this orchestrator.
-    pub fn write_lock(&self, plan: &PlanId) -> Arc<tokio::sync::Mutex<()>> {
-        lock(&self.write_locks)
-            .entry(plan.clone())
-            .or_default()
-            .clone()
-    }
-
-    /// Writes `change` if the plan is still exactly as it was decided on: generation and
-    /// revision. Returns the state written.
-    pub async fn commit(
-        &self,
-        plan: &PlanId,
-        change: &qfence_core::PlanStateChange,
-    ) -> Result<PlanState, RuntimeError> {
-        let writer = self.write_lock(plan);
-        let _one_writer = writer.lock().await;
-        let current = self.plan_state(plan)?.ok_or_else(|| RuntimeError::Plan {
-            plan: plan.to_string(),
-            reason: "not registered".into(),
-        })?;
-        let next = current
-            .apply(change)
-            .map_err(|source| RuntimeError::Stale {
-                plan: plan.to_string(),
-                source,
-            })?;
-        self.cas(plan, current.generation, &next).await?;
-        Ok(next)
-    }
-
-    /// Changes the plan's state through `f`, if it is at `expected` (operators' intents).
-    pub async fn update(
-        &self,
-        plan: &PlanId,
-        expected: Option<Generation>,
-        f: impl FnOnce(&mut PlanState),
-    ) -> Result<PlanState, RuntimeError> {
-        self.try_update(plan, expected, |s| {
-            f(s);
-            Ok(())
-        })
-        .await
-    }
-
-    /// Like [`Inner::update`], but `f` may refuse on the state it is given (the current one,
-    /// read under the write lock), and then nothing is written.
-    pub async fn try_update(
-        &self,
-        plan: &PlanId,
-        expected: Option<Generation>,
-        f: impl FnOnce(&mut PlanState) -> Result<(), RuntimeError>,
-    ) -> Result<PlanState, RuntimeError> {
-        let writer = self.write_lock(plan);
-        let _one_writer = writer.lock().await;
-        let current = self.plan_state(plan)?.ok_or_else(|| RuntimeError::Plan {
-            plan: plan.to_string(),
-            reason: "not registered".into(),
-        })?;
-        if let Some(expected) = expected
-            && expected != current.generation
-        {
-            return Err(RuntimeError::Generation {
-                plan: plan.to_string(),
-                expected: expected.0,
-                current: current.generation.0,
-            });
-        }
-        let mut next = current.clone();
-        f(&mut next)?;
-        next.revision = current.revision + 1;
-        self.cas(plan, current.generation, &next).await?;
-        Ok(next)
-    }
-
-    async fn cas(
-        &self,
-        plan: &PlanId,
-        expected: Generation,
-        next: &PlanState,
-    ) -> Result<(), RuntimeError> {
-        let doc = PlanStateDoc::encode(
-            PLAN_STATE_SCHEMA,
-            next.generation,
-            &StoredPlanState::from(next.clone()),
-        )
-        .map_err(|e| RuntimeError::Plan {
-            plan: plan.to_string(),
-            reason: e.to_string(),
-        })?;
-        let response = self
-            .node
-            .write(ClusterCommand::PlanStateCas {
-                plan: plan.clone(),
-                expected_generation: expected,
-                new_state: doc,
-            })
-            .await?;
-        match response {
-            Response::Applied => Ok(()),
-            Response::Conflict { current, .. } => Err(RuntimeError::Generation {
-                plan: plan.to_string(),
-                expected: expected.0,
-                current: current.0,
-            }),
-            other => Err(RuntimeError::Plan {
-                plan: plan.to_string(),
-                reason: format!("the cluster refused the write: {other:?}"),
-            }),
-        }
-    }
-}
-
 /// The runtime loop of one orchestrator.
 #[derive(Debug, Clone)]
 pub struct Engine {
     pub(crate) inner: Arc<Inner>,
     executor: Executor,
+    options: Arc<EngineOptions>,
     /// Where the next full tick starts in the list of plans: it moves on every tick, so no
     /// plan is always decided last.
     rotation: Arc<AtomicUsize>,
@@ -494,13 +97,6 @@ struct Decided {
     decision: Decision,
     term: qfence_model::Term,
     token: Option<CancellationToken>,
-}
-
-/// A status to publish, and what its publication will be remembered as.
-struct ToPublish {
-    status: StatusDraft,
-    gist: String,
-    token: CancellationToken,
 }
 
 impl Engine {
@@ -529,12 +125,12 @@ impl Engine {
             dirty: Mutex::new(BTreeSet::new()),
             wake_all: AtomicBool::new(false),
             draining: AtomicBool::new(false),
-            options,
             registered: Default::default(),
         });
         Self {
             executor: Executor::new(inner.clone()),
             inner,
+            options: Arc::new(options),
             rotation: Arc::new(AtomicUsize::new(0)),
         }
     }
@@ -585,7 +181,7 @@ impl Engine {
     /// when results come back in between, the plans they belong to.
     pub async fn run(self, stop: CancellationToken) {
         let mut next_full = tokio::time::Instant::now();
-        let heartbeat = self.inner.options.heartbeat.clone();
+        let heartbeat = self.options.heartbeat.clone();
         let mut ticked = false;
         loop {
             let now = tokio::time::Instant::now();
@@ -599,7 +195,7 @@ impl Engine {
                     .plans()
                     .map(|(_, p)| p.interval)
                     .min()
-                    .map_or(self.inner.options.tick, |i| i.min(self.inner.options.tick));
+                    .map_or(self.options.tick, |i| i.min(self.options.tick));
                 next_full = now + every;
                 None
             } else {
@@ -708,7 +304,7 @@ impl Engine {
         // A leader without a quorum may never get its lease confirmed (openraft waits for the
         // read index to apply): bounded, and then it is not leading.
         let lead = match tokio::time::timeout(
-            inner.options.lease.max(PUBLISH_TIMEOUT) * 2,
+            self.options.lease.max(PUBLISH_TIMEOUT) * 2,
             inner.node.leadership(),
         )
         .await
@@ -721,7 +317,7 @@ impl Engine {
                 leadership: Leadership {
                     leader: true,
                     term: l.term,
-                    lease_until: from.plus(inner.options.lease),
+                    lease_until: from.plus(self.options.lease),
                 },
                 token: Some(l.token),
                 from,
@@ -767,7 +363,7 @@ impl Engine {
             let start = self.rotation.fetch_add(DECIDE_BATCH, Ordering::Relaxed) % plans.len();
             plans.rotate_left(start);
         }
-        let renew_after = inner.options.lease / 2;
+        let renew_after = self.options.lease / 2;
         let mut to_publish = Vec::new();
         for batch in plans.chunks(DECIDE_BATCH) {
             let mut decided = Vec::with_capacity(batch.len());
@@ -830,7 +426,7 @@ impl Engine {
         let changed = view.last_recorded.as_deref() != Some(gist.as_str());
         if acted || changed {
             tracing::info!(plan = %plan, term = %leadership.term, generation = %state.generation,
-                "{}", super::capitalised(&decision.reason));
+                "{}", crate::capitalised(&decision.reason));
             inner.record(
                 NewEvent::new(EventKind::Decision, inner.me.as_str(), decision.reason.to_string())
                     .plan(plan.as_str())
@@ -919,104 +515,6 @@ impl Engine {
             token,
         })
     }
-
-    /// The plan's status (the leader's verdicts and sentence) if it is due for publication:
-    /// it changed, or the last publication is old (see [`PUBLISH_DURING_TRANSITION`],
-    /// [`PUBLISH_WHEN_STEADY`]). "Changed" reads the reason's gist ([`Reason::gist`]): a
-    /// steady plan's sentence alternates between "checking health (N checks); ..." and
-    /// "no action: ..." as its checks go out and come back, which is not news.
-    fn status_to_publish(
-        &self,
-        config: &EffectiveConfig,
-        plan: &PlanId,
-        term: qfence_model::Term,
-        reason: &Reason,
-        state: &PlanState,
-    ) -> Option<(StatusDraft, String)> {
-        let inner = &self.inner;
-        let cfg = config.plan(plan.as_str())?;
-        let now = inner.clock.now();
-        let view = self.runtime(plan);
-        let sites = site_verdicts(config, cfg, state, &view, now);
-        // The same verdicts, beside the same sentence, go to the metrics, with what cannot
-        // work (a binding to a capability graded failed) before it is needed.
-        let unworkable = inner.registered().unworkable(plan, cfg);
-        inner.metrics.plan(
-            plan.as_str(),
-            super::gauges::plan(state, &sites, &unworkable),
-        );
-        let gist = format!(
-            "{term} {} {}",
-            sites
-                .iter()
-                .map(|s| format!("{}={}", s.site, s.verdict.as_str()))
-                .collect::<Vec<_>>()
-                .join(","),
-            without_times(&reason.gist())
-        );
-        let every = if state.transition().is_some() {
-            PUBLISH_DURING_TRANSITION
-        } else {
-            PUBLISH_WHEN_STEADY
-        };
-        if let Some((last, at)) = &view.last_published
-            && *last == gist
-            && now.since(*at) < every
-        {
-            return None;
-        }
-        let status = StatusDraft {
-            format: STATUS_FORMAT,
-            plan: plan.clone(),
-            sites,
-            reason: reason.to_string(),
-            at_unix_ms: now.0,
-            by: inner.me.clone(),
-        };
-        Some((status, gist))
-    }
-
-    /// Publishes statuses into the replicated state, [`PUBLISH_BATCH`] to a write, so any
-    /// orchestrator can answer a status request. A failed write is logged and retried on the
-    /// next tick; it never stops the cycle.
-    async fn publish(&self, all: Vec<ToPublish>) {
-        let inner = &self.inner;
-        let writes = all.chunks(PUBLISH_BATCH).map(|batch| async move {
-            let token = batch[0].token.clone();
-            let statuses = batch.iter().map(|p| p.status.clone()).collect();
-            // A leader that has lost its quorum must not hang its cycle on a view: the write
-            // is bounded and dropped with the leadership.
-            let write = inner
-                .node
-                .write(ClusterCommand::PublishStatuses { statuses });
-            let outcome = tokio::select! {
-                () = token.cancelled() => return,
-                r = tokio::time::timeout(PUBLISH_TIMEOUT, write) => r,
-            };
-            let Ok(outcome) = outcome else {
-                tracing::warn!(plans = batch.len(), "Publishing the plans' statuses timed out");
-                return;
-            };
-            match outcome {
-                Ok(Response::Applied) => {
-                    let mut all = inner.runtime();
-                    for p in batch {
-                        if let Some(entry) = all.get_mut(&p.status.plan) {
-                            entry.last_published =
-                                Some((p.gist.clone(), Millis(p.status.at_unix_ms)));
-                        }
-                    }
-                }
-                Ok(other) => {
-                    tracing::warn!(plans = batch.len(), "The cluster refused the plans' statuses: {other:?}");
-                }
-                Err(e) => {
-                    tracing::warn!(plans = batch.len(), error = %e, "Could not publish the plans' statuses");
-                }
-            }
-        });
-        futures_util::future::join_all(writes).await;
-    }
 }
 
 /// Forgets results nobody can ask about any more: older than the plan's freshness window plus
@@ -1051,92 +549,4 @@ fn keeps_the_owner_alive(action: &qfence_core::Action) -> bool {
 }
 
 #[cfg(test)]
-mod tests {
-    use super::*;
-
-    /// Between two decisions the status shows what the last one judged, beside its sentence:
-    /// judged again at the request's `now`, a reading that aged out meanwhile read UNKNOWN
-    /// beside "dc2 fenced (...)".
-    #[test]
-    fn the_status_shows_the_last_decisions_verdicts_beside_its_sentence() {
-        use qfence_core::{Leadership, Observed};
-        use qfence_model::{SiteId, Term};
-        let loaded = qfence_model::config::load_str(
-            include_str!("../../../../examples/lab.yaml"),
-            "lab.yaml",
-        )
-        .expect("the lab configuration validates");
-        let config = loaded.config;
-        let plan = config.plan("erp-db").expect("erp-db");
-        let state = PlanState::initial(plan);
-        let dc2 = SiteId::new("dc2").unwrap();
-        let t0 = Millis(1_700_000_000_000);
-        let mut view = PlanRuntime::default();
-        view.observations.insert(
-            BindingKey::site_at(plan, &dc2, 0),
-            Observation::new(Observed::Holds, t0),
-        );
-        let at = |secs| t0.plus(Duration::from_secs(secs));
-        // Before any decision, the status judges its observations now.
-        let fresh = site_verdicts(&config, plan, &state, &view, at(29));
-        assert_eq!(fresh[1].verdict, Verdict::Fenced);
-        let decision = decide(&Snapshot {
-            config: &config,
-            plan: PlanId::new("erp-db").unwrap(),
-            state: &state,
-            observations: &view.observations,
-            results: &view.results,
-            in_flight: &view.in_flight,
-            leadership: Leadership {
-                leader: true,
-                term: Term(1),
-                lease_until: at(40),
-            },
-            now: at(29),
-        });
-        assert!(
-            decision.reason.contains("dc2 fenced (power.off FENCED"),
-            "{}",
-            decision.reason
-        );
-        view.last_reason = Some(decision.reason.to_string());
-        view.last_sites = decision.sites;
-        // Two seconds on, the reading is past freshness (30 s); the sentence still says
-        // fenced until the next decision, and so does the status.
-        let shown = site_verdicts(&config, plan, &state, &view, at(31));
-        assert_eq!(shown[1].site, dc2);
-        assert_eq!(shown[1].verdict, Verdict::Fenced, "{}", decision.reason);
-        assert_eq!(shown[1].checked_at_ms, Some(t0.0));
-        // The owner dc1 was never read: UNKNOWN, not FENCED.
-        assert_eq!(shown[0].verdict, Verdict::Unknown);
-        view.last_sites.clear();
-        view.last_reason = None;
-        let judged_now = site_verdicts(&config, plan, &state, &view, at(31));
-        assert_eq!(judged_now[1].verdict, Verdict::Unknown);
-    }
-
-    #[test]
-    fn times_of_day_are_masked_and_nothing_else() {
-        assert_eq!(
-            without_times("dc2 fenced (power.off FENCED at 14:02:07); due at 09:00:00"),
-            "dc2 fenced (power.off FENCED at --:--:--); due at --:--:--"
-        );
-        assert_eq!(
-            without_times("g12 t3 12:3:45 1:02:03x"),
-            "g12 t3 12:3:45 1:02:03x"
-        );
-        assert_eq!(without_times("é 10:11:12"), "é --:--:--");
-    }
-
-    #[tokio::test(start_paused = true)]
-    async fn the_clock_moves_with_tokio_time() {
-        let c = super::super::Clock::starting_at(qfence_core::Millis(1_000));
-        assert_eq!(c.now(), qfence_core::Millis(1_000));
-        tokio::time::sleep(Duration::from_secs(90)).await;
-        assert_eq!(c.now(), qfence_core::Millis(91_000));
-        assert_eq!(
-            c.after(Duration::from_millis(5)),
-            qfence_core::Millis(91_005)
-        );
-    }
-}
+mod tests;

@@ -19,7 +19,6 @@ use std::io::{BufRead, BufReader, Write};
 use std::path::{Path, PathBuf};
 
 use serde::{Deserialize, Serialize};
-use utoipa::{IntoParams, ToSchema};
 
 mod chain;
 mod store;
@@ -39,9 +38,8 @@ pub const GENESIS: &str = "00000000000000000000000000000000000000000000000000000
 pub const DOMAIN: &[u8] = b"qfence-event-v1\n";
 
 /// What a record is about.
-#[derive(
-    Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize, ToSchema,
-)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 #[serde(rename_all = "snake_case")]
 pub enum EventKind {
     /// A decision of the core, with its one-sentence reason.
@@ -76,7 +74,8 @@ impl EventKind {
 }
 
 /// One record of the log.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, ToSchema)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 #[serde(deny_unknown_fields)]
 pub struct Event {
     /// Position in the log: 1 for the first record, then one more for each.
@@ -98,7 +97,7 @@ pub struct Event {
     /// One sentence, for people.
     pub message: String,
     /// Details, for machines. Any JSON value.
-    #[schema(value_type = Value)]
+    #[cfg_attr(feature = "openapi", schema(value_type = Value))]
     pub data: serde_json::Value,
     /// The previous record's hash; [`GENESIS`] for the first.
     pub prev: String,
@@ -210,9 +209,10 @@ pub enum EventLogError {
 
 /// Which records a query wants: after a seq (the paging cursor), of a kind, about a plan or
 /// a site, at most `limit`.
-#[derive(Debug, Clone, Default, PartialEq, Deserialize, IntoParams, ToSchema)]
+#[derive(Debug, Clone, Default, PartialEq, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::IntoParams, utoipa::ToSchema))]
 #[serde(deny_unknown_fields)]
-#[into_params(parameter_in = Query)]
+#[cfg_attr(feature = "openapi", into_params(parameter_in = Query))]
 pub struct EventQuery {
     /// Only records with a seq greater than this (the previous page's `next_after`).
     pub after: Option<u64>,
@@ -232,7 +232,8 @@ pub const DEFAULT_PAGE: u32 = 100;
 pub const MAX_PAGE: u32 = 1000;
 
 /// One page of records, oldest first.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, ToSchema)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 #[serde(deny_unknown_fields)]
 pub struct EventPage {
     pub events: Vec<Event>,

@@ -3,7 +3,7 @@
 use qfence_call::{Observed, Reading, Verb};
 use qfence_core::{Action, Outcome};
 
-use crate::runtime::drivers::Read;
+use crate::drivers::Read;
 
 /// What one call came to.
 #[derive(Debug, Clone)]

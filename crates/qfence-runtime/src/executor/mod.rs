@@ -25,11 +25,11 @@ use tokio_util::sync::CancellationToken;
 
 use self::classify::{Finished, classify, is_dead_man, routine, undo_failed, undo_read_back};
 use self::resolve::Resolved;
-use super::capitalised;
-use super::drivers::Read;
-use super::engine::Inner;
+use crate::capitalised;
+use crate::drivers::Read;
 use crate::events::{EventKind, NewEvent};
 use crate::metrics::Direction;
+use crate::shared::Inner;
 
 /// Runs commands. Each runs in its own task under a deadline and a child of the leadership
 /// token; the loop never waits for one.
@@ -206,7 +206,7 @@ impl Executor {
         let mut outer = call.timeout + Duration::from_secs(2);
         if call.verb == Verb::Check {
             // A check may queue for its turn at the controller before its own timeout starts.
-            outer += super::drivers::CHECK_QUEUE_LIMIT;
+            outer += crate::drivers::CHECK_QUEUE_LIMIT;
         }
         if call.pre_fence.is_some() {
             // The pre-fence checks run first, with a budget of their own.

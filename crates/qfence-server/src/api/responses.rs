@@ -9,7 +9,7 @@ use utoipa::IntoResponses;
 use utoipa::openapi::{ContentBuilder, Ref, RefOr, ResponseBuilder, response::Response};
 
 #[cfg(doc)]
-use crate::dto::ErrorBody;
+use qfence_runtime::dto::ErrorBody;
 
 /// `(status, description)` pairs, each answered with an [`ErrorBody`].
 fn error_bodies(list: &[(u16, &str)]) -> BTreeMap<String, RefOr<Response>> {

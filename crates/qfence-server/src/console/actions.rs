@@ -4,9 +4,9 @@
 
 use qfence_model::{PlanId, SiteId};
 
-use crate::auth::Caller;
-use crate::backend::{Backend, BackendError};
-use crate::dto::{
+use qfence_runtime::auth::Caller;
+use qfence_runtime::backend::{Backend, BackendError};
+use qfence_runtime::dto::{
     ConfirmFencedRequest, DryRun, FailoverRequest, MaintenanceRequest, OperationAccepted,
     PauseRequest, SwitchoverRequest,
 };

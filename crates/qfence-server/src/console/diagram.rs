@@ -7,7 +7,7 @@ use std::collections::BTreeMap;
 
 use serde_json::Value;
 
-use crate::dto::{ControllerView, PlanStatus, SiteRole};
+use qfence_runtime::dto::{ControllerView, PlanStatus, SiteRole};
 
 const BOX_W: u32 = 132;
 const BOX_H: u32 = 58;

@@ -1,4 +1,4 @@
-//! The web console: server-rendered pages over the same [`Backend`](crate::Backend) the API
+//! The web console: server-rendered pages over the same [`Backend`](qfence_runtime::Backend) the API
 //! calls, so the console and the API share every validation and every refusal.
 //!
 //! A browser signs in with one of the API's tokens; the token is kept in an `HttpOnly`,
@@ -35,9 +35,9 @@ use axum::routing::{get, post};
 use serde::Deserialize;
 
 use crate::api::AppState;
-use crate::auth::{Access, Caller};
-use crate::backend::BackendError;
-use crate::dto::{SiteRole, SiteStatus, StatusResponse, VerdictDto};
+use qfence_runtime::auth::{Access, Caller};
+use qfence_runtime::backend::BackendError;
+use qfence_runtime::dto::{SiteRole, SiteStatus, StatusResponse, VerdictDto};
 
 /// The cookie holding the session's token.
 pub const SESSION_COOKIE: &str = "qfence_session";

@@ -10,9 +10,9 @@ use serde::Deserialize;
 
 use super::{Session, encode, error_page, fmt_ms, page};
 use crate::api::AppState;
-use crate::auth::Caller;
-use crate::dto::OrchestratorView;
-use crate::events::{DEFAULT_PAGE, EventKind, EventPage, EventQuery, MAX_PAGE};
+use qfence_runtime::auth::Caller;
+use qfence_runtime::dto::OrchestratorView;
+use qfence_runtime::events::{DEFAULT_PAGE, EventKind, EventPage, EventQuery, MAX_PAGE};
 
 pub(super) fn routes() -> Router<AppState> {
     Router::new()

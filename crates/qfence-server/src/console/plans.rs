@@ -17,10 +17,10 @@ use super::actions::{Confirmed, PlanAction};
 use super::diagram::{self, Diagram};
 use super::{FormSession, Session, encode, error_page, fmt_ms, page};
 use crate::api::AppState;
-use crate::auth::Caller;
-use crate::backend::BackendError;
-use crate::dto::{DryRun, DryRunResult, LeaderInfo, PlanStatus, PlanView};
-use crate::events::{Event, EventKind, EventQuery, MAX_PAGE};
+use qfence_runtime::auth::Caller;
+use qfence_runtime::backend::BackendError;
+use qfence_runtime::dto::{DryRun, DryRunResult, LeaderInfo, PlanStatus, PlanView};
+use qfence_runtime::events::{Event, EventKind, EventQuery, MAX_PAGE};
 
 pub(super) fn routes() -> Router<AppState> {
     Router::new()

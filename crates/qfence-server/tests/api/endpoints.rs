@@ -7,8 +7,8 @@ use qfence_model::Verdict;
 use serde_json::json;
 
 use super::{ADMIN, Api, OPERATOR, VIEWER, phase};
+use qfence_runtime::events::{Record, VerifyOptions, verify};
 use qfence_server::ApiConfig;
-use qfence_server::events::{Record, VerifyOptions, verify};
 use qfence_server::testing::erp_db_spec;
 
 #[tokio::test]

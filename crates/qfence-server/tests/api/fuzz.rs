@@ -15,8 +15,9 @@ use std::time::Instant;
 use tokio_util::sync::CancellationToken;
 
 use super::{ADMIN, tokens};
+use qfence_runtime::Metrics;
+use qfence_server::ApiConfig;
 use qfence_server::testing::MemoryBackend;
-use qfence_server::{ApiConfig, Metrics};
 
 fn schemathesis() -> Option<PathBuf> {
     let root = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../..");

@@ -21,7 +21,8 @@ use axum::http::{Method, Request, StatusCode, header};
 use serde_json::Value;
 use tower::ServiceExt;
 
-use qfence_server::{Access, ApiConfig, Metrics, TokenStore};
+use qfence_runtime::{Access, Metrics, TokenStore};
+use qfence_server::ApiConfig;
 
 use qfence_server::testing::MemoryBackend;
 

@@ -5,8 +5,9 @@ use std::sync::Arc;
 use tokio_util::sync::CancellationToken;
 
 use super::{VIEWER, tokens};
+use qfence_runtime::Metrics;
+use qfence_server::ApiConfig;
 use qfence_server::testing::MemoryBackend;
-use qfence_server::{ApiConfig, Metrics};
 
 #[tokio::test]
 async fn the_api_is_served_over_tls_and_refuses_plain_http() {

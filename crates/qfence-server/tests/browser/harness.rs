@@ -407,9 +407,9 @@ pub const OPERATOR: &str = "operator-token-2";
 pub const ADMIN: &str = "admin-token-3";
 
 /// The token store holding [`VIEWER`], [`OPERATOR`] and [`ADMIN`].
-pub fn tokens() -> qfence_server::TokenStore {
-    use qfence_server::Access;
-    qfence_server::TokenStore::default()
+pub fn tokens() -> qfence_runtime::TokenStore {
+    use qfence_runtime::Access;
+    qfence_runtime::TokenStore::default()
         .with_token(Access::Viewer, "grafana", VIEWER)
         .with_token(Access::Operator, "oncall", OPERATOR)
         .with_token(Access::Admin, "alice", ADMIN)
@@ -430,7 +430,7 @@ pub async fn memory_console_over(
     let app = qfence_server::router(
         backend.clone(),
         tokens(),
-        qfence_server::Metrics::new(),
+        qfence_runtime::Metrics::new(),
         &qfence_server::ApiConfig::default(),
     );
     Ok((serve(app).await?, backend))

@@ -20,9 +20,10 @@ use std::time::Duration;
 use anyhow::{Result, ensure};
 use qfence_lab::redfish::PowerState;
 use qfence_model::Verdict;
-use qfence_server::runtime::RuntimeBackend;
+use qfence_runtime::Metrics;
+use qfence_runtime::RuntimeBackend;
+use qfence_server::ApiConfig;
 use qfence_server::testing::MemoryBackend;
-use qfence_server::{ApiConfig, Metrics};
 
 use harness::{Browser, By, serve};
 

@@ -5,8 +5,9 @@
 use std::sync::Arc;
 
 use anyhow::{Result, ensure};
-use qfence_server::runtime::RuntimeBackend;
-use qfence_server::{ApiConfig, Metrics};
+use qfence_runtime::Metrics;
+use qfence_runtime::RuntimeBackend;
+use qfence_server::ApiConfig;
 
 use super::lab::{self, Orchestrator, Sims};
 use super::*;
@@ -94,7 +95,7 @@ async fn registration_on_a_real_orchestrator_shows_the_bmcs_certificate_and_grad
     );
     b.screenshot("5-registered").await?;
     {
-        use qfence_server::Backend;
+        use qfence_runtime::Backend;
         let source = backend.config_source().await?;
         ensure!(
             source.contains("bmc-dc1-mgmt") && source.contains(want),
@@ -322,7 +323,7 @@ async fn the_editor_creates_and_edits_a_plan_on_a_real_orchestrator() -> Result<
         "{status} {location}: {body}"
     );
     {
-        use qfence_server::Backend;
+        use qfence_runtime::Backend;
         let v = backend.plan(&qfence_model::PlanId::new("web")?).await?;
         ensure!(v.generation == 2, "applied: generation {}", v.generation);
         ensure!(v.spec["interval_seconds"] == 5, "{}", v.spec);

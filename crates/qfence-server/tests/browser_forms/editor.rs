@@ -2,7 +2,7 @@
 //! and the fixed form is staged and applied.
 
 use anyhow::{Result, ensure};
-use qfence_server::Backend;
+use qfence_runtime::Backend;
 
 use super::*;
 
@@ -141,14 +141,14 @@ async fn a_stale_edit_shows_the_current_generation_and_applies_only_when_asked()
     let base = backend.config_source().await?;
     let checked = qfence_model::config::plan_api::check_plan(&base, "erp-db", &spec)
         .map_err(|i| anyhow::anyhow!("{i:?}"))?;
-    let bob = qfence_server::Caller {
+    let bob = qfence_runtime::Caller {
         name: "bob".into(),
-        access: qfence_server::Access::Admin,
+        access: qfence_runtime::Access::Admin,
     };
     backend
         .stage_plan(
             &bob,
-            qfence_server::CheckedPlan {
+            qfence_runtime::CheckedPlan {
                 name: id.clone(),
                 spec,
                 config: checked.value,
@@ -223,7 +223,7 @@ async fn a_new_plan_is_refused_then_created() -> Result<()> {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_capability_graded_failed_is_never_offered() -> Result<()> {
-    use qfence_server::dto::{CapabilityGrade, GradeDto};
+    use qfence_runtime::dto::{CapabilityGrade, GradeDto};
     let (served, backend) = memory_console().await?;
     backend.set_grades(
         "bmc-dc2",

@@ -13,8 +13,9 @@ use axum::body::Body;
 use axum::http::{Method, Request, StatusCode, header};
 use tower::ServiceExt;
 
+use qfence_runtime::{Access, Metrics, TokenStore};
+use qfence_server::ApiConfig;
 use qfence_server::testing::MemoryBackend;
-use qfence_server::{Access, ApiConfig, Metrics, TokenStore};
 
 pub const VIEWER: &str = "viewer-token-1";
 pub const OPERATOR: &str = "operator-token-2";
@@ -218,7 +219,7 @@ pub fn phase(s: &str) {
 impl Console {
     /// The plans' names.
     pub async fn plan_names(&self) -> Vec<String> {
-        use qfence_server::Backend;
+        use qfence_runtime::Backend;
         self.backend
             .plans()
             .await
@@ -230,7 +231,7 @@ impl Console {
 
     /// A plan's generation and the spec in force.
     pub async fn plan_spec(&self, name: &str) -> (u64, serde_json::Value) {
-        use qfence_server::Backend;
+        use qfence_runtime::Backend;
         let v = self
             .backend
             .plan(&qfence_model::PlanId::new(name).unwrap())
@@ -241,7 +242,7 @@ impl Console {
 
     /// A plan's staged change, if any.
     pub async fn staged(&self, name: &str) -> Option<serde_json::Value> {
-        use qfence_server::Backend;
+        use qfence_runtime::Backend;
         let v = self
             .backend
             .plan(&qfence_model::PlanId::new(name).unwrap())

@@ -12,10 +12,11 @@ use axum::http::{Method, Request, StatusCode, header};
 use qfence_cluster::state::{Command as ClusterCommand, PlanStateDoc, Response};
 use qfence_core::{Millis, Observed, Phase, Stage, StoredPlanState, Transition, TransitionKind};
 use qfence_model::PlanId;
-use qfence_server::events::EventKind;
-use qfence_server::runtime::RuntimeBackend;
-use qfence_server::runtime::engine::PLAN_STATE_SCHEMA;
-use qfence_server::{Access, ApiConfig, Metrics, TokenStore};
+use qfence_runtime::PLAN_STATE_SCHEMA;
+use qfence_runtime::RuntimeBackend;
+use qfence_runtime::events::EventKind;
+use qfence_runtime::{Access, Metrics, TokenStore};
+use qfence_server::ApiConfig;
 use serde_json::{Value, json};
 use tower::ServiceExt;
 

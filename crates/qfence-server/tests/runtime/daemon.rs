@@ -7,9 +7,9 @@ use std::time::Duration;
 use anyhow::Result;
 use qfence_cluster::node::Timing;
 use qfence_model::OrchestratorId;
-use qfence_server::events::{VerifyOptions, read_jsonl, verify};
-use qfence_server::runtime::{Daemon, DaemonOptions};
-use qfence_server::{Access, TokenStore};
+use qfence_runtime::events::{VerifyOptions, read_jsonl, verify};
+use qfence_runtime::{Access, OrchestratorOptions, TokenStore};
+use qfence_server::{Daemon, DaemonOptions};
 use serde_json::{Value, json};
 
 use crate::lab::{self, Sims, eventually, phase};
@@ -27,18 +27,20 @@ async fn start_with(sims: &Sims, data: &std::path::Path, access: Access) -> Resu
         Err(issues) => anyhow::bail!("{issues:?}"),
     };
     Ok(Daemon::start(DaemonOptions {
-        config,
-        config_text: text,
-        name: OrchestratorId::new("dc1-a")?,
-        data_dir: data.to_owned(),
+        orchestrator: OrchestratorOptions {
+            config,
+            config_text: text,
+            name: OrchestratorId::new("dc1-a")?,
+            data_dir: data.to_owned(),
+            cluster_listen: Some("127.0.0.1:0".parse()?),
+            secrets: lab::secrets(),
+            timing: Timing::fast(),
+            join: None,
+            write_join_tokens: false,
+            notifier: None,
+        },
         tokens: TokenStore::default().with_token(access, "oncall", TOKEN),
         api_listen: "127.0.0.1:0".parse()?,
-        cluster_listen: Some("127.0.0.1:0".parse()?),
-        secrets: lab::secrets(),
-        timing: Timing::fast(),
-        join: None,
-        write_join_tokens: false,
-        notifier: None,
     })
     .await?)
 }
@@ -70,7 +72,11 @@ async fn the_daemon_serves_the_api_over_https_and_restarts_where_it_stopped() ->
 
     phase("an empty data directory becomes a one-voter cluster; the API answers over HTTPS");
     let d = start(&sims, &data).await?;
-    assert!(d.unavailable.is_empty(), "{:?}", d.unavailable);
+    assert!(
+        d.orchestrator.unavailable.is_empty(),
+        "{:?}",
+        d.orchestrator.unavailable
+    );
     assert_eq!(d.api_fingerprint.len(), 64);
     let c = client(&data, &d)?;
     let base = format!("https://localhost:{}/api/v1", d.api_addr.port());

@@ -9,7 +9,7 @@ use std::time::Duration;
 
 use anyhow::Result;
 use qfence_core::{Action, BindingKey, Command, Observed, OpId, Outcome};
-use qfence_server::events::EventKind;
+use qfence_runtime::events::EventKind;
 
 use crate::ipmi_bmc::LabIpmi;
 use crate::lab::{self, Orchestrator, Sims, eventually, phase, plan};

@@ -9,7 +9,7 @@ use std::time::Duration;
 
 use anyhow::{Context, Result};
 use qfence_core::{EvidenceKind, Observed, Phase};
-use qfence_server::events::EventKind;
+use qfence_runtime::events::EventKind;
 use tokio::sync::watch;
 use tokio::time::Instant;
 

@@ -14,9 +14,9 @@ use qfence_controllers::secrets::{ENV_PREFIX, SecretSource, env_name};
 use qfence_core::BindingKey;
 use qfence_lab::lab::{self, LabConfig, Scenario};
 use qfence_model::{OrchestratorId, PlanId, SiteId};
-use qfence_server::Metrics;
-use qfence_server::events::{EventLog, JsonlStore};
-use qfence_server::runtime::{ConfigCell, DriverExecutor, Engine, EngineOptions, LocalDrivers};
+use qfence_runtime::Metrics;
+use qfence_runtime::events::{EventLog, JsonlStore};
+use qfence_runtime::{ConfigCell, DriverExecutor, Engine, EngineOptions, LocalDrivers};
 use tokio::sync::watch;
 use tokio_util::sync::CancellationToken;
 

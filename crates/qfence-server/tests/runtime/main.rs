@@ -26,12 +26,12 @@ use anyhow::Result;
 use qfence_core::{Action, Command, Observed, OpId, Outcome, Phase};
 use qfence_lab::proxmox::VmStatus;
 use qfence_lab::redfish::PowerState;
-use qfence_server::dto::VerdictDto;
-use qfence_server::dto::{MaintenanceRequest, SwitchoverRequest};
-use qfence_server::events::{EventKind, VerifyOptions, read_jsonl, verify};
-use qfence_server::runtime::RuntimeBackend;
-use qfence_server::runtime::engine::without_times;
-use qfence_server::{Backend, BackendError};
+use qfence_runtime::RuntimeBackend;
+use qfence_runtime::dto::VerdictDto;
+use qfence_runtime::dto::{MaintenanceRequest, SwitchoverRequest};
+use qfence_runtime::engine::without_times;
+use qfence_runtime::events::{EventKind, VerifyOptions, read_jsonl, verify};
+use qfence_runtime::{Backend, BackendError};
 
 use lab::{Orchestrator, Sims, VIP, eventually, phase, plan};
 
@@ -42,7 +42,7 @@ fn dump(o: &Orchestrator) {
     }
 }
 
-fn verdict(status: &qfence_server::dto::StatusResponse, site: &str) -> Option<VerdictDto> {
+fn verdict(status: &qfence_runtime::dto::StatusResponse, site: &str) -> Option<VerdictDto> {
     status
         .plans
         .first()?
@@ -156,7 +156,7 @@ async fn a_lost_site_fails_over_step_by_step_and_the_vip_follows() -> Result<()>
 
     phase("the event log tells the story and verifies");
     let events = o.engine.events();
-    let pos = |pred: &dyn Fn(&qfence_server::events::Event) -> bool| events.iter().position(pred);
+    let pos = |pred: &dyn Fn(&qfence_runtime::events::Event) -> bool| events.iter().position(pred);
     let fence_dc1 = pos(&|e| e.kind == EventKind::Command && e.message.starts_with("fence dc1[0]"))
         .expect("dc1's BMC fence was commanded");
     let verified = pos(&|e| {
@@ -192,7 +192,7 @@ async fn a_lost_site_fails_over_step_by_step_and_the_vip_follows() -> Result<()>
     for e in &events {
         assert!(!e.message.contains(lab::PVE_TOKEN) && !e.message.contains(lab::BMC_PASSWORD));
     }
-    let decisions: Vec<&qfence_server::events::Event> = events
+    let decisions: Vec<&qfence_runtime::events::Event> = events
         .iter()
         .filter(|e| e.kind == EventKind::Decision)
         .collect();
@@ -271,7 +271,7 @@ async fn a_lost_site_fails_over_step_by_step_and_the_vip_follows() -> Result<()>
 /// Asserts that no site the status shows contradicts the sentence beside it, and that the
 /// owner is not shown FENCED by a reading from before it became the owner (the service runs
 /// there). Returns what the sentence says of dc1, if it says anything.
-fn status_agrees_with_its_sentence(status: &qfence_server::dto::StatusResponse) -> Option<bool> {
+fn status_agrees_with_its_sentence(status: &qfence_runtime::dto::StatusResponse) -> Option<bool> {
     let p = &status.plans[0];
     let reason = &p.last_reason;
     // Once committed to dc2 the new owner serves; before, dc1 is the site being fenced.
@@ -317,10 +317,10 @@ fn sentence_says_fenced(reason: &str, site: &str) -> Option<bool> {
     })
 }
 
-fn operator() -> qfence_server::Caller {
-    qfence_server::Caller {
+fn operator() -> qfence_runtime::Caller {
+    qfence_runtime::Caller {
         name: "alice".into(),
-        access: qfence_server::Access::Operator,
+        access: qfence_runtime::Access::Operator,
     }
 }
 
@@ -869,7 +869,7 @@ async fn a_site_in_maintenance_is_shown_never_moved_to_and_logged() -> Result<()
         .failover(
             &operator(),
             &plan(),
-            &qfence_server::dto::FailoverRequest {
+            &qfence_runtime::dto::FailoverRequest {
                 target: None,
                 expected_generation: 1,
                 reason: None,

@@ -145,9 +145,9 @@ async fn a_live_daemons_metrics_pass_promtool_and_say_what_is_safe() -> Result<(
     phase("every metric the rules and the dashboard name is exported (or recorded)");
     // What this daemon exports now, and the families that have no sample yet (no failover,
     // no forwarded call here), from a registry where each has one.
-    let every = qfence_server::Metrics::new();
+    let every = qfence_runtime::Metrics::new();
     every.failover("p", "committed");
-    every.forwarded(qfence_server::metrics::Direction::Sent);
+    every.forwarded(qfence_runtime::metrics::Direction::Sent);
     every.forward_refusal("stale_term");
     let exported: BTreeSet<String> = [text.clone(), every.render()]
         .iter()

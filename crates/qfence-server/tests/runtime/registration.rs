@@ -13,7 +13,7 @@ use qfence_call::{Call, ErrorKind, PreFence, Target, Verb};
 use qfence_lab::proxmox::{Node, VmStatus};
 use qfence_lab::redfish::{PowerState, Role};
 use qfence_model::ControllerId;
-use qfence_server::events::EventKind;
+use qfence_runtime::events::EventKind;
 use serde_json::{Value, json};
 use tokio_util::sync::CancellationToken;
 use tower::ServiceExt;

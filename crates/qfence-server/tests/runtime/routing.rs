@@ -5,9 +5,9 @@ use std::time::Duration;
 
 use anyhow::Result;
 use qfence_model::ControllerId;
-use qfence_server::runtime::RuntimeBackend;
-use qfence_server::{Access, Caller};
-use qfence_server::{Backend, BackendError};
+use qfence_runtime::RuntimeBackend;
+use qfence_runtime::{Access, Caller};
+use qfence_runtime::{Backend, BackendError};
 
 use crate::lab::{self, Orchestrator, Sims, eventually, phase};
 

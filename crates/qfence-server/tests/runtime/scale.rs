@@ -8,7 +8,7 @@ use anyhow::Result;
 use qfence_core::{BindingKey, Millis, Observed};
 use qfence_lab::lab::{Scenario, Sims, TIMINGS, scaled_plan_name};
 use qfence_model::PlanId;
-use qfence_server::events::EventKind;
+use qfence_runtime::events::EventKind;
 
 use crate::lab::{Orchestrator, eventually, phase};
 

@@ -4,7 +4,7 @@ use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 
 use clap::{Args, Subcommand};
-use qfence_server::events::{BrokenLink, Verified, VerifyOptions, read_jsonl, verify};
+use qfence_runtime::events::{BrokenLink, Verified, VerifyOptions, read_jsonl, verify};
 use serde::Serialize;
 
 use super::{EXIT_INVALID, Format};
@@ -88,7 +88,7 @@ fn print_human(name: &str, _file: &Path, report: &Report) {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use qfence_server::events::{EventKind, EventLog, JsonlStore, NewEvent};
+    use qfence_runtime::events::{EventKind, EventLog, JsonlStore, NewEvent};
 
     fn log(dir: &Path, n: u64) -> PathBuf {
         let path = dir.join("events.jsonl");

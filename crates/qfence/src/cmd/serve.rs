@@ -24,10 +24,10 @@ use qfence_controllers::SecretStore;
 use qfence_model::OrchestratorId;
 use qfence_model::config::OrchestratorConfig;
 use qfence_model::ids::SecretRef;
-use qfence_server::TokenStore;
-use qfence_server::runtime::daemon::Membership;
-use qfence_server::runtime::systemd::Notifier;
-use qfence_server::runtime::{Daemon, DaemonOptions, JoinOptions};
+use qfence_runtime::orchestrator::JOIN_TOKENS_DIR;
+use qfence_runtime::systemd::Notifier;
+use qfence_runtime::{JoinOptions, Membership, OrchestratorOptions, TokenStore};
+use qfence_server::{Daemon, DaemonOptions};
 
 use super::Format;
 
@@ -123,22 +123,24 @@ pub async fn run(a: ServeArgs) -> anyhow::Result<ExitCode> {
     });
     let notifier = Notifier::from_env();
     let daemon = Daemon::start(DaemonOptions {
-        config: loaded.config,
-        config_text,
-        name: name.clone(),
-        data_dir: a.data.clone(),
+        orchestrator: OrchestratorOptions {
+            config: loaded.config,
+            config_text,
+            name: name.clone(),
+            data_dir: a.data.clone(),
+            cluster_listen: a.cluster_listen,
+            secrets: SecretStore::from_process(a.secrets_dir.clone()),
+            timing: if a.fast_timers {
+                Timing::fast()
+            } else {
+                Timing::standard()
+            },
+            join,
+            write_join_tokens: a.init,
+            notifier: notifier.clone(),
+        },
         tokens,
         api_listen: a.listen,
-        cluster_listen: a.cluster_listen,
-        secrets: SecretStore::from_process(a.secrets_dir.clone()),
-        timing: if a.fast_timers {
-            Timing::fast()
-        } else {
-            Timing::standard()
-        },
-        join,
-        write_join_tokens: a.init,
-        notifier: notifier.clone(),
     })
     .await?;
     if let Some(me) = &me {
@@ -217,7 +219,7 @@ fn save_identity(a: &ServeArgs, name: &OrchestratorId, me: &OrchestratorConfig, 
 /// Tells the operator what start-up did: the membership, where the join tokens are, the
 /// witness role, the controllers without a driver here, and where the API serves.
 fn announce(a: &ServeArgs, daemon: &Daemon, witness: bool) {
-    match (daemon.membership, &a.join) {
+    match (daemon.orchestrator.membership, &a.join) {
         (Membership::Joined, Some(seed)) => println!("Joined the cluster through {seed}"),
         (Membership::Member, Some(_)) => {
             println!("Already a member of the cluster: nothing to join")
@@ -226,7 +228,7 @@ fn announce(a: &ServeArgs, daemon: &Daemon, witness: bool) {
         _ => {}
     }
     if a.init {
-        let dir = a.data.join(qfence_server::runtime::daemon::JOIN_TOKENS_DIR);
+        let dir = a.data.join(JOIN_TOKENS_DIR);
         println!(
             "Join tokens for the other orchestrators are in {} (secrets: each holds a private key)",
             dir.display()
@@ -238,7 +240,7 @@ fn announce(a: &ServeArgs, daemon: &Daemon, witness: bool) {
             a.name
         );
     }
-    for (c, why) in &daemon.unavailable {
+    for (c, why) in &daemon.orchestrator.unavailable {
         tracing::warn!(controller = %c, "No driver here; its calls read UNKNOWN: {why}");
     }
     println!("qfence {} serving https://{}", a.name, daemon.api_addr);

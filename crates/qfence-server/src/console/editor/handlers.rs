@@ -9,8 +9,8 @@ use serde::Deserialize;
 use serde_json::json;
 
 use crate::api::AppState;
-use crate::backend::{BackendError, CheckedPlan};
 use crate::console::{FormSession, Session, page};
+use qfence_runtime::backend::{BackendError, CheckedPlan};
 
 use super::form::*;
 use super::view::*;
@@ -57,7 +57,7 @@ pub(super) async fn edit_form(
         Ok(v) => v,
         Err(e) => return crate::console::error_page(Some(&session), &e),
     };
-    if view.source == crate::dto::PlanSource::File {
+    if view.source == qfence_runtime::dto::PlanSource::File {
         return crate::console::error_page(
             Some(&session),
             &BackendError::Conflict(format!(

@@ -4,7 +4,7 @@
 //! service bindings), posted as flat fields (`b:dc1:2:capability`), so it works without
 //! JavaScript. The server is the authority: it rebuilds the plan as the configuration file
 //! writes it under `plans.NAME`, validates it with the API's validation
-//! ([`plan_api::check_plan`] against [`Backend::config_source`](crate::Backend)), and shows
+//! ([`plan_api::check_plan`] against [`Backend::config_source`](qfence_runtime::Backend)), and shows
 //! each issue next to the field its path names, with every value the user typed kept.
 //!
 //! A small script (`/console-forms.js`) narrows the choices in the browser from data the page
@@ -34,7 +34,7 @@ use serde_json::Value;
 
 use super::{ErrorPage, Session, page};
 use crate::api::AppState;
-use crate::backend::BackendError;
+use qfence_runtime::backend::BackendError;
 
 use form::{SERVICE, SWITCHES, TIMINGS};
 pub(super) use form::{number_or_text, parse_params};

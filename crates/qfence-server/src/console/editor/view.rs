@@ -278,7 +278,7 @@ pub(in crate::console) struct SwitchView {
 #[derive(Template)]
 #[template(path = "console/editor.html")]
 pub(in crate::console) struct EditorPage {
-    pub who: Option<crate::auth::Caller>,
+    pub who: Option<qfence_runtime::auth::Caller>,
     pub title: String,
     /// `None` for a new plan.
     pub plan: Option<String>,
@@ -451,7 +451,7 @@ pub(super) async fn choices(s: &AppState, session: &Session) -> Result<Choices, 
             let caps: Vec<String> = c
                 .grades
                 .into_iter()
-                .filter(|g| g.grade == crate::dto::GradeDto::Failed)
+                .filter(|g| g.grade == qfence_runtime::dto::GradeDto::Failed)
                 .map(|g| g.capability)
                 .collect();
             (c.name, caps)

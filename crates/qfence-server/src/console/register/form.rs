@@ -8,8 +8,8 @@ use qfence_model::{ControllerId, ControllerType};
 use serde_json::{Map, Value, json};
 
 use super::page::Context;
-use crate::backend::CheckedController;
 use crate::console::editor::{FieldIssues, number_or_text, parse_params};
+use qfence_runtime::backend::CheckedController;
 
 /// Every field of the form: its name and the step it is typed at (0 for the ones the
 /// server fills).

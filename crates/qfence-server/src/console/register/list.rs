@@ -8,10 +8,10 @@ use serde::Deserialize;
 
 use super::page::{GradeView, ProbeView, grades};
 use crate::api::AppState;
-use crate::backend::BackendError;
 use crate::console::editor::forbidden;
 use crate::console::{FormSession, Session, page};
-use crate::dto::ControllerView;
+use qfence_runtime::backend::BackendError;
+use qfence_runtime::dto::ControllerView;
 
 /// A controller's row.
 #[derive(Debug, Clone)]
@@ -24,7 +24,7 @@ pub(super) struct ControllerRow {
 #[derive(Template)]
 #[template(path = "console/register_list.html")]
 pub(super) struct ListPage {
-    pub who: Option<crate::auth::Caller>,
+    pub who: Option<qfence_runtime::auth::Caller>,
     pub title: String,
     pub admin: bool,
     pub rows: Vec<ControllerRow>,
@@ -34,7 +34,7 @@ pub(super) struct ListPage {
 #[derive(Template)]
 #[template(path = "console/register_test.html")]
 pub(super) struct TestPage {
-    pub who: Option<crate::auth::Caller>,
+    pub who: Option<qfence_runtime::auth::Caller>,
     pub title: String,
     pub controller: String,
     pub probe: ProbeView,

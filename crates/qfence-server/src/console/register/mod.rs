@@ -4,7 +4,7 @@
 //! 1. Type and connection (the fields of that type), site and reach.
 //! 2. Credentials, as a reference to a secret: never a secret value.
 //! 3. A connectivity test from a site allowed to call the controller
-//!    ([`Backend::probe_controller`](crate::Backend)): identity, facts, warnings and the TLS
+//!    ([`Backend::probe_controller`](qfence_runtime::Backend)): identity, facts, warnings and the TLS
 //!    certificate's fingerprint, which can be pinned.
 //! 4. Each capability with its grade (a failed one is not advertised), then Register.
 //!
@@ -29,10 +29,10 @@ use qfence_model::ControllerId;
 use super::editor::{FieldIssues, forbidden};
 use super::{FormSession, Session, page};
 use crate::api::AppState;
-use crate::backend::{BackendError, CheckedController};
 use form::{ControllerForm, looks_inline, place, validate, without_password};
 use list::{list, test};
 use page::{Context, ProbeView, context, register_page};
+use qfence_runtime::backend::{BackendError, CheckedController};
 
 /// The registration and list routes.
 pub(crate) fn routes() -> Router<AppState> {

@@ -10,7 +10,7 @@ use super::form::*;
 use crate::api::AppState;
 use crate::console::Session;
 use crate::console::editor::{FieldIssues, Opt, base_config, script_json};
-use crate::dto::{ControllerTest, GradeDto};
+use qfence_runtime::dto::{ControllerTest, GradeDto};
 
 // ---- what the pages show ----
 
@@ -53,7 +53,7 @@ pub(super) fn grade_name(g: &GradeDto) -> &'static str {
     }
 }
 
-pub(super) fn grades(list: &[crate::dto::CapabilityGrade]) -> Vec<GradeView> {
+pub(super) fn grades(list: &[qfence_runtime::dto::CapabilityGrade]) -> Vec<GradeView> {
     list.iter()
         .map(|g| GradeView {
             capability: g.capability.clone(),
@@ -139,7 +139,7 @@ pub(super) struct TypeField {
 #[derive(Template)]
 #[template(path = "console/register.html")]
 pub(super) struct RegisterPage {
-    pub who: Option<crate::auth::Caller>,
+    pub who: Option<qfence_runtime::auth::Caller>,
     pub title: String,
     pub step: u8,
     pub steps: Vec<(u8, &'static str)>,

@@ -9,7 +9,7 @@ use std::path::PathBuf;
 use std::process::ExitCode;
 
 use clap::Subcommand;
-use qfence_server::dto::{ControllerTest, ControllerView, GradeDto, RegisterController};
+use qfence_runtime::dto::{ControllerTest, ControllerView, GradeDto, RegisterController};
 
 use super::http::{Api, seg};
 use super::{ApiArgs, Failure, Outcome, print_json, table};

@@ -5,7 +5,7 @@ use std::process::ExitCode;
 use std::time::Duration;
 
 use clap::Args;
-use qfence_server::events::EventPage;
+use qfence_runtime::events::EventPage;
 
 use super::http::{Api, seg};
 use super::{ApiArgs, Outcome, seconds, table};
@@ -61,7 +61,7 @@ fn query(a: &EventsArgs, after: u64) -> String {
     q
 }
 
-fn print_events(events: &[qfence_server::events::Event], format: Format, header: bool) {
+fn print_events(events: &[qfence_runtime::events::Event], format: Format, header: bool) {
     if format == Format::Json {
         for e in events {
             println!("{}", serde_json::to_string(e).expect("serialises"));

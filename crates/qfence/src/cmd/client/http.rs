@@ -4,7 +4,7 @@
 use std::error::Error as _;
 
 use qfence_model::config::TlsTrust;
-use qfence_server::dto::ErrorBody;
+use qfence_runtime::dto::ErrorBody;
 use reqwest::{Method, StatusCode};
 use serde::Serialize;
 use serde::de::DeserializeOwned;

@@ -25,7 +25,7 @@ use std::process::ExitCode;
 use std::time::Duration;
 
 use clap::Args;
-use qfence_server::dto::ErrorBody;
+use qfence_runtime::dto::ErrorBody;
 
 use super::{EXIT_USAGE, Format};
 

@@ -9,7 +9,7 @@ use std::process::ExitCode;
 use std::time::Duration;
 
 use clap::{Args, Subcommand};
-use qfence_server::dto::{
+use qfence_runtime::dto::{
     ConfirmFencedRequest, DryRun, DryRunResult, FailoverRequest, MaintenanceRequest,
     OperationAccepted, PauseRequest, PlanSource, PlanView, StatusResponse, SwitchoverRequest,
 };

@@ -10,8 +10,8 @@
 use std::time::Duration;
 
 use qfence_model::time::monotonic_now;
-use qfence_server::dto::{OperationAccepted, PlanStatus, StatusResponse};
-use qfence_server::events::{Event, EventPage};
+use qfence_runtime::dto::{OperationAccepted, PlanStatus, StatusResponse};
+use qfence_runtime::events::{Event, EventPage};
 use serde_json::json;
 
 use super::http::{Api, seg};

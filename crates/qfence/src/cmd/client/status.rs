@@ -4,7 +4,7 @@ use std::collections::BTreeMap;
 use std::time::Duration;
 
 use clap::Args;
-use qfence_server::dto::{PlanStatus, SiteRole, StatusResponse, VerdictDto};
+use qfence_runtime::dto::{PlanStatus, SiteRole, StatusResponse, VerdictDto};
 
 use super::http::Api;
 use super::{ApiArgs, Outcome, print_json, seconds, table};
@@ -218,7 +218,7 @@ async fn watch_changes(api: &Api, every: Duration, format: Format) -> Outcome {
 
 #[cfg(test)]
 mod tests {
-    use qfence_server::dto::{PlanStatus, SiteRole, SiteStatus, VerdictDto};
+    use qfence_runtime::dto::{PlanStatus, SiteRole, SiteStatus, VerdictDto};
 
     use super::sites;
 
