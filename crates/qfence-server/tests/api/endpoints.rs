@@ -8,12 +8,15 @@ use serde_json::json;
 
 use super::{ADMIN, Api, OPERATOR, VIEWER, phase};
 use qfence_server::ApiConfig;
+use qfence_server::dto::VerdictDto;
 use qfence_server::events::{Record, VerifyOptions, verify};
 use qfence_server::testing::erp_db_spec;
 
 #[tokio::test]
 async fn status_shows_every_plan_with_owner_generation_verdicts_and_reason() {
-    let api = Api::new();
+    let api = Api::new().await;
+    // The engine's first readings: dc2's host is off at its BMC.
+    api.lab.verdict_is("dc2", VerdictDto::Fenced).await.unwrap();
     let r = api.get("/api/v1/status", VIEWER).await;
     assert_eq!(r.status, StatusCode::OK, "{r:?}");
     assert_eq!(r.body["leader"]["is_self"], true);
@@ -32,7 +35,7 @@ async fn status_shows_every_plan_with_owner_generation_verdicts_and_reason() {
 
 #[tokio::test]
 async fn plans_are_created_read_staged_applied_with_compare_and_set_and_deleted() {
-    let api = Api::new();
+    let api = Api::new().await;
     phase("create a second plan: 201 at generation 1");
     let mut spec = erp_db_spec();
     spec["owner"] = json!("dc2");
@@ -183,6 +186,9 @@ async fn plans_are_created_read_staged_applied_with_compare_and_set_and_deleted(
         )
         .await;
     assert_eq!(r.status, StatusCode::ACCEPTED, "{r:?}");
+    // The engine carries the switchover out (fence dc1, start dc2's VM, move the VIP): the
+    // ownership change is generation 3.
+    api.lab.owner_is("dc2").await.unwrap();
     let r = api
         .post(
             "/api/v1/plans/erp-db/apply",
@@ -238,22 +244,25 @@ async fn plans_are_created_read_staged_applied_with_compare_and_set_and_deleted(
     assert_eq!(r.status, StatusCode::NOT_FOUND);
 
     phase("every accepted change is in the event log, and the chain verifies");
-    let events = api.backend.all_events();
+    let events = api.lab.caller_events();
     let messages: Vec<&str> = events.iter().map(|e| e.message.as_str()).collect();
-    assert_eq!(
-        messages,
-        [
-            "Created plan web",
-            "Staged a change of plan erp-db",
-            "Applied the staged change of plan erp-db",
-            "Staged a change of plan erp-db",
-            "Discarded the staged change of plan erp-db",
-            "Staged a change of plan erp-db",
-            "Switchover of erp-db to dc2",
-            "Deleted plan web",
-        ]
-    );
-    let records: Vec<Record> = events
+    let expected = [
+        "Created plan web",
+        "Staged a change of plan erp-db",
+        "Applied the staged change of plan erp-db",
+        "Staged a change of plan erp-db",
+        "Discarded the staged change of plan erp-db",
+        "Staged a change of plan erp-db",
+        "switchover of erp-db requested",
+        "Deleted plan web",
+    ];
+    assert_eq!(messages.len(), expected.len(), "{messages:#?}");
+    for (m, e) in messages.iter().zip(expected) {
+        assert!(m.starts_with(e), "{m:?} is not {e:?}...: {messages:#?}");
+    }
+    let records: Vec<Record> = api
+        .lab
+        .all_events()
         .into_iter()
         .map(|e| Record::Event(Box::new(e)))
         .collect();
@@ -262,7 +271,7 @@ async fn plans_are_created_read_staged_applied_with_compare_and_set_and_deleted(
 
 #[tokio::test]
 async fn an_invalid_plan_is_refused_with_every_issue_at_its_file_path_and_changes_nothing() {
-    let api = Api::new();
+    let api = Api::new().await;
     let before = api.snapshot().await;
     let mut spec = erp_db_spec();
     spec["owner"] = json!("dc9");
@@ -355,7 +364,7 @@ async fn an_invalid_plan_is_refused_with_every_issue_at_its_file_path_and_change
 
 #[tokio::test]
 async fn dry_runs_say_what_would_happen_and_change_nothing() {
-    let api = Api::new();
+    let api = Api::new().await;
     let before = api.snapshot().await;
     let r = api
         .post(
@@ -438,7 +447,7 @@ async fn dry_runs_say_what_would_happen_and_change_nothing() {
 
 #[tokio::test]
 async fn switchover_failover_and_confirm_fenced_compare_and_set_and_refuse_what_is_unsafe() {
-    let api = Api::new();
+    let api = Api::new().await;
     phase("switchover with a stale generation: 409 with the current one");
     let r = api
         .post(
@@ -494,7 +503,7 @@ async fn switchover_failover_and_confirm_fenced_compare_and_set_and_refuse_what_
     );
     assert_eq!(api.generation("erp-db").await, 1);
 
-    phase("switchover to dc2: 202, generation 2");
+    phase("switchover to dc2: 202; once carried out, dc2 owns erp-db at generation 2");
     let r = api
         .post(
             "/api/v1/plans/erp-db/switchover",
@@ -503,10 +512,18 @@ async fn switchover_failover_and_confirm_fenced_compare_and_set_and_refuse_what_
         )
         .await;
     assert_eq!(r.status, StatusCode::ACCEPTED, "{r:?}");
-    assert_eq!(r.body["generation"], 2);
     assert_eq!(r.body["operation"], "switchover");
+    api.lab.owner_is("dc2").await.unwrap();
+    assert_eq!(api.generation("erp-db").await, 2);
 
     phase("failover back to dc1 while dc2 is UNKNOWN: refused, UNKNOWN is never FENCED");
+    // dc2's BMC goes dark: nothing shows whether its host is off.
+    api.lab
+        .sims
+        .bmc2
+        .faults()
+        .set_unreachable(Some(qfence_lab::faults::Cut::Refuse));
+    api.lab.verdict_is("dc2", VerdictDto::Unknown).await.unwrap();
     let r = api
         .post(
             "/api/v1/plans/erp-db/failover",
@@ -519,8 +536,14 @@ async fn switchover_failover_and_confirm_fenced_compare_and_set_and_refuse_what_
         (StatusCode::CONFLICT, "refused"),
         "{r:?}"
     );
-    assert!(r.body["message"].as_str().unwrap().contains("UNKNOWN"));
-    api.backend.set_verdict("erp-db", "dc2", Verdict::Failed);
+    assert!(r.body["message"].as_str().unwrap().contains("UNKNOWN"), "{r:?}");
+    // Its BMC answers again and shows the host on: FAILED, refused too.
+    api.lab.sims.bmc2.faults().set_unreachable(None);
+    api.lab
+        .sims
+        .bmc2
+        .set_power("pve-dc2-01", qfence_lab::redfish::PowerState::On);
+    api.lab.verdict_is("dc2", VerdictDto::Failed).await.unwrap();
     let r = api
         .post(
             "/api/v1/plans/erp-db/failover",
@@ -528,7 +551,7 @@ async fn switchover_failover_and_confirm_fenced_compare_and_set_and_refuse_what_
             json!({"expected_generation": 2}),
         )
         .await;
-    assert_eq!(r.code(), "refused");
+    assert_eq!(r.code(), "refused", "{r:?}");
 
     phase("confirm fenced: the reason is required, the site must be in the plan, CAS applies");
     let r = api
@@ -614,7 +637,7 @@ async fn switchover_failover_and_confirm_fenced_compare_and_set_and_refuse_what_
 
 #[tokio::test]
 async fn pause_and_resume_are_idempotent_and_recorded_once() {
-    let api = Api::new();
+    let api = Api::new().await;
     for _ in 0..2 {
         let r = api
             .post(
@@ -635,8 +658,8 @@ async fn pause_and_resume_are_idempotent_and_recorded_once() {
     let s = api.get("/api/v1/status", VIEWER).await;
     assert_eq!(s.body["plans"][0]["paused"], false);
     let msgs: Vec<String> = api
-        .backend
-        .all_events()
+        .lab
+        .caller_events()
         .into_iter()
         .map(|e| e.message)
         .collect();
@@ -649,7 +672,7 @@ async fn pause_and_resume_are_idempotent_and_recorded_once() {
 
 #[tokio::test]
 async fn controllers_are_listed_registered_validated_and_tested() {
-    let api = Api::new();
+    let api = Api::new().await;
     phase("the lab's controllers, untested");
     let r = api.get("/api/v1/controllers", VIEWER).await;
     assert_eq!(r.status, StatusCode::OK);
@@ -747,29 +770,29 @@ async fn controllers_are_listed_registered_validated_and_tested() {
 
 #[tokio::test]
 async fn a_controller_is_probed_before_it_is_registered_and_changes_nothing() {
-    let api = Api::new();
-    let spec = json!({"type": "redfish", "endpoint": "https://127.0.0.1:8446", "site": "dc1",
+    let api = Api::new().await;
+    // Nothing listens on 127.0.0.1:8446; the lab's BMC of dc1 answers at its own address.
+    let nowhere = json!({"type": "redfish", "endpoint": "https://127.0.0.1:8446", "site": "dc1",
         "reach": ["dc2"], "secret": "lab-redfish", "username": "qfence", "tls": {"insecure": true}});
+    let mut spec = nowhere.clone();
+    spec["endpoint"] = json!(api.lab.sims.bmc1.base_url());
     let controllers_before = api.get("/api/v1/controllers", VIEWER).await.body;
 
-    phase("by default the double reaches nothing: four steps, connectivity skipped");
+    phase("a target where nothing listens is not reached: four steps, connectivity failed");
     let r = api
         .post(
             "/api/v1/controllers/probe",
             ADMIN,
-            json!({"name": "bmc-new", "spec": spec}),
+            json!({"name": "bmc-new", "spec": nowhere}),
         )
         .await;
     assert_eq!(r.status, StatusCode::OK, "{r:?}");
     assert_eq!(r.body["reachable"], false);
     assert_eq!(r.body["steps"].as_array().unwrap().len(), 4);
-    assert_eq!(r.body["steps"][2]["status"], "skipped");
+    assert_eq!(r.body["steps"][2]["status"], "failed");
     assert!(r.body["tls_fingerprint"].is_null());
 
-    phase("simulated targets: the four steps, identity, fingerprint, grades, warnings");
-    api.backend
-        .simulate_targets
-        .store(true, std::sync::atomic::Ordering::SeqCst);
+    phase("the lab's BMC answers: the four steps, identity, fingerprint, grades, warnings");
     let r = api
         .post(
             "/api/v1/controllers/probe",
@@ -801,12 +824,7 @@ async fn a_controller_is_probed_before_it_is_registered_and_changes_nothing() {
     );
     let fp = r.body["tls_fingerprint"].as_str().unwrap();
     assert!(fp.starts_with("sha256:") && fp.len() == 7 + 64, "{fp}");
-    assert!(
-        r.body["identity"]
-            .as_str()
-            .unwrap()
-            .contains("127.0.0.1:8446")
-    );
+    assert!(!r.body["identity"].as_str().unwrap().is_empty(), "{r:?}");
     assert!(!r.body["facts"].as_object().unwrap().is_empty());
     let warnings = r.body["warnings"].as_array().unwrap();
     assert!(
@@ -829,7 +847,7 @@ async fn a_controller_is_probed_before_it_is_registered_and_changes_nothing() {
         api.get("/api/v1/controllers", VIEWER).await.body,
         controllers_before
     );
-    let events = api.backend.all_events();
+    let events = api.lab.caller_events();
     assert!(
         events
             .last()
@@ -899,7 +917,7 @@ async fn a_controller_is_probed_before_it_is_registered_and_changes_nothing() {
 
 #[tokio::test]
 async fn resources_are_discovered_per_controller() {
-    let api = Api::new();
+    let api = Api::new().await;
     phase("pve-dc1: what erp-db binds, and something for each unbound capability");
     let r = api
         .get("/api/v1/controllers/pve-dc1/resources", VIEWER)
@@ -957,7 +975,7 @@ async fn resources_are_discovered_per_controller() {
 
 #[tokio::test]
 async fn events_are_paged_and_filtered() {
-    let api = Api::new();
+    let api = Api::new().await;
     for i in 0..3 {
         api.post(
             "/api/v1/plans/erp-db/pause",
@@ -1013,7 +1031,7 @@ async fn events_are_paged_and_filtered() {
 
 #[tokio::test]
 async fn orchestrators_are_listed() {
-    let api = Api::new();
+    let api = Api::new().await;
     let r = api.get("/api/v1/orchestrators", VIEWER).await;
     assert_eq!(r.status, StatusCode::OK);
     let names: Vec<&str> = r
@@ -1029,7 +1047,7 @@ async fn orchestrators_are_listed() {
 
 #[tokio::test]
 async fn metrics_are_served_in_the_prometheus_text_format() {
-    let api = Api::new();
+    let api = Api::new().await;
     api.metrics.decision("erp-db");
     api.metrics.fence_result("bmc-dc1", Verdict::Fenced);
     api.metrics.check_duration("bmc-dc1", 0.02);
@@ -1053,10 +1071,7 @@ async fn metrics_are_served_in_the_prometheus_text_format() {
 
 #[tokio::test]
 async fn a_follower_refuses_writes_with_not_leader_and_names_the_leader() {
-    let api = Api::new();
-    api.backend
-        .leader
-        .store(false, std::sync::atomic::Ordering::SeqCst);
+    let api = Api::follower().await;
     let before = api.snapshot().await;
     let r = api
         .post(
@@ -1082,7 +1097,7 @@ async fn a_follower_refuses_writes_with_not_leader_and_names_the_leader() {
 
 #[tokio::test]
 async fn unknown_paths_and_methods_get_json_errors() {
-    let api = Api::new();
+    let api = Api::new().await;
     let r = api.get("/api/v1/nothing", VIEWER).await;
     assert_eq!((r.status, r.code()), (StatusCode::NOT_FOUND, "not_found"));
     let r = api
@@ -1099,7 +1114,7 @@ async fn unknown_paths_and_methods_get_json_errors() {
 
 #[tokio::test]
 async fn a_panic_in_a_handler_is_a_500_with_a_code_not_a_dropped_connection() {
-    let api = Api::new();
+    let api = Api::new().await;
     api.backend
         .panic_on_status
         .store(true, std::sync::atomic::Ordering::SeqCst);
@@ -1117,12 +1132,13 @@ async fn a_panic_in_a_handler_is_a_500_with_a_code_not_a_dropped_connection() {
     );
 }
 
-#[tokio::test(start_paused = true)]
+#[tokio::test]
 async fn a_call_past_its_deadline_is_answered_timeout() {
     let api = Api::with_config(&ApiConfig {
         call_timeout: Duration::from_secs(2),
         ..ApiConfig::default()
-    });
+    })
+    .await;
     *api.backend.slow_orchestrators.lock().unwrap() = Some(Duration::from_secs(60));
     let r = api.get("/api/v1/orchestrators", VIEWER).await;
     assert_eq!(
@@ -1135,7 +1151,7 @@ async fn a_call_past_its_deadline_is_answered_timeout() {
 
 #[tokio::test]
 async fn a_site_in_maintenance_is_not_failed_over_to_and_the_owner_cannot_be_put_in_it() {
-    let api = Api::new();
+    let api = Api::new().await;
     phase("the owner cannot go into maintenance");
     let r = api
         .call(
@@ -1215,7 +1231,7 @@ async fn a_site_in_maintenance_is_not_failed_over_to_and_the_owner_cannot_be_put
 
 #[tokio::test]
 async fn secret_references_are_listed_by_name_with_their_users_and_never_a_value() {
-    let api = Api::new();
+    let api = Api::new().await;
     let r = api.get("/api/v1/secrets", ADMIN).await;
     assert_eq!(r.status, StatusCode::OK);
     assert_eq!(

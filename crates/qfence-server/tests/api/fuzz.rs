@@ -9,13 +9,12 @@
 
 use std::path::PathBuf;
 use std::process::Command;
-use std::sync::Arc;
 use std::time::Instant;
 
 use tokio_util::sync::CancellationToken;
 
 use super::{ADMIN, tokens};
-use qfence_server::testing::MemoryBackend;
+use qfence_server::testing::LabRuntime;
 use qfence_server::{ApiConfig, Metrics};
 
 fn schemathesis() -> Option<PathBuf> {
@@ -46,9 +45,9 @@ async fn schemathesis_finds_no_server_error_in_any_operation() {
         );
         return;
     };
-    let backend = Arc::new(MemoryBackend::lab());
+    let lab = LabRuntime::start().await.expect("the lab starts");
     let app = qfence_server::router(
-        backend.clone(),
+        lab.backend(),
         tokens(),
         Metrics::new(),
         &ApiConfig::default(),

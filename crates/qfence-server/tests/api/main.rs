@@ -20,7 +20,7 @@ use tower::ServiceExt;
 
 use qfence_server::{Access, ApiConfig, Metrics, TokenStore};
 
-use qfence_server::testing::MemoryBackend;
+use qfence_server::testing::{FaultyBackend, LabRuntime};
 
 pub const VIEWER: &str = "viewer-token-1";
 pub const OPERATOR: &str = "operator-token-2";
@@ -33,11 +33,13 @@ pub fn tokens() -> TokenStore {
         .with_token(Access::Admin, "alice", ADMIN)
 }
 
-/// A router over a fresh lab backend.
+/// The real router over a fresh lab running for real ([`LabRuntime`]), through a
+/// [`FaultyBackend`] that can inject a panic or a slow call.
 #[allow(missing_debug_implementations)]
 pub struct Api {
     pub app: Router,
-    pub backend: Arc<MemoryBackend>,
+    pub backend: Arc<FaultyBackend>,
+    pub lab: LabRuntime,
     pub metrics: Metrics,
 }
 
@@ -57,24 +59,30 @@ impl Resp {
     }
 }
 
-impl Default for Api {
-    fn default() -> Self {
-        Self::new()
-    }
-}
-
 impl Api {
-    pub fn new() -> Self {
-        Self::with_config(&ApiConfig::default())
+    pub async fn new() -> Self {
+        Self::with_config(&ApiConfig::default()).await
     }
 
-    pub fn with_config(config: &ApiConfig) -> Self {
-        let backend = Arc::new(MemoryBackend::lab());
+    pub async fn with_config(config: &ApiConfig) -> Self {
+        let lab = LabRuntime::start().await.expect("the lab starts");
+        Self::over(lab, config)
+    }
+
+    /// The router over a follower (`dc1-a`) of the leader `dc2-a`.
+    pub async fn follower() -> Self {
+        let lab = LabRuntime::start_follower().await.expect("the lab starts");
+        Self::over(lab, &ApiConfig::default())
+    }
+
+    fn over(lab: LabRuntime, config: &ApiConfig) -> Self {
+        let backend = Arc::new(FaultyBackend::over(lab.backend()));
         let metrics = Metrics::new();
         let app = qfence_server::router(backend.clone(), tokens(), metrics.clone(), config);
         Self {
             app,
             backend,
+            lab,
             metrics,
         }
     }
@@ -138,11 +146,14 @@ impl Api {
         r.body["generation"].as_u64().unwrap()
     }
 
-    /// Everything a refused call must leave as it was: the event log and the plans.
+    /// Everything a refused call must leave as it was: what callers wrote to the event log
+    /// (how many records, the last one's hash; the engine's loop records its own decisions
+    /// meanwhile) and the plans.
     pub async fn snapshot(&self) -> (u64, String, Value) {
-        let (seq, hash) = self.backend.head();
+        let by_callers = self.lab.caller_events();
+        let last = by_callers.last().map(|e| e.hash.clone()).unwrap_or_default();
         let plans = self.get("/api/v1/plans", VIEWER).await.body;
-        (seq, hash, plans)
+        (by_callers.len() as u64, last, plans)
     }
 }
 

@@ -1,7 +1,7 @@
 //! The console's plan editor and controller registration over plain HTTP: every route's
 //! success and refusals (roles, cross-site forms), and bad input answered with a 422 page that
 //! shows the validation message next to its field and keeps everything typed. On the router
-//! (`oneshot`) with the in-memory backend.
+//! (`oneshot`) over the lab running for real (`qfence_server::testing::LabRuntime`).
 
 mod editor;
 mod register;
@@ -13,7 +13,7 @@ use axum::body::Body;
 use axum::http::{Method, Request, StatusCode, header};
 use tower::ServiceExt;
 
-use qfence_server::testing::MemoryBackend;
+use qfence_server::testing::LabRuntime;
 use qfence_server::{Access, ApiConfig, Metrics, TokenStore};
 
 pub const VIEWER: &str = "viewer-token-1";
@@ -32,7 +32,8 @@ pub fn tokens() -> TokenStore {
 #[allow(missing_debug_implementations)]
 pub struct Console {
     pub app: Router,
-    pub backend: Arc<MemoryBackend>,
+    pub backend: Arc<dyn qfence_server::Backend>,
+    pub lab: LabRuntime,
 }
 
 /// A response: status, headers, body as text.
@@ -136,26 +137,17 @@ pub fn encode(fields: &[(&str, &str)]) -> String {
         .join("&")
 }
 
-impl Default for Console {
-    fn default() -> Self {
-        Self::new()
-    }
-}
-
 impl Console {
-    pub fn new() -> Self {
-        let backend = Arc::new(MemoryBackend::lab());
-        // The registration pages show what a test reached: let the double pretend its targets answer.
-        backend
-            .simulate_targets
-            .store(true, std::sync::atomic::Ordering::SeqCst);
+    pub async fn new() -> Self {
+        let lab = LabRuntime::start().await.expect("the lab starts");
+        let backend = lab.backend();
         let app = qfence_server::router(
             backend.clone(),
             tokens(),
             Metrics::new(),
             &ApiConfig::default(),
         );
-        Self { app, backend }
+        Self { app, backend, lab }
     }
 
     pub async fn send(&self, req: Request<Body>) -> Page {

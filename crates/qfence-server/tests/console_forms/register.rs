@@ -46,7 +46,7 @@ async fn controller_names(c: &Console) -> Vec<String> {
 
 #[tokio::test]
 async fn only_admins_register_and_test() {
-    let c = Console::new();
+    let c = Console::new().await;
     for t in [VIEWER, OPERATOR] {
         let p = c.get("/controllers/new", t).await;
         assert_eq!(p.status, StatusCode::FORBIDDEN);
@@ -69,7 +69,7 @@ async fn only_admins_register_and_test() {
 
 #[tokio::test]
 async fn step_1_offers_types_and_sites() {
-    let c = Console::new();
+    let c = Console::new().await;
     let p = c.get("/controllers/new", ADMIN).await;
     assert_eq!(p.status, StatusCode::OK);
     assert!(
@@ -96,7 +96,7 @@ async fn step_1_offers_types_and_sites() {
 
 #[tokio::test]
 async fn a_bad_step_1_is_refused_next_to_its_fields_keeping_what_was_typed() {
-    let c = Console::new();
+    let c = Console::new().await;
     let mut f = step1();
     f.retain(|(k, _)| *k != "endpoint");
     f.push(("endpoint", "http://user:hunter2@127.0.0.1:9443"));
@@ -137,7 +137,7 @@ async fn a_bad_step_1_is_refused_next_to_its_fields_keeping_what_was_typed() {
 
 #[tokio::test]
 async fn steps_carry_everything_typed_and_back_loses_nothing() {
-    let c = Console::new();
+    let c = Console::new().await;
     let p = c.post("/controllers/new", ADMIN, &step1()).await;
     assert_eq!(p.status, StatusCode::OK, "{}", p.body);
     assert!(p.body.contains("aria-current=\"step\">2. Credentials"));
@@ -193,7 +193,7 @@ fn refs(f: &[(String, String)]) -> Vec<(&str, &str)> {
 
 #[tokio::test]
 async fn testing_a_registered_controller_shows_its_grades() {
-    let c = Console::new();
+    let c = Console::new().await;
     let p = c.post("/controllers/bmc-dc1/test", ADMIN, &[]).await;
     assert_eq!(p.status, StatusCode::OK, "{}", p.body);
     assert!(p.body.contains("data-capability=\"power.off\""));
@@ -219,7 +219,7 @@ async fn go(c: &Console, from: &Page, step: &str, extra: &[(&str, &str)]) -> Pag
 
 #[tokio::test]
 async fn the_four_steps_end_in_a_registered_controller_with_its_pin() {
-    let c = Console::new();
+    let c = Console::new().await;
     let mut f = step1();
     f.retain(|(k, _)| *k != "tls_mode");
     let s2 = c.post("/controllers/new", ADMIN, &f).await;
@@ -284,7 +284,7 @@ async fn the_four_steps_end_in_a_registered_controller_with_its_pin() {
 
 #[tokio::test]
 async fn a_pin_is_never_moved_to_a_certificate_the_user_did_not_see() {
-    let c = Console::new();
+    let c = Console::new().await;
     let s2 = c.post("/controllers/new", ADMIN, &step1()).await;
     let s3 = go(&c, &s2, "2", &[("secret", "lab-redfish")]).await;
     assert_eq!(s3.status, StatusCode::OK);
@@ -317,7 +317,7 @@ async fn a_pin_is_never_moved_to_a_certificate_the_user_did_not_see() {
 
 #[tokio::test]
 async fn an_unreachable_controller_is_shown_failed_at_the_test() {
-    let c = Console::new();
+    let c = Console::new().await;
     let mut f = step1();
     f.retain(|(k, _)| *k != "endpoint");
     f.push(("endpoint", "https://bmc.invalid:443"));
