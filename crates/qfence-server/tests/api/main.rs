@@ -146,6 +146,18 @@ impl Api {
         r.body["generation"].as_u64().unwrap()
     }
 
+    /// Waits (up to 30 s) until erp-db's status says `paused`: the engine acts on a pause or
+    /// resume at its next cycle.
+    pub async fn paused_is(&self, paused: bool) {
+        let what = format!("erp-db paused {paused}");
+        qfence_server::testing::lab::eventually(std::time::Duration::from_secs(30), &what, || async {
+            let s = self.get("/api/v1/status", VIEWER).await;
+            (s.body["plans"][0]["paused"] == paused).then_some(())
+        })
+        .await
+        .unwrap();
+    }
+
     /// Everything a refused call must leave as it was: what callers wrote to the event log
     /// (how many records, the last one's hash; the engine's loop records its own decisions
     /// meanwhile) and the plans.
