@@ -117,23 +117,27 @@ impl LabRuntime {
         let sims = lab::Sims::start().await?;
         let config_text = without_plans(&sims.config_text());
         let ca = qfence_cluster::tls::CertificateAuthority::generate("lab")?;
-        let dc2 = lab::Orchestrator::start_as(&config_text, "dc2-a", "dc2", &ca, None, true).await?;
+        let dc2 =
+            lab::Orchestrator::start_as(&config_text, "dc2-a", "dc2", &ca, None, true).await?;
         create_erp_db(&RuntimeBackend::new(&dc2.engine, lab::secrets())).await?;
         let seed = dc2.node.member().address.clone();
-        let dc1 =
-            lab::Orchestrator::start_as(&config_text, "dc1-a", "dc1", &ca, Some(&seed), true)
-                .await?;
+        let dc1 = lab::Orchestrator::start_as(&config_text, "dc1-a", "dc1", &ca, Some(&seed), true)
+            .await?;
         let backend = Arc::new(RuntimeBackend::new(&dc1.engine, lab::secrets()));
         // The follower knows the leader and has the plan once the log reached it.
-        lab::eventually(Duration::from_secs(20), "dc1-a following dc2-a with erp-db", || {
-            let backend = backend.clone();
-            async move {
-                let leader = backend.leader().await;
-                (leader.leader.as_deref() == Some("dc2-a")
-                    && backend.plan(&lab::plan()).await.is_ok())
-                .then_some(())
-            }
-        })
+        lab::eventually(
+            Duration::from_secs(20),
+            "dc1-a following dc2-a with erp-db",
+            || {
+                let backend = backend.clone();
+                async move {
+                    let leader = backend.leader().await;
+                    (leader.leader.as_deref() == Some("dc2-a")
+                        && backend.plan(&lab::plan()).await.is_ok())
+                    .then_some(())
+                }
+            },
+        )
         .await?;
         Ok(Self::assemble(sims, dc1, Some(dc2), backend, config_text))
     }
@@ -188,7 +192,11 @@ impl LabRuntime {
 
     /// Waits (up to 30 s) until the status shows `site`'s verdict in erp-db as `verdict`
     /// (as the engine reads it from the simulators), and returns that status.
-    pub async fn verdict_is(&self, site: &str, verdict: VerdictDto) -> anyhow::Result<StatusResponse> {
+    pub async fn verdict_is(
+        &self,
+        site: &str,
+        verdict: VerdictDto,
+    ) -> anyhow::Result<StatusResponse> {
         let what = format!("{site} {verdict:?} in erp-db's status");
         lab::eventually(Duration::from_secs(30), &what, || async {
             let s = self.backend.status().await.ok()?;
@@ -273,13 +281,25 @@ impl Backend for FaultyBackend {
     async fn plan(&self, name: &PlanId) -> Result<PlanView, BackendError> {
         self.inner.plan(name).await
     }
-    async fn create_plan(&self, caller: &Caller, plan: CheckedPlan) -> Result<PlanView, BackendError> {
+    async fn create_plan(
+        &self,
+        caller: &Caller,
+        plan: CheckedPlan,
+    ) -> Result<PlanView, BackendError> {
         self.inner.create_plan(caller, plan).await
     }
-    async fn stage_plan(&self, caller: &Caller, plan: CheckedPlan) -> Result<PlanView, BackendError> {
+    async fn stage_plan(
+        &self,
+        caller: &Caller,
+        plan: CheckedPlan,
+    ) -> Result<PlanView, BackendError> {
         self.inner.stage_plan(caller, plan).await
     }
-    async fn discard_staged(&self, caller: &Caller, name: &PlanId) -> Result<PlanView, BackendError> {
+    async fn discard_staged(
+        &self,
+        caller: &Caller,
+        name: &PlanId,
+    ) -> Result<PlanView, BackendError> {
         self.inner.discard_staged(caller, name).await
     }
     async fn apply_staged(
@@ -288,7 +308,9 @@ impl Backend for FaultyBackend {
         name: &PlanId,
         expected_generation: u64,
     ) -> Result<PlanView, BackendError> {
-        self.inner.apply_staged(caller, name, expected_generation).await
+        self.inner
+            .apply_staged(caller, name, expected_generation)
+            .await
     }
     async fn delete_plan(
         &self,
@@ -296,7 +318,9 @@ impl Backend for FaultyBackend {
         name: &PlanId,
         expected_generation: u64,
     ) -> Result<(), BackendError> {
-        self.inner.delete_plan(caller, name, expected_generation).await
+        self.inner
+            .delete_plan(caller, name, expected_generation)
+            .await
     }
     async fn dry_run(&self, name: &PlanId, what: &DryRun) -> Result<DryRunResult, BackendError> {
         self.inner.dry_run(name, what).await
@@ -325,7 +349,10 @@ impl Backend for FaultyBackend {
     ) -> Result<ControllerTest, BackendError> {
         self.inner.probe_controller(caller, c).await
     }
-    async fn discover(&self, controller: &ControllerId) -> Result<Vec<DiscoveredResource>, BackendError> {
+    async fn discover(
+        &self,
+        controller: &ControllerId,
+    ) -> Result<Vec<DiscoveredResource>, BackendError> {
         self.inner.discover(controller).await
     }
     async fn switchover(

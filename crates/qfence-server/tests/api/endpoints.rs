@@ -1009,7 +1009,9 @@ async fn events_are_paged_and_filtered() {
     // The callers' seven records, among the engine's own: paged through the operator kind.
     let ours: Vec<u64> = api.lab.caller_events().iter().map(|e| e.seq).collect();
     assert_eq!(ours.len(), 7, "{:#?}", api.lab.caller_events());
-    let r = api.get("/api/v1/events?kind=operator&limit=4", VIEWER).await;
+    let r = api
+        .get("/api/v1/events?kind=operator&limit=4", VIEWER)
+        .await;
     assert_eq!(r.status, StatusCode::OK, "{r:?}");
     let seqs: Vec<u64> = r.body["events"]
         .as_array()
@@ -1021,7 +1023,10 @@ async fn events_are_paged_and_filtered() {
     assert_eq!(r.body["next_after"], ours[3]);
     assert!(r.body["head_seq"].as_u64().unwrap() >= ours[6], "{r:?}");
     let r = api
-        .get(&format!("/api/v1/events?kind=operator&after={}&limit=4", ours[3]), VIEWER)
+        .get(
+            &format!("/api/v1/events?kind=operator&after={}&limit=4", ours[3]),
+            VIEWER,
+        )
         .await;
     let seqs: Vec<u64> = r.body["events"]
         .as_array()
@@ -1037,7 +1042,10 @@ async fn events_are_paged_and_filtered() {
     assert_eq!(r.body["events"].as_array().unwrap().len(), 6);
     let r = api.get("/api/v1/events?plan=other", VIEWER).await;
     assert_eq!(r.body["events"], json!([]));
-    let e = &api.get("/api/v1/events?kind=operator&limit=1", VIEWER).await.body["events"][0];
+    let e = &api
+        .get("/api/v1/events?kind=operator&limit=1", VIEWER)
+        .await
+        .body["events"][0];
     assert_eq!(e["actor"], "token:oncall");
     assert_eq!(e["prev"].as_str().unwrap().len(), 64);
 

@@ -150,10 +150,14 @@ impl Api {
     /// resume at its next cycle.
     pub async fn paused_is(&self, paused: bool) {
         let what = format!("erp-db paused {paused}");
-        qfence_server::testing::lab::eventually(std::time::Duration::from_secs(30), &what, || async {
-            let s = self.get("/api/v1/status", VIEWER).await;
-            (s.body["plans"][0]["paused"] == paused).then_some(())
-        })
+        qfence_server::testing::lab::eventually(
+            std::time::Duration::from_secs(30),
+            &what,
+            || async {
+                let s = self.get("/api/v1/status", VIEWER).await;
+                (s.body["plans"][0]["paused"] == paused).then_some(())
+            },
+        )
         .await
         .unwrap();
     }
@@ -163,7 +167,10 @@ impl Api {
     /// meanwhile) and the plans.
     pub async fn snapshot(&self) -> (u64, String, Value) {
         let by_callers = self.lab.caller_events();
-        let last = by_callers.last().map(|e| e.hash.clone()).unwrap_or_default();
+        let last = by_callers
+            .last()
+            .map(|e| e.hash.clone())
+            .unwrap_or_default();
         let plans = self.get("/api/v1/plans", VIEWER).await.body;
         (by_callers.len() as u64, last, plans)
     }

@@ -273,5 +273,9 @@ async fn whoami_names_the_token_and_its_role_and_the_event_log_records_the_token
     let events = api.lab.caller_events();
     let last = events.last().unwrap();
     assert_eq!(last.actor, "token:oncall");
-    assert!(!serde_json::to_string(&api.lab.all_events()).unwrap().contains(OPERATOR));
+    assert!(
+        !serde_json::to_string(&api.lab.all_events())
+            .unwrap()
+            .contains(OPERATOR)
+    );
 }

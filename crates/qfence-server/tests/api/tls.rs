@@ -1,6 +1,5 @@
 //! One real HTTPS test: the API served over rustls (ring) on loopback.
 
-
 use tokio_util::sync::CancellationToken;
 
 use super::{VIEWER, tokens};

@@ -210,7 +210,6 @@ pub fn phase(s: &str) {
 impl Console {
     /// The plans' names.
     pub async fn plan_names(&self) -> Vec<String> {
-        use qfence_server::Backend;
         self.backend
             .plans()
             .await
@@ -222,7 +221,6 @@ impl Console {
 
     /// A plan's generation and the spec in force.
     pub async fn plan_spec(&self, name: &str) -> (u64, serde_json::Value) {
-        use qfence_server::Backend;
         let v = self
             .backend
             .plan(&qfence_model::PlanId::new(name).unwrap())
@@ -233,7 +231,6 @@ impl Console {
 
     /// A plan's staged change, if any.
     pub async fn staged(&self, name: &str) -> Option<serde_json::Value> {
-        use qfence_server::Backend;
         let v = self
             .backend
             .plan(&qfence_model::PlanId::new(name).unwrap())

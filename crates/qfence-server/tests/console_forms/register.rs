@@ -44,7 +44,6 @@ fn hidden(p: &Page) -> Vec<(String, String)> {
 }
 
 async fn controller_names(c: &Console) -> Vec<String> {
-    use qfence_server::Backend;
     c.backend
         .controllers()
         .await
@@ -284,7 +283,6 @@ async fn the_four_steps_end_in_a_registered_controller_with_its_pin() {
         row.contains("power.off") && !row.contains("never"),
         "tested once registered: {row}"
     );
-    use qfence_server::Backend;
     let base = c.backend.config_source().await.unwrap();
     assert!(
         base.contains(fp),
