@@ -4,6 +4,9 @@
 //! the pieces it is made of ([`lab`], which the runtime tests start one by one), and
 //! [`FaultyBackend`], which wraps a backend to inject the two faults the runtime has no real
 //! cause for (a panic, a slow call).
+//!
+//! [`MemoryBackend`], the in-memory double below, is still used by the CLI's client tests and
+//! the browser tests, which drive it step by step; it goes once they run over [`LabRuntime`].
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
@@ -99,6 +102,18 @@ async fn create_erp_db(backend: &RuntimeBackend) -> anyhow::Result<()> {
     Ok(())
 }
 
+/// Waits until the engine registered the lab's controllers (a loaded machine takes a moment):
+/// a discovery through one of them is answered.
+async fn ready(backend: &RuntimeBackend) -> anyhow::Result<()> {
+    let pve = ControllerId::new("pve-dc1")?;
+    lab::eventually(
+        Duration::from_secs(30),
+        "the lab's controllers registered",
+        || async { backend.discover(&pve).await.ok().map(|_| ()) },
+    )
+    .await
+}
+
 impl LabRuntime {
     /// The lab with `dc1-a` alone, leading; erp-db created.
     pub async fn start() -> anyhow::Result<Self> {
@@ -107,6 +122,7 @@ impl LabRuntime {
         let o = lab::Orchestrator::start(&config_text, true).await?;
         let backend = Arc::new(RuntimeBackend::new(&o.engine, lab::secrets()));
         create_erp_db(&backend).await?;
+        ready(&backend).await?;
         Ok(Self::assemble(sims, o, None, backend, config_text))
     }
 
