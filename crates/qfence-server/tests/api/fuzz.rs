@@ -9,7 +9,6 @@
 
 use std::path::PathBuf;
 use std::process::Command;
-use std::sync::Arc;
 use std::time::Instant;
 
 use tokio_util::sync::CancellationToken;
@@ -17,7 +16,7 @@ use tokio_util::sync::CancellationToken;
 use super::{ADMIN, tokens};
 use qfence_runtime::Metrics;
 use qfence_server::ApiConfig;
-use qfence_server::testing::MemoryBackend;
+use qfence_server::testing::LabRuntime;
 
 fn schemathesis() -> Option<PathBuf> {
     let root = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../..");
@@ -47,9 +46,9 @@ async fn schemathesis_finds_no_server_error_in_any_operation() {
         );
         return;
     };
-    let backend = Arc::new(MemoryBackend::lab());
+    let lab = LabRuntime::start().await.expect("the lab starts");
     let app = qfence_server::router(
-        backend.clone(),
+        lab.backend(),
         tokens(),
         Metrics::new(),
         &ApiConfig::default(),

@@ -37,7 +37,7 @@ fn body_endpoints() -> Vec<(Method, &'static str)> {
 
 #[tokio::test]
 async fn malformed_json_is_400_invalid_json_on_every_body_endpoint() {
-    let api = Api::new();
+    let api = Api::new().await;
     let before = api.snapshot().await;
     for (m, path) in body_endpoints() {
         for body in [
@@ -76,7 +76,7 @@ async fn malformed_json_is_400_invalid_json_on_every_body_endpoint() {
 
 #[tokio::test]
 async fn wrong_types_missing_and_unknown_fields_are_422_invalid_body_naming_the_field() {
-    let api = Api::new();
+    let api = Api::new().await;
     let before = api.snapshot().await;
     let cases = [
         (
@@ -190,7 +190,7 @@ async fn wrong_types_missing_and_unknown_fields_are_422_invalid_body_naming_the_
 
 #[tokio::test]
 async fn a_body_without_the_json_content_type_is_415() {
-    let api = Api::new();
+    let api = Api::new().await;
     let before = api.snapshot().await;
     for (m, path) in body_endpoints() {
         for ct in [
@@ -213,7 +213,7 @@ async fn a_body_without_the_json_content_type_is_415() {
 
 #[tokio::test]
 async fn a_huge_body_is_413_on_every_body_endpoint_whether_announced_or_streamed() {
-    let api = Api::new();
+    let api = Api::new().await;
     let before = api.snapshot().await;
     let huge = format!(
         "{{\"name\": \"web\", \"spec\": {{\"owner\": \"{}\"}}}}",
@@ -266,7 +266,7 @@ async fn a_huge_body_is_413_on_every_body_endpoint_whether_announced_or_streamed
 
 #[tokio::test]
 async fn deeply_nested_json_is_refused_not_a_crash() {
-    let api = Api::new();
+    let api = Api::new().await;
     let deep = format!(
         "{{\"name\":\"web\",\"spec\":{}{}}}",
         "[".repeat(5000),
@@ -287,7 +287,7 @@ async fn deeply_nested_json_is_refused_not_a_crash() {
 
 #[tokio::test]
 async fn a_delete_without_its_generation_is_400_invalid_query() {
-    let api = Api::new();
+    let api = Api::new().await;
     let before = api.snapshot().await;
     for q in [
         "",
@@ -373,7 +373,7 @@ mod generated {
         ) {
             let rt = tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap();
             rt.block_on(async {
-                let api = Api::new();
+                let api = Api::new().await;
                 let targets: Vec<_> = endpoints().into_iter().filter(|e| e.2.is_some()).collect();
                 let (m, path, _, _) = &targets[pick % targets.len()];
                 for payload in [serde_json::to_vec(&body).unwrap(), bytes.clone()] {

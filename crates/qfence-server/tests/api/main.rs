@@ -24,7 +24,7 @@ use tower::ServiceExt;
 use qfence_runtime::{Access, Metrics, TokenStore};
 use qfence_server::ApiConfig;
 
-use qfence_server::testing::MemoryBackend;
+use qfence_server::testing::{FaultyBackend, LabRuntime};
 
 pub const VIEWER: &str = "viewer-token-1";
 pub const OPERATOR: &str = "operator-token-2";
@@ -37,11 +37,13 @@ pub fn tokens() -> TokenStore {
         .with_token(Access::Admin, "alice", ADMIN)
 }
 
-/// A router over a fresh lab backend.
+/// The real router over a fresh lab running for real ([`LabRuntime`]), through a
+/// [`FaultyBackend`] that can inject a panic or a slow call.
 #[allow(missing_debug_implementations)]
 pub struct Api {
     pub app: Router,
-    pub backend: Arc<MemoryBackend>,
+    pub backend: Arc<FaultyBackend>,
+    pub lab: LabRuntime,
     pub metrics: Metrics,
 }
 
@@ -61,24 +63,30 @@ impl Resp {
     }
 }
 
-impl Default for Api {
-    fn default() -> Self {
-        Self::new()
-    }
-}
-
 impl Api {
-    pub fn new() -> Self {
-        Self::with_config(&ApiConfig::default())
+    pub async fn new() -> Self {
+        Self::with_config(&ApiConfig::default()).await
     }
 
-    pub fn with_config(config: &ApiConfig) -> Self {
-        let backend = Arc::new(MemoryBackend::lab());
+    pub async fn with_config(config: &ApiConfig) -> Self {
+        let lab = LabRuntime::start().await.expect("the lab starts");
+        Self::over(lab, config)
+    }
+
+    /// The router over a follower (`dc1-a`) of the leader `dc2-a`.
+    pub async fn follower() -> Self {
+        let lab = LabRuntime::start_follower().await.expect("the lab starts");
+        Self::over(lab, &ApiConfig::default())
+    }
+
+    fn over(lab: LabRuntime, config: &ApiConfig) -> Self {
+        let backend = Arc::new(FaultyBackend::over(lab.backend()));
         let metrics = Metrics::new();
         let app = qfence_server::router(backend.clone(), tokens(), metrics.clone(), config);
         Self {
             app,
             backend,
+            lab,
             metrics,
         }
     }
@@ -142,11 +150,33 @@ impl Api {
         r.body["generation"].as_u64().unwrap()
     }
 
-    /// Everything a refused call must leave as it was: the event log and the plans.
+    /// Waits (up to 30 s) until erp-db's status says `paused`: the engine acts on a pause or
+    /// resume at its next cycle.
+    pub async fn paused_is(&self, paused: bool) {
+        let what = format!("erp-db paused {paused}");
+        qfence_server::testing::lab::eventually(
+            std::time::Duration::from_secs(30),
+            &what,
+            || async {
+                let s = self.get("/api/v1/status", VIEWER).await;
+                (s.body["plans"][0]["paused"] == paused).then_some(())
+            },
+        )
+        .await
+        .unwrap();
+    }
+
+    /// Everything a refused call must leave as it was: what callers wrote to the event log
+    /// (how many records, the last one's hash; the engine's loop records its own decisions
+    /// meanwhile) and the plans.
     pub async fn snapshot(&self) -> (u64, String, Value) {
-        let (seq, hash) = self.backend.head();
+        let by_callers = self.lab.caller_events();
+        let last = by_callers
+            .last()
+            .map(|e| e.hash.clone())
+            .unwrap_or_default();
         let plans = self.get("/api/v1/plans", VIEWER).await.body;
-        (seq, hash, plans)
+        (by_callers.len() as u64, last, plans)
     }
 }
 

@@ -10,7 +10,7 @@ const COMMITTED: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/openapi.json");
 
 #[tokio::test]
 async fn the_served_document_is_the_committed_one() {
-    let api = Api::new();
+    let api = Api::new().await;
     let r = api.call(Method::GET, "/openapi.json", None, None).await;
     assert_eq!(r.status, StatusCode::OK);
     let served = qfence_server::api::openapi().to_pretty_json().unwrap() + "\n";
@@ -31,7 +31,7 @@ async fn the_served_document_is_the_committed_one() {
 #[tokio::test]
 async fn every_documented_operation_is_routed_and_every_error_is_an_error_body() {
     let doc = serde_json::to_value(qfence_server::api::openapi()).unwrap();
-    let api = Api::new();
+    let api = Api::new().await;
     let mut operations = 0;
     for (path, item) in doc["paths"].as_object().unwrap() {
         for (method, op) in item.as_object().unwrap() {

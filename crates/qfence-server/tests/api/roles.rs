@@ -148,7 +148,7 @@ async fn with_auth(
 
 #[tokio::test]
 async fn every_endpoint_refuses_missing_malformed_and_unknown_tokens_and_changes_nothing() {
-    let api = Api::new();
+    let api = Api::new().await;
     let before = api.snapshot().await;
     for (m, path, body, _) in endpoints() {
         for auth in [
@@ -181,7 +181,7 @@ async fn every_endpoint_refuses_missing_malformed_and_unknown_tokens_and_changes
 
 #[tokio::test]
 async fn every_endpoint_refuses_a_role_below_its_own_with_403_and_changes_nothing() {
-    let api = Api::new();
+    let api = Api::new().await;
     let before = api.snapshot().await;
     let mut refused = 0;
     for (m, path, body, need) in endpoints() {
@@ -214,12 +214,13 @@ async fn every_endpoint_refuses_a_role_below_its_own_with_403_and_changes_nothin
 #[tokio::test]
 async fn a_sufficient_role_gets_through_on_every_endpoint() {
     for (m, path, body, need) in endpoints() {
+        // A fresh lab for each endpoint: a delete must not hide the next call's plan (only
+        // an admin may delete, so a delete is the endpoint's last call).
+        let api = Api::new().await;
         for token in [VIEWER, OPERATOR, ADMIN] {
             if rank(token) < rank(need) {
                 continue;
             }
-            // A fresh backend each time: a delete must not hide the next call's plan.
-            let api = Api::new();
             let r = with_auth(&api, &m, path, &body, Some(&format!("Bearer {token}"))).await;
             assert!(
                 r.status != StatusCode::UNAUTHORIZED && r.status != StatusCode::FORBIDDEN,
@@ -232,7 +233,7 @@ async fn a_sufficient_role_gets_through_on_every_endpoint() {
 
 #[tokio::test]
 async fn health_leader_and_the_openapi_document_need_no_token() {
-    let api = Api::new();
+    let api = Api::new().await;
     phase("health and leader answer without a token");
     let r = api.call(Method::GET, "/health", None, None).await;
     assert_eq!(r.status, StatusCode::OK);
@@ -247,9 +248,7 @@ async fn health_leader_and_the_openapi_document_need_no_token() {
     assert!(r.body["paths"]["/api/v1/status"].is_object());
 
     phase("a follower answers /leader with 503 and names the leader");
-    api.backend
-        .leader
-        .store(false, std::sync::atomic::Ordering::SeqCst);
+    let api = Api::follower().await;
     let r = api.call(Method::GET, "/leader", None, None).await;
     assert_eq!(r.status, StatusCode::SERVICE_UNAVAILABLE);
     assert_eq!(r.body["leader"], "dc2-a");
@@ -260,7 +259,7 @@ async fn health_leader_and_the_openapi_document_need_no_token() {
 
 #[tokio::test]
 async fn whoami_names_the_token_and_its_role_and_the_event_log_records_the_token_name() {
-    let api = Api::new();
+    let api = Api::new().await;
     let r = api.get("/api/v1/whoami", OPERATOR).await;
     assert_eq!(r.body, json!({"name": "oncall", "role": "operator"}));
     let r = api
@@ -271,8 +270,12 @@ async fn whoami_names_the_token_and_its_role_and_the_event_log_records_the_token
         )
         .await;
     assert_eq!(r.status, StatusCode::OK, "{r:?}");
-    let events = api.backend.all_events();
+    let events = api.lab.caller_events();
     let last = events.last().unwrap();
     assert_eq!(last.actor, "token:oncall");
-    assert!(!serde_json::to_string(&events).unwrap().contains(OPERATOR));
+    assert!(
+        !serde_json::to_string(&api.lab.all_events())
+            .unwrap()
+            .contains(OPERATOR)
+    );
 }

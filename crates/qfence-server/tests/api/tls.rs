@@ -1,13 +1,11 @@
 //! One real HTTPS test: the API served over rustls (ring) on loopback.
 
-use std::sync::Arc;
-
 use tokio_util::sync::CancellationToken;
 
 use super::{VIEWER, tokens};
 use qfence_runtime::Metrics;
 use qfence_server::ApiConfig;
-use qfence_server::testing::MemoryBackend;
+use qfence_server::testing::LabRuntime;
 
 #[tokio::test]
 async fn the_api_is_served_over_tls_and_refuses_plain_http() {
@@ -20,8 +18,9 @@ async fn the_api_is_served_over_tls_and_refuses_plain_http() {
         .with_single_cert(vec![cert_der.clone()], key)
         .unwrap();
 
+    let lab = LabRuntime::start().await.expect("the lab starts");
     let app = qfence_server::router(
-        Arc::new(MemoryBackend::lab()),
+        lab.backend(),
         tokens(),
         Metrics::new(),
         &ApiConfig::default(),

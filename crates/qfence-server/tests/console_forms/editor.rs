@@ -66,7 +66,7 @@ fn refs(f: &[(String, String)]) -> Vec<(&str, &str)> {
 
 #[tokio::test]
 async fn only_admins_edit_plans() {
-    let c = Console::new();
+    let c = Console::new().await;
     for t in [VIEWER, OPERATOR] {
         for path in ["/plans/new", "/plans/erp-db/edit"] {
             let p = c.get(path, t).await;
@@ -94,7 +94,7 @@ async fn only_admins_edit_plans() {
 
 #[tokio::test]
 async fn admins_find_the_editor_from_the_overview_and_the_plan_page() {
-    let c = Console::new();
+    let c = Console::new().await;
     let p = c.get("/", ADMIN).await;
     assert!(
         p.body.contains("href=\"/plans/new\" id=\"new-plan\""),
@@ -119,7 +119,7 @@ async fn admins_find_the_editor_from_the_overview_and_the_plan_page() {
 
 #[tokio::test]
 async fn the_new_plan_form_offers_the_configuration() {
-    let c = Console::new();
+    let c = Console::new().await;
     let p = c.get("/plans/new", ADMIN).await;
     assert_eq!(p.status, StatusCode::OK);
     // Sites that may hold an instance: no witness.
@@ -155,7 +155,7 @@ async fn the_new_plan_form_offers_the_configuration() {
 
 #[tokio::test]
 async fn a_valid_new_plan_is_created_at_generation_1() {
-    let c = Console::new();
+    let c = Console::new().await;
     let p = c
         .post("/plans/new", ADMIN, &refs(&plan_fields("erp-copy")))
         .await;
@@ -173,7 +173,7 @@ async fn a_valid_new_plan_is_created_at_generation_1() {
 
 #[tokio::test]
 async fn a_bad_capability_is_refused_next_to_its_field_and_everything_typed_is_kept() {
-    let c = Console::new();
+    let c = Console::new().await;
     let mut f = plan_fields("erp-new");
     // A capability of another type, and a timing relation broken.
     set(&mut f, "b:dc2:0:capability", "vm.stop");
@@ -211,7 +211,7 @@ async fn a_bad_capability_is_refused_next_to_its_field_and_everything_typed_is_k
 
 #[tokio::test]
 async fn a_bad_name_params_and_a_missing_resource_are_each_shown_at_once() {
-    let c = Console::new();
+    let c = Console::new().await;
     let mut f = plan_fields("bad name!");
     set(&mut f, "b:service:0:params", "dc1 10.1.1.5");
     set(&mut f, "b:dc1:2:resource", "");
@@ -233,7 +233,7 @@ async fn a_bad_name_params_and_a_missing_resource_are_each_shown_at_once() {
 
 #[tokio::test]
 async fn a_taken_name_is_refused_next_to_the_name() {
-    let c = Console::new();
+    let c = Console::new().await;
     let p = c
         .post("/plans/new", ADMIN, &refs(&plan_fields("erp-db")))
         .await;
@@ -248,7 +248,7 @@ async fn a_taken_name_is_refused_next_to_the_name() {
 
 #[tokio::test]
 async fn without_the_script_refreshing_narrows_the_choices() {
-    let c = Console::new();
+    let c = Console::new().await;
     let p = c
         .post(
             "/plans/new",
@@ -289,7 +289,7 @@ async fn without_the_script_refreshing_narrows_the_choices() {
 
 #[tokio::test]
 async fn the_edit_form_shows_the_plan_in_force() {
-    let c = Console::new();
+    let c = Console::new().await;
     let p = c.get("/plans/erp-db/edit", ADMIN).await;
     assert_eq!(p.status, StatusCode::OK);
     assert_eq!(p.value_of("expected_generation").as_deref(), Some("1"));
@@ -341,7 +341,7 @@ async fn edit_fields(c: &Console) -> Vec<(String, String)> {
 
 #[tokio::test]
 async fn an_edit_is_staged_and_applied_on_the_expected_generation() {
-    let c = Console::new();
+    let c = Console::new().await;
     let mut f = edit_fields(&c).await;
     set(&mut f, "interval_seconds", "5");
     let p = c.post("/plans/erp-db/edit", ADMIN, &refs(&f)).await;
@@ -355,7 +355,7 @@ async fn an_edit_is_staged_and_applied_on_the_expected_generation() {
 
 #[tokio::test]
 async fn stage_only_leaves_the_generation() {
-    let c = Console::new();
+    let c = Console::new().await;
     let mut f = edit_fields(&c).await;
     set(&mut f, "interval_seconds", "7");
     set(&mut f, "action", "stage");
@@ -371,7 +371,7 @@ async fn stage_only_leaves_the_generation() {
 
 #[tokio::test]
 async fn a_stale_edit_shows_the_current_generation_and_keeps_the_text() {
-    let c = Console::new();
+    let c = Console::new().await;
     let mine = {
         let mut f = edit_fields(&c).await;
         set(&mut f, "interval_seconds", "4");
@@ -415,7 +415,7 @@ async fn a_stale_edit_shows_the_current_generation_and_keeps_the_text() {
 
 #[tokio::test]
 async fn an_invalid_edit_changes_nothing() {
-    let c = Console::new();
+    let c = Console::new().await;
     let mut f = edit_fields(&c).await;
     set(&mut f, "owner", "dc9");
     set(&mut f, "b:dc1:0:role", "health");
@@ -436,7 +436,7 @@ async fn an_invalid_edit_changes_nothing() {
 
 #[tokio::test]
 async fn a_form_from_another_site_is_refused() {
-    let c = Console::new();
+    let c = Console::new().await;
     let p = c
         .post_from(
             "/plans/new",
@@ -451,7 +451,7 @@ async fn a_form_from_another_site_is_refused() {
 
 #[tokio::test]
 async fn the_script_and_stylesheet_are_served() {
-    let c = Console::new();
+    let c = Console::new().await;
     let req = Request::builder()
         .uri("/console-forms.js")
         .body(Body::empty())
@@ -468,7 +468,7 @@ async fn the_script_and_stylesheet_are_served() {
 
 #[tokio::test]
 async fn the_resource_field_offers_what_the_controller_discovered() {
-    let c = Console::new();
+    let c = Console::new().await;
     let p = c.get("/plans/erp-db/edit", ADMIN).await;
     // Row 1 of dc1 is pve-dc1 vm.stop: its datalist holds what pve-dc1 listed for vm.stop.
     let dl = &p.body[p.body.find("<datalist id=\"dl-b:dc1:1\">").unwrap()..];
@@ -490,7 +490,7 @@ async fn the_resource_field_offers_what_the_controller_discovered() {
 
 #[tokio::test]
 async fn the_json_view_fills_the_form_or_says_why_not() {
-    let c = Console::new();
+    let c = Console::new().await;
     let spec = qfence_server::testing::erp_db_spec();
     let text = serde_json::to_string(&spec).unwrap();
     phase("Valid JSON fills the form; nothing is saved");

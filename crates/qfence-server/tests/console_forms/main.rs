@@ -1,7 +1,7 @@
 //! The console's plan editor and controller registration over plain HTTP: every route's
 //! success and refusals (roles, cross-site forms), and bad input answered with a 422 page that
 //! shows the validation message next to its field and keeps everything typed. On the router
-//! (`oneshot`) with the in-memory backend.
+//! (`oneshot`) over the lab running for real (`qfence_server::testing::LabRuntime`).
 
 mod editor;
 mod register;
@@ -15,7 +15,7 @@ use tower::ServiceExt;
 
 use qfence_runtime::{Access, Metrics, TokenStore};
 use qfence_server::ApiConfig;
-use qfence_server::testing::MemoryBackend;
+use qfence_server::testing::LabRuntime;
 
 pub const VIEWER: &str = "viewer-token-1";
 pub const OPERATOR: &str = "operator-token-2";
@@ -33,7 +33,8 @@ pub fn tokens() -> TokenStore {
 #[allow(missing_debug_implementations)]
 pub struct Console {
     pub app: Router,
-    pub backend: Arc<MemoryBackend>,
+    pub backend: Arc<dyn qfence_runtime::Backend>,
+    pub lab: LabRuntime,
 }
 
 /// A response: status, headers, body as text.
@@ -137,26 +138,17 @@ pub fn encode(fields: &[(&str, &str)]) -> String {
         .join("&")
 }
 
-impl Default for Console {
-    fn default() -> Self {
-        Self::new()
-    }
-}
-
 impl Console {
-    pub fn new() -> Self {
-        let backend = Arc::new(MemoryBackend::lab());
-        // The registration pages show what a test reached: let the double pretend its targets answer.
-        backend
-            .simulate_targets
-            .store(true, std::sync::atomic::Ordering::SeqCst);
+    pub async fn new() -> Self {
+        let lab = LabRuntime::start().await.expect("the lab starts");
+        let backend = lab.backend();
         let app = qfence_server::router(
             backend.clone(),
             tokens(),
             Metrics::new(),
             &ApiConfig::default(),
         );
-        Self { app, backend }
+        Self { app, backend, lab }
     }
 
     pub async fn send(&self, req: Request<Body>) -> Page {
@@ -219,7 +211,6 @@ pub fn phase(s: &str) {
 impl Console {
     /// The plans' names.
     pub async fn plan_names(&self) -> Vec<String> {
-        use qfence_runtime::Backend;
         self.backend
             .plans()
             .await
@@ -231,7 +222,6 @@ impl Console {
 
     /// A plan's generation and the spec in force.
     pub async fn plan_spec(&self, name: &str) -> (u64, serde_json::Value) {
-        use qfence_runtime::Backend;
         let v = self
             .backend
             .plan(&qfence_model::PlanId::new(name).unwrap())
@@ -242,7 +232,6 @@ impl Console {
 
     /// A plan's staged change, if any.
     pub async fn staged(&self, name: &str) -> Option<serde_json::Value> {
-        use qfence_runtime::Backend;
         let v = self
             .backend
             .plan(&qfence_model::PlanId::new(name).unwrap())
