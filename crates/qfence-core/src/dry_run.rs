@@ -94,7 +94,12 @@ pub fn dry_run(
     to: &str,
     kind: MoveKind,
 ) -> Result<DryRun, CoreError> {
-    let (plan_id, plan, target, by_key) = resolve_move(config, plan_name, assumed, to)?;
+    let Move {
+        id: plan_id,
+        plan,
+        target,
+        assumed: by_key,
+    } = resolve_move(config, plan_name, assumed, to)?;
     let mut state = PlanState::initial(plan);
     if state.owner == target {
         return Err(CoreError::AlreadyOwner {
@@ -192,15 +197,7 @@ fn resolve_move<'c>(
     plan_name: &str,
     assumed: &BTreeMap<BindingPos, Observed>,
     to: &str,
-) -> Result<
-    (
-        PlanId,
-        &'c PlanConfig,
-        SiteId,
-        BTreeMap<BindingKey, Observed>,
-    ),
-    CoreError,
-> {
+) -> Result<Move<'c>, CoreError> {
     let plan_id = PlanId::new(plan_name).map_err(|_| CoreError::UnknownPlan(plan_name.into()))?;
     let plan = config
         .plan(plan_name)
@@ -228,7 +225,20 @@ fn resolve_move<'c>(
         })?;
         by_key.insert(k, *v);
     }
-    Ok((plan_id, plan, target, by_key))
+    Ok(Move {
+        id: plan_id,
+        plan,
+        target,
+        assumed: by_key,
+    })
+}
+
+/// A move resolved against the configuration (see [`resolve_move`]).
+struct Move<'c> {
+    id: PlanId,
+    plan: &'c PlanConfig,
+    target: SiteId,
+    assumed: BTreeMap<BindingKey, Observed>,
 }
 
 /// The imagined world `decide` is run against: every command is done at once, and a check
