@@ -46,7 +46,13 @@ pub(crate) async fn shared_client<'a>(
 ) -> Result<&'a HttpClient, DriverError> {
     cell.get_or_try_init(|| async {
         build_client(controller, trust).map_err(|e| {
-            DriverError::new(ErrorKind::Unreachable, controller, "tls", e.to_string(), false)
+            DriverError::new(
+                ErrorKind::Unreachable,
+                controller,
+                "tls",
+                e.to_string(),
+                false,
+            )
         })
     })
     .await

@@ -213,7 +213,8 @@ impl NovaDriver {
         reason: &str,
     ) -> Result<ComputeService, DriverError> {
         let change = json!({"status": "disabled", "disabled_reason": reason});
-        self.update_service(ctx, "disable service", host, change).await
+        self.update_service(ctx, "disable service", host, change)
+            .await
     }
 
     /// Enables the host's service; returns it read back.
@@ -223,7 +224,8 @@ impl NovaDriver {
         host: &str,
     ) -> Result<ComputeService, DriverError> {
         let change = json!({"status": "enabled"});
-        self.update_service(ctx, "enable service", host, change).await
+        self.update_service(ctx, "enable service", host, change)
+            .await
     }
 
     /// Marks the host's service forced down (Nova then treats it as down at once and accepts
@@ -233,7 +235,8 @@ impl NovaDriver {
         ctx: &CallContext,
         host: &str,
     ) -> Result<ComputeService, DriverError> {
-        self.update_service(ctx, "force down", host, json!({"forced_down": true})).await
+        self.update_service(ctx, "force down", host, json!({"forced_down": true}))
+            .await
     }
 
     /// Clears forced-down. Nova refuses it (400) while `done` evacuation records remain on
@@ -243,7 +246,13 @@ impl NovaDriver {
         ctx: &CallContext,
         host: &str,
     ) -> Result<ComputeService, DriverError> {
-        self.update_service(ctx, "clear forced down", host, json!({"forced_down": false})).await
+        self.update_service(
+            ctx,
+            "clear forced down",
+            host,
+            json!({"forced_down": false}),
+        )
+        .await
     }
 
     /// The servers on `host`, every project's (2.73). The `host` query filter is Nova's; each

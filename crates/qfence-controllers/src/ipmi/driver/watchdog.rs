@@ -193,7 +193,9 @@ impl IpmiDriver {
             true,
         )
         .await?;
-        let r = self.watchdog_read_back(ctx, s, CALL, false, (seconds * 10) as u16).await?;
+        let r = self
+            .watchdog_read_back(ctx, s, CALL, false, (seconds * 10) as u16)
+            .await?;
         if r.holds {
             return Err(DriverError::new(
                 ErrorKind::Rejected,
