@@ -16,8 +16,8 @@ use crate::error::CoreError;
 use crate::rules;
 use crate::state::{Intent, IntentKind, Phase, PlanState};
 use crate::types::{
-    Action, BindingKey, BindingPos, Command, Leadership, Millis, Observation, Observed, OpId,
-    OpResult, Outcome,
+    Action, BindingKey, BindingPos, Command, Leadership, Millis, Observation, Observed, OpId, OpResult,
+    Outcome,
 };
 
 /// Which kind of move to show.
@@ -192,15 +192,7 @@ fn resolve_move<'c>(
     plan_name: &str,
     assumed: &BTreeMap<BindingPos, Observed>,
     to: &str,
-) -> Result<
-    (
-        PlanId,
-        &'c PlanConfig,
-        SiteId,
-        BTreeMap<BindingKey, Observed>,
-    ),
-    CoreError,
-> {
+) -> Result<(PlanId, &'c PlanConfig, SiteId, BTreeMap<BindingKey, Observed>), CoreError> {
     let plan_id = PlanId::new(plan_name).map_err(|_| CoreError::UnknownPlan(plan_name.into()))?;
     let plan = config
         .plan(plan_name)
