@@ -611,6 +611,7 @@ fn vip_json(name: &str, v: &Vip) -> Value {
 /// Every object of one table, as JSON, keyed by its mkey.
 /// The rows of the table a read names, or FortiOS's answer: -3 for no such table, then -37
 /// when the profile may not read it.
+#[allow(clippy::result_large_err)] // the error is the answer to send, as in admit's callers
 fn readable_rows(st: &FortiState, req: &Req) -> Result<Vec<(String, Value)>, Response> {
     let Some(rows) = table(st, req) else {
         return Err(error(st, req, StatusCode::NOT_FOUND, -3, ""));
