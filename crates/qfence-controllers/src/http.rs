@@ -12,6 +12,7 @@ use std::time::Duration;
 use qfence_model::ControllerId;
 use qfence_model::config::TlsTrust;
 use reqwest::redirect;
+use tokio::sync::OnceCell;
 use tokio::time::Instant;
 
 use crate::driver::{CallContext, DriverError, ErrorKind};
@@ -34,6 +35,27 @@ pub struct HttpClient {
     pub seen: SeenCert,
     /// A warning to repeat wherever the controller is used (`insecure: true`).
     pub warning: Option<String>,
+}
+
+/// The client kept in `cell`, built on first use (building reads the CA file, which a
+/// driver's build must not): the drivers' one way to reach their client.
+pub(crate) async fn shared_client<'a>(
+    cell: &'a OnceCell<HttpClient>,
+    controller: &ControllerId,
+    trust: &TlsTrust,
+) -> Result<&'a HttpClient, DriverError> {
+    cell.get_or_try_init(|| async {
+        build_client(controller, trust).map_err(|e| {
+            DriverError::new(
+                ErrorKind::Unreachable,
+                controller,
+                "tls",
+                e.to_string(),
+                false,
+            )
+        })
+    })
+    .await
 }
 
 /// Builds the client for `controller`. No connection is opened.

@@ -414,7 +414,8 @@ pub enum IntentKind {
 }
 
 /// A map whose keys are not strings, stored as a list of pairs (JSON objects need string keys).
-mod pairs {
+/// The instance-HA state keeps its maps this way too.
+pub(crate) mod pairs {
     use std::collections::BTreeMap;
 
     use serde::{Deserialize, Deserializer, Serialize, Serializer};

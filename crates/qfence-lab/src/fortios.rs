@@ -609,6 +609,19 @@ fn vip_json(name: &str, v: &Vip) -> Value {
 }
 
 /// Every object of one table, as JSON, keyed by its mkey.
+/// The rows of the table a read names, or FortiOS's answer: -3 for no such table, then -37
+/// when the profile may not read it.
+#[allow(clippy::result_large_err)] // the error is the answer to send, as in admit's callers
+fn readable_rows(st: &FortiState, req: &Req) -> Result<Vec<(String, Value)>, Response> {
+    let Some(rows) = table(st, req) else {
+        return Err(error(st, req, StatusCode::NOT_FOUND, -3, ""));
+    };
+    if !allowed(req, false) {
+        return Err(error(st, req, StatusCode::FORBIDDEN, -37, ""));
+    }
+    Ok(rows)
+}
+
 fn table(st: &FortiState, req: &Req) -> Option<Vec<(String, Value)>> {
     let vdom = st.vdoms.get(&req.vdom)?;
     let rows = match (req.path.as_str(), req.name.as_str()) {
@@ -741,12 +754,10 @@ async fn cmdb_list(
         Err(resp) => return resp,
     };
     let st = lock(&shared.state);
-    let Some(rows) = table(&st, &req) else {
-        return error(&st, &req, StatusCode::NOT_FOUND, -3, "");
+    let rows = match readable_rows(&st, &req) {
+        Ok(rows) => rows,
+        Err(resp) => return resp,
     };
-    if !allowed(&req, false) {
-        return error(&st, &req, StatusCode::FORBIDDEN, -37, "");
-    }
     let mut extra = serde_json::Map::new();
     // Singleton tables (system settings) answer an object, lists an array.
     let results = if req.name == "settings" {
@@ -772,12 +783,10 @@ async fn cmdb_get(
         Err(resp) => return resp,
     };
     let st = lock(&shared.state);
-    let Some(rows) = table(&st, &req) else {
-        return error(&st, &req, StatusCode::NOT_FOUND, -3, "");
+    let rows = match readable_rows(&st, &req) {
+        Ok(rows) => rows,
+        Err(resp) => return resp,
     };
-    if !allowed(&req, false) {
-        return error(&st, &req, StatusCode::FORBIDDEN, -37, "");
-    }
     let Some((_, row)) = rows.into_iter().find(|(k, _)| *k == mkey) else {
         return error(&st, &req, StatusCode::NOT_FOUND, -3, "");
     };

@@ -368,6 +368,30 @@ impl<S: Send + Sync, T: DeserializeOwned + Send> FromRequestParts<S> for ApiPath
     }
 }
 
+/// The path parameter of a call on one plan, declared once for the document; the handler
+/// reads it with [`ApiPath`].
+#[derive(utoipa::IntoParams)]
+#[into_params(parameter_in = Path)]
+#[allow(dead_code)] // read by the document only
+struct PlanPath {
+    /// The plan's name
+    #[param(example = "erp-db")]
+    plan: String,
+}
+
+/// The path parameters of a call on one site of a plan, as [`PlanPath`].
+#[derive(utoipa::IntoParams)]
+#[into_params(parameter_in = Path)]
+#[allow(dead_code)] // read by the document only
+struct PlanSitePath {
+    /// The plan's name
+    #[param(example = "erp-db")]
+    plan: String,
+    /// The site's name
+    #[param(example = "dc2")]
+    site: String,
+}
+
 /// A name from the path: one that is not a valid name names nothing.
 fn plan_id(name: &str) -> Result<PlanId, ApiError> {
     PlanId::new(name).map_err(|_| ApiError::not_found(format!("plan {name:?} does not exist")))
@@ -505,7 +529,7 @@ async fn create_plan(
 
 /// One plan, with its staged change if any. Viewer.
 #[utoipa::path(get, path = "/api/v1/plans/{plan}", tag = "plans", security(("bearer" = [])),
-    params(("plan" = String, Path, description = "The plan's name", example = "erp-db")),
+    params(PlanPath),
     responses(
         (status = 200, body = PlanView),
         responses::Viewer,
@@ -520,7 +544,7 @@ async fn get_plan(
 
 /// Deletes a plan if it is still at `expected_generation`. Admin.
 #[utoipa::path(delete, path = "/api/v1/plans/{plan}", tag = "plans", security(("bearer" = [])),
-    params(("plan" = String, Path, description = "The plan's name", example = "erp-db"), DeletePlanQuery),
+    params(PlanPath, DeletePlanQuery),
     responses(
         (status = 204, description = "Deleted"),
         responses::Writer,
@@ -541,13 +565,11 @@ async fn delete_plan(
 
 /// Stages a change of the plan, validated; nothing is in force until it is applied. Admin.
 #[utoipa::path(put, path = "/api/v1/plans/{plan}/staged", tag = "plans", security(("bearer" = [])),
-    params(("plan" = String, Path, description = "The plan's name", example = "erp-db")),
+    params(PlanPath),
     request_body = StagePlan,
     responses(
         (status = 200, body = PlanView),
-        responses::Writer,
-        responses::NotFound,
-        responses::JsonBody))]
+        responses::PlanWrite))]
 async fn stage_plan(
     Admin(c): Admin,
     State(s): State<AppState>,
@@ -563,7 +585,7 @@ async fn stage_plan(
 
 /// Drops the staged change. Admin.
 #[utoipa::path(delete, path = "/api/v1/plans/{plan}/staged", tag = "plans", security(("bearer" = [])),
-    params(("plan" = String, Path, description = "The plan's name", example = "erp-db")),
+    params(PlanPath),
     responses(
         (status = 200, body = PlanView),
         responses::Writer,
@@ -580,13 +602,11 @@ async fn discard_staged(
 /// Applies the staged change if the plan is still at `expected_generation`
 /// (compare-and-set). Admin.
 #[utoipa::path(post, path = "/api/v1/plans/{plan}/apply", tag = "plans", security(("bearer" = [])),
-    params(("plan" = String, Path, description = "The plan's name", example = "erp-db")),
+    params(PlanPath),
     request_body = ApplyStaged,
     responses(
         (status = 200, body = PlanView),
-        responses::Writer,
-        responses::NotFound,
-        responses::JsonBody,
+        responses::PlanWrite,
         (status = 409, description = "Stale generation (with the current one), or nothing staged", body = ErrorBody)))]
 async fn apply_staged(
     Admin(c): Admin,
@@ -604,7 +624,7 @@ async fn apply_staged(
 /// What would happen: the next cycle, applying the staged change, a switchover or a
 /// failover. Changes nothing. Viewer.
 #[utoipa::path(post, path = "/api/v1/plans/{plan}/dry-run", tag = "plans", security(("bearer" = [])),
-    params(("plan" = String, Path, description = "The plan's name", example = "erp-db")),
+    params(PlanPath),
     request_body = DryRun,
     responses(
         (status = 200, body = DryRunResult),
@@ -624,14 +644,12 @@ async fn dry_run(
 /// Moves ownership to `target`, in order, if the plan is still at `expected_generation`.
 /// Operator.
 #[utoipa::path(post, path = "/api/v1/plans/{plan}/switchover", tag = "operations", security(("bearer" = [])),
-    params(("plan" = String, Path, description = "The plan's name", example = "erp-db")),
+    params(PlanPath),
     request_body = SwitchoverRequest,
     responses(
         (status = 202, body = OperationAccepted),
-        responses::Writer,
-        responses::NotFound,
-        responses::JsonBody,
-        (status = 409, description = "Stale generation, or refused for safety", body = ErrorBody)))]
+        responses::PlanWrite,
+        responses::RefusedForSafety))]
 async fn switchover(
     Operator(c): Operator,
     State(s): State<AppState>,
@@ -646,14 +664,12 @@ async fn switchover(
 /// Fences the owner and promotes `target` (or the first by priority), if the plan is still
 /// at `expected_generation`. Operator.
 #[utoipa::path(post, path = "/api/v1/plans/{plan}/failover", tag = "operations", security(("bearer" = [])),
-    params(("plan" = String, Path, description = "The plan's name", example = "erp-db")),
+    params(PlanPath),
     request_body = FailoverRequest,
     responses(
         (status = 202, body = OperationAccepted),
-        responses::Writer,
-        responses::NotFound,
-        responses::JsonBody,
-        (status = 409, description = "Stale generation, or refused for safety", body = ErrorBody)))]
+        responses::PlanWrite,
+        responses::RefusedForSafety))]
 async fn failover(
     Operator(c): Operator,
     State(s): State<AppState>,
@@ -671,15 +687,12 @@ async fn failover(
 /// reason. Operator.
 #[utoipa::path(post, path = "/api/v1/plans/{plan}/sites/{site}/confirm-fenced", tag = "operations",
     security(("bearer" = [])),
-    params(("plan" = String, Path, description = "The plan's name", example = "erp-db"),
-        ("site" = String, Path, description = "The site's name", example = "dc2")),
+    params(PlanSitePath),
     request_body = ConfirmFencedRequest,
     responses(
         (status = 200, body = OperationAccepted),
-        responses::Writer,
-        responses::NotFound,
-        responses::JsonBody,
-        (status = 409, description = "Stale generation, or refused (the site owns the plan)", body = ErrorBody)))]
+        responses::PlanWrite,
+        responses::RefusedSiteOwns))]
 async fn confirm_fenced(
     Operator(c): Operator,
     State(s): State<AppState>,
@@ -699,13 +712,11 @@ async fn confirm_fenced(
 
 /// Pauses automatic actions on the plan (operator actions still work). Operator.
 #[utoipa::path(post, path = "/api/v1/plans/{plan}/pause", tag = "operations", security(("bearer" = [])),
-    params(("plan" = String, Path, description = "The plan's name", example = "erp-db")),
+    params(PlanPath),
     request_body = PauseRequest,
     responses(
         (status = 200, body = OperationAccepted),
-        responses::Writer,
-        responses::NotFound,
-        responses::JsonBody,
+        responses::PlanWrite,
         responses::Conflict))]
 async fn pause(
     Operator(c): Operator,
@@ -718,13 +729,11 @@ async fn pause(
 
 /// Resumes automatic actions on the plan. Operator.
 #[utoipa::path(post, path = "/api/v1/plans/{plan}/resume", tag = "operations", security(("bearer" = [])),
-    params(("plan" = String, Path, description = "The plan's name", example = "erp-db")),
+    params(PlanPath),
     request_body = PauseRequest,
     responses(
         (status = 200, body = OperationAccepted),
-        responses::Writer,
-        responses::NotFound,
-        responses::JsonBody,
+        responses::PlanWrite,
         responses::Conflict))]
 async fn resume(
     Operator(c): Operator,
@@ -739,15 +748,12 @@ async fn resume(
 /// Operator.
 #[utoipa::path(put, path = "/api/v1/plans/{plan}/sites/{site}/maintenance", tag = "operations",
     security(("bearer" = [])),
-    params(("plan" = String, Path, description = "The plan's name", example = "erp-db"),
-        ("site" = String, Path, description = "The site's name", example = "dc2")),
+    params(PlanSitePath),
     request_body = MaintenanceRequest,
     responses(
         (status = 200, body = OperationAccepted),
-        responses::Writer,
-        responses::NotFound,
-        responses::JsonBody,
-        (status = 409, description = "Stale generation, or refused (the site owns the plan)", body = ErrorBody)))]
+        responses::PlanWrite,
+        responses::RefusedSiteOwns))]
 async fn maintenance(
     Operator(c): Operator,
     State(s): State<AppState>,

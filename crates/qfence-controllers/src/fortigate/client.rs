@@ -7,12 +7,7 @@ impl FortigateDriver {
     /// The shared HTTPS client (TLS trust, same-origin redirects, no proxy), built on first
     /// use because it reads the CA file.
     pub(super) async fn client(&self) -> Result<&HttpClient, DriverError> {
-        self.client
-            .get_or_try_init(|| async {
-                http::build_client(&self.id, &self.trust)
-                    .map_err(|e| self.err(ErrorKind::Unreachable, "tls", e.to_string(), false))
-            })
-            .await
+        http::shared_client(&self.client, &self.id, &self.trust).await
     }
 
     /// Sends one request (in this driver's VDOM) and returns whatever came back.

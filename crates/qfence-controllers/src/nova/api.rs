@@ -192,6 +192,19 @@ impl NovaDriver {
         })
     }
 
+    /// [`Self::update_service_now`] as the call `call`, under the context's deadline: what
+    /// each service change below is.
+    async fn update_service(
+        &self,
+        ctx: &CallContext,
+        call: &str,
+        host: &str,
+        change: Value,
+    ) -> Result<ComputeService, DriverError> {
+        ctx.run(&self.id, call, self.update_service_now(host, change))
+            .await
+    }
+
     /// Disables the host's service with a reason; returns it read back.
     pub async fn disable_service(
         &self,
@@ -200,12 +213,8 @@ impl NovaDriver {
         reason: &str,
     ) -> Result<ComputeService, DriverError> {
         let change = json!({"status": "disabled", "disabled_reason": reason});
-        ctx.run(
-            &self.id,
-            "disable service",
-            self.update_service_now(host, change),
-        )
-        .await
+        self.update_service(ctx, "disable service", host, change)
+            .await
     }
 
     /// Enables the host's service; returns it read back.
@@ -215,12 +224,8 @@ impl NovaDriver {
         host: &str,
     ) -> Result<ComputeService, DriverError> {
         let change = json!({"status": "enabled"});
-        ctx.run(
-            &self.id,
-            "enable service",
-            self.update_service_now(host, change),
-        )
-        .await
+        self.update_service(ctx, "enable service", host, change)
+            .await
     }
 
     /// Marks the host's service forced down (Nova then treats it as down at once and accepts
@@ -230,12 +235,8 @@ impl NovaDriver {
         ctx: &CallContext,
         host: &str,
     ) -> Result<ComputeService, DriverError> {
-        ctx.run(
-            &self.id,
-            "force down",
-            self.update_service_now(host, json!({"forced_down": true})),
-        )
-        .await
+        self.update_service(ctx, "force down", host, json!({"forced_down": true}))
+            .await
     }
 
     /// Clears forced-down. Nova refuses it (400) while `done` evacuation records remain on
@@ -245,10 +246,11 @@ impl NovaDriver {
         ctx: &CallContext,
         host: &str,
     ) -> Result<ComputeService, DriverError> {
-        ctx.run(
-            &self.id,
+        self.update_service(
+            ctx,
             "clear forced down",
-            self.update_service_now(host, json!({"forced_down": false})),
+            host,
+            json!({"forced_down": false}),
         )
         .await
     }

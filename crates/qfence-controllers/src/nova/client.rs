@@ -119,12 +119,7 @@ impl Client {
     /// because it reads the CA file. Keystone and Nova are both reached through it: a pin
     /// must match the certificate of each.
     pub(crate) async fn http(&self) -> Result<&HttpClient, DriverError> {
-        self.http
-            .get_or_try_init(|| async {
-                http::build_client(&self.id, &self.trust)
-                    .map_err(|e| self.err(ErrorKind::Unreachable, "tls", e.to_string(), false))
-            })
-            .await
+        http::shared_client(&self.http, &self.id, &self.trust).await
     }
 
     /// The session to use: the current one unless it is stale or is `failed` (the one Nova

@@ -91,7 +91,7 @@ pub struct HostRecord {
     /// The term that issued `pending`: a new leader re-enters the phase.
     pub term: Term,
     /// Host-level operations issued and not yet judged.
-    #[serde(with = "pairs")]
+    #[serde(with = "crate::state::pairs")]
     pub pending: BTreeMap<Step, OpId>,
     /// Host-level steps of this phase that ended done.
     pub done: BTreeSet<Step>,
@@ -309,28 +309,5 @@ impl CloudState {
             });
         }
         Ok(change.next.clone())
-    }
-}
-
-/// A map whose keys are not strings, stored as a list of pairs.
-mod pairs {
-    use std::collections::BTreeMap;
-
-    use serde::{Deserialize, Deserializer, Serialize, Serializer};
-
-    pub fn serialize<K: Serialize, V: Serialize, S: Serializer>(
-        m: &BTreeMap<K, V>,
-        s: S,
-    ) -> Result<S::Ok, S::Error> {
-        s.collect_seq(m.iter())
-    }
-
-    pub fn deserialize<'de, K, V, D>(d: D) -> Result<BTreeMap<K, V>, D::Error>
-    where
-        K: Deserialize<'de> + Ord,
-        V: Deserialize<'de>,
-        D: Deserializer<'de>,
-    {
-        Ok(Vec::<(K, V)>::deserialize(d)?.into_iter().collect())
     }
 }

@@ -227,6 +227,24 @@ pub(super) fn local_job<'a>(
         })
 }
 
+/// The replication job `id` of `node`, checked in PVE's order: the node answers, the job is
+/// local to it, the caller holds `privilege` on its guest.
+fn permitted_job<'a>(
+    state: &'a PveState,
+    caller: &Principal,
+    node: &str,
+    id: &str,
+    privilege: &str,
+) -> Result<&'a ReplicationJob, Response> {
+    reach_node(state, node)?;
+    let job = local_job(state, node, id)?;
+    let path = format!("/vms/{}", job.guest);
+    if !allowed(state, caller, &path, privilege) {
+        return Err(forbidden(&path, privilege));
+    }
+    Ok(job)
+}
+
 pub(super) async fn replication_status_one(
     State(shared): Shr,
     method: Method,
@@ -239,17 +257,10 @@ pub(super) async fn replication_status_one(
         .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
     let caller = authenticated!(shared, method, headers);
     let state = shared.lock();
-    if let Err(r) = reach_node(&state, &node) {
-        return r;
-    }
-    let job = match local_job(&state, &node, &id) {
+    let job = match permitted_job(&state, &caller, &node, &id, "VM.Audit") {
         Ok(job) => job,
         Err(r) => return r,
     };
-    let path = format!("/vms/{}", job.guest);
-    if !allowed(&state, &caller, &path, "VM.Audit") {
-        return forbidden(&path, "VM.Audit");
-    }
     data(job_status(&shared, Some(node.as_str()), job))
 }
 
@@ -262,16 +273,8 @@ pub(super) async fn replication_schedule_now(
     let caller = authenticated!(shared, method, headers);
     {
         let state = shared.lock();
-        if let Err(r) = reach_node(&state, &node) {
+        if let Err(r) = permitted_job(&state, &caller, &node, &id, "VM.Replicate") {
             return r;
-        }
-        let job = match local_job(&state, &node, &id) {
-            Ok(job) => job,
-            Err(r) => return r,
-        };
-        let path = format!("/vms/{}", job.guest);
-        if !allowed(&state, &caller, &path, "VM.Replicate") {
-            return forbidden(&path, "VM.Replicate");
         }
     }
     shared

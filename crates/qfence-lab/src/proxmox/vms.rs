@@ -20,6 +20,22 @@ pub(super) fn vm_on<'a>(state: &'a PveState, node: &str, vmid: &str) -> Result<&
         .ok_or_else(missing)
 }
 
+/// The VM a read names, checked in PVE's order: the node answers, the caller may audit the
+/// VM's path (before whether it exists is told), the VM is on that node.
+fn audited_vm<'a>(
+    state: &'a PveState,
+    caller: &Principal,
+    node: &str,
+    vmid: &str,
+) -> Result<&'a Vm, Response> {
+    reach_node(state, node)?;
+    let path = format!("/vms/{vmid}");
+    if !allowed(state, caller, &path, "VM.Audit") {
+        return Err(forbidden(&path, "VM.Audit"));
+    }
+    vm_on(state, node, vmid)
+}
+
 pub(super) async fn vm_current(
     State(shared): Shr,
     method: Method,
@@ -32,14 +48,7 @@ pub(super) async fn vm_current(
         .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
     let caller = authenticated!(shared, method, headers);
     let state = shared.lock();
-    if let Err(r) = reach_node(&state, &node) {
-        return r;
-    }
-    let path = format!("/vms/{vmid}");
-    if !allowed(&state, &caller, &path, "VM.Audit") {
-        return forbidden(&path, "VM.Audit");
-    }
-    let vm = match vm_on(&state, &node, &vmid) {
+    let vm = match audited_vm(&state, &caller, &node, &vmid) {
         Ok(vm) => vm,
         Err(r) => return r,
     };
@@ -75,14 +84,7 @@ pub(super) async fn vm_config(
 ) -> Response {
     let caller = authenticated!(shared, method, headers);
     let state = shared.lock();
-    if let Err(r) = reach_node(&state, &node) {
-        return r;
-    }
-    let path = format!("/vms/{vmid}");
-    if !allowed(&state, &caller, &path, "VM.Audit") {
-        return forbidden(&path, "VM.Audit");
-    }
-    let vm = match vm_on(&state, &node, &vmid) {
+    let vm = match audited_vm(&state, &caller, &node, &vmid) {
         Ok(vm) => vm,
         Err(r) => return r,
     };

@@ -23,19 +23,25 @@ pub(super) async fn service_root(State(shared): Shr) -> Response {
     }))
 }
 
-pub(super) async fn systems(State(shared): Shr, headers: HeaderMap) -> Response {
-    authorized!(shared, headers, "Login");
+/// A collection with one member a system, under `path`: every system is its own chassis
+/// too, so the Systems and the Chassis collections list the same ids.
+fn per_system_collection(shared: &Shared, path: &str, odata_type: &str, name: &str) -> Response {
     let members = shared
         .lock()
         .systems
         .iter()
-        .map(|s| format!("/redfish/v1/Systems/{}", s.id))
+        .map(|s| format!("{path}/{}", s.id))
         .collect();
-    collection(
+    collection(path, odata_type, name, members)
+}
+
+pub(super) async fn systems(State(shared): Shr, headers: HeaderMap) -> Response {
+    authorized!(shared, headers, "Login");
+    per_system_collection(
+        &shared,
         "/redfish/v1/Systems",
         "#ComputerSystemCollection.ComputerSystemCollection",
         "Computer System Collection",
-        members,
     )
 }
 
@@ -267,17 +273,11 @@ pub(super) fn schedule_power(
 
 pub(super) async fn chassis_collection(State(shared): Shr, headers: HeaderMap) -> Response {
     authorized!(shared, headers, "Login");
-    let members = shared
-        .lock()
-        .systems
-        .iter()
-        .map(|s| format!("/redfish/v1/Chassis/{}", s.id))
-        .collect();
-    collection(
+    per_system_collection(
+        &shared,
         "/redfish/v1/Chassis",
         "#ChassisCollection.ChassisCollection",
         "Chassis Collection",
-        members,
     )
 }
 

@@ -80,3 +80,33 @@ error_set!(
     /// A call refused because of the state it found.
     Conflict: (409, "The current state does not allow it")
 );
+
+/// A set made of other sets, for a group of calls that always name them together.
+macro_rules! union_set {
+    ($(#[$doc:meta])* $name:ident: $($part:ident),+ $(,)?) => {
+        $(#[$doc])*
+        pub(crate) struct $name;
+
+        impl IntoResponses for $name {
+            fn responses() -> BTreeMap<String, RefOr<Response>> {
+                let mut all = BTreeMap::new();
+                $(all.extend($part::responses());)+
+                all
+            }
+        }
+    };
+}
+
+union_set!(
+    /// An operator's or an admin's call with a JSON body on a named plan: the plan
+    /// operations and the staging calls.
+    PlanWrite: Writer, NotFound, JsonBody
+);
+error_set!(
+    /// A switchover or a failover refused: the plan moved on, or the move is not safe.
+    RefusedForSafety: (409, "Stale generation, or refused for safety")
+);
+error_set!(
+    /// A call on one site refused: the plan moved on, or the site owns the plan.
+    RefusedSiteOwns: (409, "Stale generation, or refused (the site owns the plan)")
+);

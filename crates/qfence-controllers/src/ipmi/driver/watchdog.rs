@@ -72,16 +72,19 @@ impl IpmiDriver {
     /// action power-down and the countdown the binding sets (`want_tenths`). A countdown set
     /// by someone else is NOT HELD, never armed: a longer one would make "it has fired by
     /// now" premature. `reset_accepted`: a Reset Watchdog Timer was just accepted in this
-    /// session (what a short answer's running state is taken from).
+    /// session (what a short answer's running state is taken from). Closes the session: the
+    /// read-back is each call's last exchange.
     pub(super) async fn watchdog_read_back(
         &self,
         ctx: &CallContext,
-        s: &mut Session,
+        mut s: Session,
         call: &str,
         reset_accepted: bool,
         want_tenths: u16,
     ) -> Result<Reading, DriverError> {
-        let w = self.watchdog(s, call).await?;
+        let w = self.watchdog(&mut s, call).await;
+        s.close().await;
+        let w = w?;
         let (holds, detail) = watchdog_armed(&w, reset_accepted)
             .map_err(|m| DriverError::new(ErrorKind::Protocol, &self.id, call, m, true))?;
         if w.action != WatchdogAction::PowerDown {
@@ -135,11 +138,7 @@ impl IpmiDriver {
             true,
         )
         .await?;
-        let r = self
-            .watchdog_read_back(ctx, &mut s, CALL, true, tenths)
-            .await;
-        s.close().await;
-        let r = r?;
+        let r = self.watchdog_read_back(ctx, s, CALL, true, tenths).await?;
         tracing::info!(controller = %self.id, seconds, armed = r.holds, "Armed the BMC watchdog");
         Ok(r)
     }
@@ -174,11 +173,7 @@ impl IpmiDriver {
                 return Err(self.err(CALL, f, unknown));
             }
         }
-        let r = self
-            .watchdog_read_back(ctx, &mut s, CALL, true, tenths)
-            .await;
-        s.close().await;
-        r
+        self.watchdog_read_back(ctx, s, CALL, true, tenths).await
     }
 
     pub(super) async fn disarm(
@@ -199,10 +194,8 @@ impl IpmiDriver {
         )
         .await?;
         let r = self
-            .watchdog_read_back(ctx, &mut s, CALL, false, (seconds * 10) as u16)
-            .await;
-        s.close().await;
-        let r = r?;
+            .watchdog_read_back(ctx, s, CALL, false, (seconds * 10) as u16)
+            .await?;
         if r.holds {
             return Err(DriverError::new(
                 ErrorKind::Rejected,
@@ -226,11 +219,7 @@ impl IpmiDriver {
     ) -> Result<Reading, DriverError> {
         const CALL: &str = "watchdog check";
         let tenths = watchdog_tenths(target).map_err(|m| self.bad_params(CALL, m))?;
-        let mut s = self.open(CALL).await?;
-        let r = self
-            .watchdog_read_back(ctx, &mut s, CALL, false, tenths)
-            .await;
-        s.close().await;
-        r
+        let s = self.open(CALL).await?;
+        self.watchdog_read_back(ctx, s, CALL, false, tenths).await
     }
 }
