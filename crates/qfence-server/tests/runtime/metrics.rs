@@ -88,12 +88,11 @@ async fn a_live_daemons_metrics_pass_promtool_and_say_what_is_safe() -> Result<(
                 .text()
                 .await
                 .ok()?;
-            sample(
-            &text,
-            r#"qfence_plan_site_verdict{plan="erp-db",site="dc2",role="standby",verdict="FENCED"}"#,
-        )
-        .is_some()
-        .then_some(text)
+            // A standby reads FENCED on its resource-level proof too (a switchover's
+            // standby, issue 19), which can come before the BMC's first check: wait for both.
+            let fenced = r#"qfence_plan_site_verdict{plan="erp-db",site="dc2",role="standby",verdict="FENCED"}"#;
+            let bmc = r#"qfence_lane_calls_total{controller="bmc-dc2",lane="checks",result="ok"}"#;
+            (sample(&text, fenced).is_some() && sample(&text, bmc).is_some()).then_some(text)
         },
     )
     .await?;
