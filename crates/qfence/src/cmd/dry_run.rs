@@ -160,7 +160,19 @@ mod tests {
         let text = String::from_utf8(out).unwrap();
         let steps: Vec<&str> = text.lines().skip(1).collect();
         assert!(steps[0].contains("preflight") && steps[0].contains("replication.lag 101-1"));
-        assert!(steps[1].contains("fences") && steps[1].contains("bmc-dc1 power.off"));
+        // A planned switchover stops the resource, not the host (issue 19): vm.stop, no
+        // power.off at the old owner.
+        assert!(
+            steps[1].contains("fences") && steps[1].contains("vm.stop"),
+            "{text}"
+        );
+        // power.off is only read back (verify), never performed.
+        assert!(
+            !steps
+                .iter()
+                .any(|l| l.contains(" fence ") && l.contains("power.off")),
+            "{text}"
+        );
         assert!(
             text.starts_with("Dry run: switchover of erp-db from dc1 to dc2"),
             "{text}"
