@@ -609,8 +609,12 @@ async fn switchover_failover_and_confirm_fenced_compare_and_set_and_refuse_what_
         .await;
     assert_eq!(r.status, StatusCode::OK, "{r:?}");
 
-    phase("dc2 is FENCED on the operator's word");
+    phase("dc2 is FENCED on the operator's word, and the move under way completes on it");
     api.lab.verdict_is("dc2", VerdictDto::Fenced).await.unwrap();
+    // The confirmation came while the fences step waited for its retry: the retried verify
+    // still reads UNKNOWN, the operator's word is what stands (halted, it would need a retry).
+    api.lab.owner_is("dc1").await.unwrap();
+    assert_eq!(api.generation("erp-db").await, 3);
 
     phase("operations on a plan that does not exist are 404");
     let r = api
