@@ -375,6 +375,11 @@ pub enum Action {
         binding: BindingKey,
         not_after: Millis,
     },
+    /// Stop a former owner's dead-man switch (the driver's `undo`), issued with the commit of
+    /// a planned switchover that left that site's host running: without it the switch would
+    /// power the host off one countdown after the last renewal. Read back independently: Done
+    /// only when the switch reads not running.
+    DisarmDeadMan { binding: BindingKey },
     /// Tell an operator: a site that should be fenced is not, or qfence would act but may not.
     Alarm {
         site: Option<SiteId>,
@@ -403,7 +408,8 @@ impl Action {
             | Action::RaiseShield { binding }
             | Action::LowerShield { binding }
             | Action::ArmDeadMan { binding, .. }
-            | Action::RenewDeadMan { binding, .. } => Some(binding),
+            | Action::RenewDeadMan { binding, .. }
+            | Action::DisarmDeadMan { binding } => Some(binding),
             Action::Alarm { .. } => None,
         }
     }
@@ -421,6 +427,7 @@ impl Action {
             Action::LowerShield { .. } => "lower-shield",
             Action::ArmDeadMan { .. } => "arm-dead-man",
             Action::RenewDeadMan { .. } => "renew-dead-man",
+            Action::DisarmDeadMan { .. } => "disarm-dead-man",
             Action::Alarm { .. } => "alarm",
         }
     }

@@ -9,8 +9,8 @@ use std::time::Duration;
 
 use qfence_core::dry_run::{MoveKind, dry_run, parse_assumption};
 use qfence_core::{
-    Action, BindingPos, CoreError, Decision, EvidenceKind, IntentKind, Observation, Observed, OpId,
-    Outcome, Phase, Stage, StoredPlanState, TransitionKind, decide,
+    Action, BindingKey, BindingPos, CoreError, Decision, EvidenceKind, IntentKind, Observation,
+    Observed, OpId, Outcome, Phase, Stage, StoredPlanState, TransitionKind, decide,
 };
 use qfence_model::{Generation, Term, Verdict};
 use sim::fixtures::{self, site};
@@ -1102,31 +1102,94 @@ fn a_planned_switchover_checks_the_target_before_touching_the_owner() {
     assert_eq!(steps[3], vec![check("dc2", 2)]);
 }
 
+fn renews(d: &Decision, key: &BindingKey) -> bool {
+    acts(d)
+        .iter()
+        .any(|a| matches!(a, Action::RenewDeadMan { binding, .. } if binding == key))
+}
+
 #[test]
-fn a_planned_switchover_keeps_the_owner_dead_man_renewed_until_it_touches_the_owner() {
+fn a_switchover_that_stops_the_vm_renews_the_owners_dead_man_switch_then_disarms_it() {
     let mut b = Bench::full();
+    // dc1's host is on (its power.off does not hold) and stays on.
+    b.world.insert(k("dc1", 0), Observed::NotHeld);
     b.step();
     b.tick(9);
     b.intent(IntentKind::Switchover { to: site("dc2") });
     let d = b.step();
     assert_eq!(b.stage(), Some(Stage::Preflight));
-    assert!(acts(&d).contains(&check("dc2", 2)));
-    assert!(
-        acts(&d)
-            .iter()
-            .any(|a| matches!(a, Action::RenewDeadMan { binding, .. } if *binding == k("dc1", 6))),
-        "{d:?}"
+    assert!(renews(&d, &k("dc1", 6)), "{d:?}");
+    // The VM is stopped, read back and the switch renewed meanwhile: dc1's host stays on,
+    // so its watchdog must neither fire nor stand as evidence.
+    let mut disarmed = None;
+    for _ in 0..40 {
+        let d = b.step();
+        assert!(b.state.renewals_stopped.is_empty(), "{}", d.reason);
+        assert!(
+            !acts(&d).contains(&fence("dc1", 0)),
+            "no power.off: {}",
+            d.reason
+        );
+        if let Some(a) = acts(&d)
+            .into_iter()
+            .find(|a| matches!(a, Action::DisarmDeadMan { .. }))
+        {
+            // Issued with the commit, when no renewal of it is under way.
+            assert_eq!(b.state.owner, site("dc2"), "{}", d.reason);
+            assert!(!renews(&d, &k("dc1", 6)), "{d:?}");
+            disarmed = Some(a);
+            break;
+        }
+        b.tick(4);
+    }
+    assert_eq!(
+        disarmed,
+        Some(Action::DisarmDeadMan {
+            binding: k("dc1", 6)
+        })
     );
-    assert!(b.state.renewals_stopped.is_empty());
-    // Preflight passes: renewals stop as the owner's fences start.
-    let d = b.step();
-    assert_eq!(b.stage(), Some(Stage::Fences));
-    assert_eq!(b.state.renewals_stopped.get(&site("dc1")), Some(&b.now));
-    assert!(
-        !acts(&d)
+    // The new owner arms its own; the old one is never renewed again.
+    let mut armed = false;
+    for _ in 0..20 {
+        let d = b.step();
+        assert!(!renews(&d, &k("dc1", 6)), "{d:?}");
+        armed |= acts(&d)
             .iter()
-            .any(|a| matches!(a, Action::RenewDeadMan { .. }))
-    );
+            .any(|a| matches!(a, Action::ArmDeadMan { binding, .. } if *binding == k("dc2", 6)));
+    }
+    assert!(armed);
+}
+
+#[test]
+fn a_switchover_that_escalates_stops_renewing_the_owners_switch_and_disarms_nothing() {
+    let mut b = Bench::full();
+    // dc1's host is on and its VM never reads stopped: the resource proof does not come.
+    b.world.insert(k("dc1", 0), Observed::NotHeld);
+    b.world.insert(k("dc1", 1), Observed::NotHeld);
+    b.step();
+    b.tick(9);
+    b.intent(IntentKind::Switchover { to: site("dc2") });
+    let mut escalated_at = None;
+    for _ in 0..40 {
+        let d = b.step();
+        if escalated_at.is_none() && d.reason.contains("escalating") {
+            escalated_at = Some(b.now);
+            assert_eq!(b.state.renewals_stopped.get(&site("dc1")), Some(&b.now));
+            assert!(acts(&d).contains(&fence("dc1", 0)), "{d:?}");
+            // The power fence takes.
+            b.world.insert(k("dc1", 0), Observed::Holds);
+        } else if escalated_at.is_some() {
+            assert!(!renews(&d, &k("dc1", 6)), "{d:?}");
+        }
+        assert!(
+            !acts(&d)
+                .iter()
+                .any(|a| matches!(a, Action::DisarmDeadMan { .. })),
+            "{d:?}"
+        );
+    }
+    assert!(escalated_at.is_some());
+    assert_eq!(b.state.owner, site("dc2"));
 }
 
 #[test]

@@ -100,8 +100,11 @@ impl Cx<'_, '_> {
         match t.stage {
             Stage::Preflight => match self.readiness(t) {
                 Ok(()) => {
-                    // The owner is about to be touched: renewals of its switch stop here.
-                    self.stop_renewals(&t.from);
+                    // The owner is about to be touched: renewals of its switch stop here,
+                    // unless only its resource is to be stopped (then at an escalation).
+                    if !self.keeps_host_running(t) {
+                        self.stop_renewals(&t.from);
+                    }
                     Next::Advance(Stage::AppFences)
                 }
                 Err(why) => {

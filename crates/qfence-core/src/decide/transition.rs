@@ -36,6 +36,11 @@ impl Cx<'_, '_> {
                 let owner = self.state.owner.clone();
                 self.renew_dead_man(&owner);
             }
+            // A switchover that stops only the resource leaves the owner's host running: its
+            // switch is renewed up to the commit, which disarms it (escalating stops renewals).
+            // The commit step renews nothing, so no renewal can land after the disarm.
+            Stage::Commit if self.keeps_host_running(&t0) => {}
+            _ if self.keeps_host_running(&t0) => self.renew_dead_man(&t0.from),
             // Renewals stopped: answers still arriving can only break the chain of proof.
             _ => {
                 self.track_dead_man(&t0.from);
@@ -139,7 +144,9 @@ impl Cx<'_, '_> {
             }
             Next::Escalate(why) => {
                 // The resource-level proof did not come: fence and verify the required
-                // fences from here on, with the retries of a failover.
+                // fences from here on, with the retries of a failover. The owner's dead-man
+                // switch, renewed so far, is left to fire from now on.
+                self.stop_renewals(&t.from);
                 self.notes.push(Note::Escalating {
                     target: t.target.clone(),
                     why,
@@ -303,7 +310,20 @@ impl Cx<'_, '_> {
             return Some(false);
         }
         if t.stage == Stage::Commit {
+            let disarm = self.disarm_keys(t);
+            if let Some(k) = disarm.iter().find(|k| self.busy(k)) {
+                // A renewal still under way could land after the disarm and start the
+                // countdown again: commit once it has answered.
+                self.notes.push(Note::WaitingBusy {
+                    binding: k.clone(),
+                    stage: t.stage,
+                });
+                return None;
+            }
             self.commit(t);
+            for binding in disarm {
+                self.issue(Action::DisarmDeadMan { binding });
+            }
             return None;
         }
         let actions = self.stage_actions(t);
@@ -351,6 +371,22 @@ impl Cx<'_, '_> {
             });
         }
         Some(n > 0)
+    }
+
+    /// Whether `t` is a planned switchover that proves the owner's resource stopped and leaves
+    /// its host running (not escalated to the required fences).
+    pub(super) fn keeps_host_running(&self, t: &Transition) -> bool {
+        self.stops_resource(t, &t.from)
+    }
+
+    /// The former owner's dead-man switches the commit of `t` disarms: those of a host a
+    /// switchover leaves running.
+    fn disarm_keys(&self, t: &Transition) -> Vec<crate::types::BindingKey> {
+        if self.keeps_host_running(t) {
+            rules::keys(self.plan, &t.from, Role::DeadMan)
+        } else {
+            Vec::new()
+        }
     }
 
     pub(super) fn describe(&self, t: &Transition) -> String {

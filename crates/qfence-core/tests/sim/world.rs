@@ -323,6 +323,16 @@ impl Sim<'_> {
                 let arm = matches!(cmd.action, Action::ArmDeadMan { .. });
                 self.dead_man_call(binding, *not_after, arm, at, forwarded)
             }
+            Action::DisarmDeadMan { binding } => {
+                let o = self.outcome(binding);
+                if self.took(o)
+                    && let Some(s) = &binding.site
+                    && matches!(self.world.dog(s), Dog::Running { .. })
+                {
+                    self.world.dog.insert(s.clone(), Dog::Off);
+                }
+                o
+            }
             Action::Alarm { .. } => Outcome::Done,
         }
     }

@@ -540,11 +540,14 @@ fn prune(
 const HAND_OVER_WAIT: Duration = Duration::from_secs(5);
 
 /// Whether a draining engine still starts `action`: the owner's dead-man switch is armed and
-/// renewed until the engine stops, so a drain never powers the owner off.
+/// renewed until the engine stops, and a former owner's disarmed, so a drain never powers a
+/// host off.
 fn keeps_the_owner_alive(action: &qfence_core::Action) -> bool {
     matches!(
         action,
-        qfence_core::Action::ArmDeadMan { .. } | qfence_core::Action::RenewDeadMan { .. }
+        qfence_core::Action::ArmDeadMan { .. }
+            | qfence_core::Action::RenewDeadMan { .. }
+            | qfence_core::Action::DisarmDeadMan { .. }
     )
 }
 

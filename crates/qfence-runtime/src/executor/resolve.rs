@@ -110,7 +110,10 @@ fn verb_of(action: &Action) -> (Verb, Option<Millis>) {
         Action::Check { .. } => (Verb::Check, None),
         // The driver contract undoes a fence through `undo` of the fence's own capability
         // (the catalog's `unfence` names what that does, such as power.on).
-        Action::Unfence { .. } | Action::LowerShield { .. } => (Verb::Undo, None),
+        // Disarming a dead-man switch is its capability's undo, read back the same way.
+        Action::Unfence { .. } | Action::LowerShield { .. } | Action::DisarmDeadMan { .. } => {
+            (Verb::Undo, None)
+        }
         // Arming sets the countdown from the binding and starts the timer (the driver's
         // perform); renewing restarts the countdown.
         Action::ArmDeadMan { not_after, .. } => (Verb::Perform, Some(*not_after)),

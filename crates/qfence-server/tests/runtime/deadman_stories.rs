@@ -356,3 +356,69 @@ async fn deadman_a_rolling_restart_of_the_orchestrators_never_powers_the_owner_o
     let _ = lab::site("dc1");
     Ok(())
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn deadman_a_planned_switchover_disarms_the_old_owners_watchdog_and_leaves_its_host_on()
+-> Result<()> {
+    use qfence_runtime::dto::SwitchoverRequest;
+    use qfence_runtime::{Backend, RuntimeBackend};
+    let bmc = LabIpmi::start().await?;
+    let sims = Sims::start_powered_by(Some(bmc.power_line())).await?;
+    // Short enough that a switchover which stopped renewing would see the host powered off.
+    let countdown = 3;
+    let o = Orchestrator::start(&config(&sims, &bmc.endpoint(), countdown, false), true).await?;
+    armed_and_steady(&o).await?;
+    let backend = RuntimeBackend::new(&o.engine, lab::secrets());
+
+    phase("a switchover to dc2 stops VM 101, renews dc1's switch meanwhile, then disarms it");
+    backend
+        .switchover(
+            &crate::operator(),
+            &plan(),
+            &SwitchoverRequest {
+                target: "dc2".into(),
+                expected_generation: 1,
+                reason: Some("patching dc1".into()),
+            },
+        )
+        .await?;
+    eventually(
+        Duration::from_secs(60),
+        "dc2 owning erp-db, steady",
+        || async {
+            let s = o.engine.plan_state(&plan()).ok()??;
+            (s.owner.as_str() == "dc2" && matches!(s.phase, Phase::Steady)).then_some(())
+        },
+    )
+    .await
+    .inspect_err(|_| dump(&o))?;
+    eventually(
+        Duration::from_secs(10),
+        "dc1's watchdog stopped",
+        || async { (!bmc.watchdog().running).then_some(()) },
+    )
+    .await
+    .inspect_err(|_| dump(&o))?;
+    assert!(
+        o.engine
+            .events()
+            .iter()
+            .any(|e| e.kind == EventKind::Result && e.message.starts_with("disarm-dead-man done")),
+        "the disarm is read back and logged"
+    );
+
+    phase("three countdowns later dc1's host is still on");
+    let from = Instant::now();
+    while from.elapsed() < Duration::from_secs(3 * u64::from(countdown)) {
+        assert!(
+            bmc.powered(),
+            "dc1's host was powered off at {:?}",
+            from.elapsed()
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    assert!(bmc.watchdog().fired.is_none(), "{:?}", bmc.watchdog());
+    o.shutdown().await;
+    sims.stop().await;
+    Ok(())
+}

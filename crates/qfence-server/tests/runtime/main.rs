@@ -317,7 +317,7 @@ fn sentence_says_fenced(reason: &str, site: &str) -> Option<bool> {
     })
 }
 
-fn operator() -> qfence_runtime::Caller {
+pub(crate) fn operator() -> qfence_runtime::Caller {
     qfence_runtime::Caller {
         name: "alice".into(),
         access: qfence_runtime::Access::Operator,
