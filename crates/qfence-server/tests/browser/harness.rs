@@ -420,18 +420,15 @@ pub fn phase(what: &str) {
     eprintln!("--- {what}");
 }
 
-/// The console (and API) over `backend`, served on loopback.
-pub async fn memory_console_over(
-    backend: std::sync::Arc<qfence_server::testing::MemoryBackend>,
-) -> Result<(
-    Served,
-    std::sync::Arc<qfence_server::testing::MemoryBackend>,
-)> {
+/// The console (and API) over the lab running for real (`qfence_server::testing::LabRuntime`:
+/// the lab's simulators, a one-voter cluster, the engine's loop), served on loopback.
+pub async fn lab_console() -> Result<(Served, qfence_server::testing::LabRuntime)> {
+    let lab = qfence_server::testing::LabRuntime::start().await?;
     let app = qfence_server::router(
-        backend.clone(),
+        lab.backend(),
         tokens(),
         qfence_runtime::Metrics::new(),
         &qfence_server::ApiConfig::default(),
     );
-    Ok((serve(app).await?, backend))
+    Ok((serve(app).await?, lab))
 }
