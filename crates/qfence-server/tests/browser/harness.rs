@@ -349,6 +349,27 @@ impl Browser {
         Ok(())
     }
 
+    /// Clicks `css`, a button that submits its form, and waits until the browser shows the
+    /// page the server answered with. Until then a lookup finds the old page's elements
+    /// (hidden fields included), which go stale under the reader once the new page arrives.
+    pub async fn submit(&self, css: &str) -> Result<()> {
+        self.driver
+            .execute("window.__qfence_old_page = true;", Vec::new())
+            .await?;
+        self.click(css).await?;
+        self.wait_until(&format!("the page answering {css}"), || async {
+            let v = self
+                .driver
+                .execute(
+                    "return document.readyState === 'complete' && !window.__qfence_old_page;",
+                    Vec::new(),
+                )
+                .await?;
+            Ok(v.json().as_bool() == Some(true))
+        })
+        .await
+    }
+
     /// The text of the whole page body.
     pub async fn body_text(&self) -> Result<String> {
         Ok(self.driver.find(By::Tag("body")).await?.text().await?)
