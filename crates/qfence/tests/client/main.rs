@@ -229,6 +229,15 @@ impl Live {
     }
 }
 
+/// Site `name` of the first plan in a `status --format json` answer.
+fn site_of(v: &serde_json::Value, name: &str) -> serde_json::Value {
+    v["plans"][0]["sites"]
+        .as_array()
+        .and_then(|sites| sites.iter().find(|x| x["site"] == name))
+        .cloned()
+        .unwrap_or_else(|| panic!("no site {name} in {v}"))
+}
+
 /// Asserts that `needles` appear in `hay` in this order.
 fn in_order(hay: &str, needles: &[&str]) {
     let mut from = 0;

@@ -7,7 +7,7 @@ use qfence_runtime::dto::VerdictDto;
 use super::*;
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn operator_actions_dry_run_pause_confirm_fenced_and_register() {
+async fn operator_actions_dry_run_pause_and_confirm_fenced() {
     let s = Server::start().await;
 
     phase("dry runs: the next cycle, a failover, a switchover");
@@ -89,14 +89,13 @@ async fn operator_actions_dry_run_pause_confirm_fenced_and_register() {
         out.stdout
     );
     let v = s.run(&["--format", "json", "status"]).await.json();
-    let dc2 = v["plans"][0]["sites"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .find(|x| x["site"] == "dc2")
-        .unwrap()
-        .clone();
+    let dc2 = site_of(&v, "dc2");
     assert_eq!(dc2["verdict"], "FENCED", "{v}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn controller_register_refuses_a_taken_name_and_a_bad_spec_and_tests_through_the_api() {
+    let s = Server::start().await;
 
     phase("controller register from YAML, then test it through the API");
     let dir = tempfile::tempdir().unwrap();
@@ -426,17 +425,7 @@ async fn plan_maintenance_takes_a_site_in_and_out_and_refuses_the_owner() {
     let s = Server::start().await;
 
     phase("the owner cannot go into maintenance: refused, exit 1, the reason given");
-    let out = s
-        .run(&[
-            "plan",
-            "maintenance",
-            "erp-db",
-            "dc1",
-            "on",
-            "--generation",
-            "1",
-        ])
-        .await;
+    let out = maintenance(&s, "dc1", "on", "1", &[]).await;
     assert_eq!(out.code, Some(1), "{out:#?}");
     assert!(
         out.stderr.contains("dc1 owns erp-db: switch over"),
@@ -446,19 +435,7 @@ async fn plan_maintenance_takes_a_site_in_and_out_and_refuses_the_owner() {
     assert!(out.stderr.contains("(refused, HTTP 409)"), "{}", out.stderr);
 
     phase("dc2 in maintenance: accepted, shown by status and plan show");
-    let out = s
-        .run(&[
-            "plan",
-            "maintenance",
-            "erp-db",
-            "dc2",
-            "on",
-            "--generation",
-            "1",
-            "--reason",
-            "replacing a disk",
-        ])
-        .await;
+    let out = maintenance(&s, "dc2", "on", "1", &["--reason", "replacing a disk"]).await;
     assert!(
         out.ok()
             .stdout
@@ -467,13 +444,7 @@ async fn plan_maintenance_takes_a_site_in_and_out_and_refuses_the_owner() {
         out.stdout
     );
     let v = s.run(&["--format", "json", "status"]).await.ok().json();
-    let dc2 = v["plans"][0]["sites"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .find(|x| x["site"] == "dc2")
-        .unwrap()
-        .clone();
+    let dc2 = site_of(&v, "dc2");
     assert_eq!(dc2["maintenance"], true);
     let generation = v["plans"][0]["generation"].as_u64().unwrap().to_string();
     let out = s.run(&["status"]).await;
@@ -501,35 +472,14 @@ async fn plan_maintenance_takes_a_site_in_and_out_and_refuses_the_owner() {
     assert!(out.stderr.contains("in maintenance"), "{}", out.stderr);
 
     phase("a stale generation is refused; out of maintenance with the current one");
-    let out = s
-        .run(&[
-            "plan",
-            "maintenance",
-            "erp-db",
-            "dc2",
-            "off",
-            "--generation",
-            "99",
-        ])
-        .await;
+    let out = maintenance(&s, "dc2", "off", "99", &[]).await;
     assert_eq!(out.code, Some(1), "{out:#?}");
     assert!(
         out.stderr.contains("(stale_generation, HTTP 409)"),
         "{}",
         out.stderr
     );
-    let v = s
-        .run(&[
-            "plan",
-            "maintenance",
-            "erp-db",
-            "dc2",
-            "off",
-            "--generation",
-            &generation,
-            "--format",
-            "json",
-        ])
+    let v = maintenance(&s, "dc2", "off", &generation, &["--format", "json"])
         .await
         .ok()
         .json();
@@ -542,16 +492,21 @@ async fn plan_maintenance_takes_a_site_in_and_out_and_refuses_the_owner() {
     assert_eq!(v["plan"]["maintenance"], serde_json::json!([]));
 
     phase("on|off only");
-    let out = s
-        .run(&[
-            "plan",
-            "maintenance",
-            "erp-db",
-            "dc2",
-            "maybe",
-            "--generation",
-            "1",
-        ])
-        .await;
+    let out = maintenance(&s, "dc2", "maybe", "1", &[]).await;
     assert_eq!(out.code, Some(2), "{out:#?}");
+}
+
+/// `qfence plan maintenance erp-db SITE STATE --generation G EXTRA...`.
+async fn maintenance(s: &Server, site: &str, state: &str, generation: &str, extra: &[&str]) -> Out {
+    let mut args = vec![
+        "plan",
+        "maintenance",
+        "erp-db",
+        site,
+        state,
+        "--generation",
+        generation,
+    ];
+    args.extend_from_slice(extra);
+    s.run(&args).await
 }

@@ -135,6 +135,11 @@ async fn status_plans_controllers_and_events_print_tables_and_json() {
         .ok()
         .json();
     assert!(v.as_array().unwrap().iter().any(|c| c["name"] == "pve-dc2"));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn events_print_a_table_json_lines_and_filter() {
+    let s = Server::start().await;
 
     phase("events: the table, JSON lines, filters");
     s.run(&["plan", "pause", "erp-db", "--reason", "patching"])

@@ -102,6 +102,11 @@ async fn tls_trust_tokens_and_reachability_give_clear_errors_and_exit_codes() {
         "{}",
         out.stderr
     );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn usage_errors_exit_2_and_say_what_is_missing() {
+    let s = Server::start().await;
 
     phase("usage: no API, no token, a format the command does not print: exit 2");
     let out = Out::of(bare(&["status", "--token", VIEWER]).output().await.unwrap());
