@@ -70,7 +70,12 @@ async fn operator_actions_dry_run_pause_and_confirm_fenced() {
         out.stderr
     );
 
-    phase("confirm-fenced the standby: recorded, generation checked");
+    phase("dc2's BMC and Proxmox API go dark: nothing proves the standby fenced");
+    s.lab.sims.bmc2.faults().set_unreachable(Some(Cut::Refuse));
+    s.lab.sims.pve2.faults().set_unreachable(Some(Cut::Refuse));
+    s.lab.verdict_is("dc2", VerdictDto::Unknown).await.unwrap();
+
+    phase("confirm-fenced the standby: recorded, generation checked, FENCED on that word");
     let out = s
         .run(&[
             "plan",
@@ -88,9 +93,9 @@ async fn operator_actions_dry_run_pause_and_confirm_fenced() {
         "{}",
         out.stdout
     );
-    let v = s.run(&["--format", "json", "status"]).await.json();
-    let dc2 = site_of(&v, "dc2");
-    assert_eq!(dc2["verdict"], "FENCED", "{v}");
+    s.lab.verdict_is("dc2", VerdictDto::Fenced).await.unwrap();
+    let v = s.run(&["--format", "json", "status"]).await.ok().json();
+    assert_eq!(site_of(&v, "dc2")["verdict"], "FENCED", "{v}");
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
