@@ -349,6 +349,27 @@ impl Browser {
         Ok(())
     }
 
+    /// Clicks `css`, a button that submits its form, and waits until the browser shows the
+    /// page the server answered with. Until then a lookup finds the old page's elements
+    /// (hidden fields included), which go stale under the reader once the new page arrives.
+    pub async fn submit(&self, css: &str) -> Result<()> {
+        self.driver
+            .execute("window.__qfence_old_page = true;", Vec::new())
+            .await?;
+        self.click(css).await?;
+        self.wait_until(&format!("the page answering {css}"), || async {
+            let v = self
+                .driver
+                .execute(
+                    "return document.readyState === 'complete' && !window.__qfence_old_page;",
+                    Vec::new(),
+                )
+                .await?;
+            Ok(v.json().as_bool() == Some(true))
+        })
+        .await
+    }
+
     /// The text of the whole page body.
     pub async fn body_text(&self) -> Result<String> {
         Ok(self.driver.find(By::Tag("body")).await?.text().await?)
@@ -420,18 +441,15 @@ pub fn phase(what: &str) {
     eprintln!("--- {what}");
 }
 
-/// The console (and API) over `backend`, served on loopback.
-pub async fn memory_console_over(
-    backend: std::sync::Arc<qfence_server::testing::MemoryBackend>,
-) -> Result<(
-    Served,
-    std::sync::Arc<qfence_server::testing::MemoryBackend>,
-)> {
+/// The console (and API) over the lab running for real (`qfence_server::testing::LabRuntime`:
+/// the lab's simulators, a one-voter cluster, the engine's loop), served on loopback.
+pub async fn lab_console() -> Result<(Served, qfence_server::testing::LabRuntime)> {
+    let lab = qfence_server::testing::LabRuntime::start().await?;
     let app = qfence_server::router(
-        backend.clone(),
+        lab.backend(),
         tokens(),
         qfence_runtime::Metrics::new(),
         &qfence_server::ApiConfig::default(),
     );
-    Ok((serve(app).await?, backend))
+    Ok((serve(app).await?, lab))
 }

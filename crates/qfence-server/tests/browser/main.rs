@@ -2,37 +2,29 @@
 //! (see `harness.rs`). Each test tells a story and leaves screenshots in
 //! `target/console-screenshots/`.
 //!
-//! Form paths run over the in-memory backend (`qfence_server::testing`); the live failover
-//! and the switchover run over the real runtime, one orchestrator with the lab's simulators
-//! (`../runtime/lab.rs`).
+//! Every story runs over the lab running for real (`qfence_server::testing::LabRuntime`: the
+//! lab's simulators, a one-voter cluster, the engine's loop); a story changes the simulators
+//! to make something happen.
 
 // Tests measure real elapsed time and wait on real processes: they may read the clocks.
 #![allow(clippy::disallowed_methods)]
 
 mod harness;
-#[path = "../runtime/lab.rs"]
-#[allow(dead_code)]
-mod lab;
 
-use std::sync::Arc;
 use std::time::Duration;
 
 use anyhow::{Result, ensure};
+use qfence_lab::faults::Cut;
 use qfence_lab::redfish::PowerState;
-use qfence_model::Verdict;
-use qfence_runtime::Metrics;
-use qfence_runtime::RuntimeBackend;
-use qfence_server::ApiConfig;
-use qfence_server::testing::MemoryBackend;
+use qfence_model::PlanId;
+use qfence_runtime::auth::{Access, Caller};
+use qfence_runtime::backend::Backend;
+use qfence_runtime::dto::{FailoverRequest, PauseRequest, VerdictDto};
+use qfence_server::testing::lab::eventually;
 
-use harness::{Browser, By, serve};
+use harness::{Browser, By, lab_console};
 
 pub use harness::{ADMIN, OPERATOR, VIEWER, phase, tokens};
-
-/// The console over the in-memory lab backend.
-pub async fn memory_console() -> Result<(harness::Served, Arc<MemoryBackend>)> {
-    harness::memory_console_over(Arc::new(MemoryBackend::lab())).await
-}
 
 /// Marks the page so a test can tell a live update from a reload.
 async fn mark_page(b: &Browser) -> Result<()> {
@@ -52,7 +44,7 @@ async fn same_page(b: &Browser) -> Result<bool> {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn signing_in_shows_the_overview() -> Result<()> {
-    let (served, _backend) = memory_console().await?;
+    let (served, _lab) = lab_console().await?;
     let b = Browser::start(&served.base, "sign-in").await?;
 
     phase("a browser without a session is sent to the sign-in page");
@@ -95,45 +87,40 @@ async fn signing_in_shows_the_overview() -> Result<()> {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_overview_and_the_plan_page_follow_a_failover_live() -> Result<()> {
-    let (served, backend) = memory_console().await?;
-    backend
-        .hold_operations
-        .store(true, std::sync::atomic::Ordering::SeqCst);
-    backend.set_verdict("erp-db", "dc2", Verdict::Fenced);
+    let (served, lab) = lab_console().await?;
+    lab.verdict_is("dc2", VerdictDto::Fenced).await?;
     let b = Browser::start(&served.base, "live").await?;
     b.sign_in(VIEWER).await?;
     b.wait_for_text("#overview", "dc2 FENCED").await?;
     mark_page(&b).await?;
     b.wait_for_text("#live-state", "live").await?;
 
-    phase("dc1 is lost: the overview shows each step without a reload");
-    backend.set_verdict("erp-db", "dc1", Verdict::Unknown);
-    backend.step(
-        "erp-db",
-        "fencing",
-        "failing over erp-db: fencing dc1 (power.off sent)",
-    );
-    b.wait_for_text("#overview", "fencing dc1").await?;
+    phase("dc1's BMC stops answering, an operator fails over: the overview follows, no reload");
+    lab.sims.bmc1.faults().set_unreachable(Some(Cut::Refuse));
+    let oncall = Caller {
+        name: "oncall".into(),
+        access: Access::Operator,
+    };
+    let req = FailoverRequest {
+        target: Some("dc2".into()),
+        expected_generation: 1,
+        reason: Some("dc1 lost".into()),
+    };
+    lab.backend
+        .failover(&oncall, &PlanId::new("erp-db")?, &req)
+        .await?;
+    b.wait_for_text("#overview", "fences to dc2").await?;
     b.screenshot("1-overview-fencing").await?;
-    backend.set_verdict("erp-db", "dc1", Verdict::Fenced);
-    backend.step(
-        "erp-db",
-        "promoting",
-        "failing over erp-db: dc1 FENCED, promoting dc2",
-    );
-    b.wait_for_text("#overview", "promoting dc2").await?;
     ensure!(same_page(&b).await?, "the overview was updated in place");
 
-    phase("the plan page shows the same, and its history grows");
+    phase("the plan page shows the same; dc1 never proven fenced, the failover halts");
     b.open("/plans/erp-db").await?;
-    b.wait_for_text("#plan-status", "promoting").await?;
+    b.wait_for_text("#plan-status", "fences to dc2").await?;
     mark_page(&b).await?;
-    backend.fail(
-        "erp-db",
-        "promoting dc2 failed: vm.start refused (HTTP 500)",
-    );
-    b.wait_for_text("#history", "vm.start refused").await?;
-    b.wait_for_text("#plan-status-live", "failed").await?;
+    // The fences step's retries take a while (three attempts, seconds apart).
+    b.wait_for_text_within("#history", "halted", Duration::from_secs(90))
+        .await?;
+    b.wait_for_text("#plan-status-live", "halted").await?;
     ensure!(same_page(&b).await?, "the plan page was updated in place");
     b.screenshot("2-plan-alarm").await?;
     b.quit().await
@@ -141,7 +128,7 @@ async fn the_overview_and_the_plan_page_follow_a_failover_live() -> Result<()> {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn confirming_fenced_without_a_reason_keeps_the_form_and_says_why() -> Result<()> {
-    let (served, backend) = memory_console().await?;
+    let (served, lab) = lab_console().await?;
     let b = Browser::start(&served.base, "confirm-fenced").await?;
     b.sign_in(OPERATOR).await?;
     b.open("/plans/erp-db").await?;
@@ -158,7 +145,7 @@ async fn confirming_fenced_without_a_reason_keeps_the_form_and_says_why() -> Res
         .await?;
     b.click("#confirm").await?;
     b.wait_for_text(".notice", "accepted").await?;
-    let events = backend.all_events();
+    let events = lab.all_events();
     ensure!(
         events.iter().any(
             |e| e.data["reason"] == "host unplugged, checked at the rack"
@@ -172,16 +159,31 @@ async fn confirming_fenced_without_a_reason_keeps_the_form_and_says_why() -> Res
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_events_page_pages_and_filters_and_keeps_a_bad_filter() -> Result<()> {
-    let (served, backend) = memory_console().await?;
-    for i in 0..12 {
-        backend.step("erp-db", "steady", &format!("no action: cycle {i}"));
+    let (served, lab) = lab_console().await?;
+    // More than two pages of five: an operator pauses and resumes erp-db four times, and
+    // the engine records what it does about each.
+    let oncall = Caller {
+        name: "oncall".into(),
+        access: Access::Operator,
+    };
+    let plan = PlanId::new("erp-db")?;
+    for i in 0..4 {
+        let req = PauseRequest {
+            reason: Some(format!("round {i}")),
+        };
+        lab.backend.pause(&oncall, &plan, &req).await?;
+        lab.backend.resume(&oncall, &plan, &req).await?;
     }
+    eventually(Duration::from_secs(30), "twelve records", || async {
+        (lab.all_events().len() >= 12).then_some(())
+    })
+    .await?;
     let b = Browser::start(&served.base, "events").await?;
     b.sign_in(VIEWER).await?;
     b.open("/events?limit=5").await?;
     b.wait_for("#events").await?;
     b.click("#next-page").await?;
-    b.wait_for_text("#events", "cycle").await?;
+    b.wait_for_text("#events", "erp-db").await?;
     b.screenshot("1-page-2").await?;
 
     phase("a bad kind is refused next to the field, the rest of the filter kept");
@@ -197,47 +199,18 @@ async fn the_events_page_pages_and_filters_and_keeps_a_bad_filter() -> Result<()
     b.screenshot("2-bad-kind").await?;
     b.fill("#f-kind", "decision").await?;
     b.click("#filter").await?;
-    b.wait_for_text("#events", "cycle 11").await?;
+    b.wait_for_text("#events", "no action: erp-db owned by dc1")
+        .await?;
     b.open("/orchestrators").await?;
     b.wait_for_text("#orchestrators", "dc1-a").await?;
     b.screenshot("3-orchestrators").await?;
     b.quit().await
 }
 
-/// The real runtime: one orchestrator running the engine over the lab's simulators, and the
-/// console served over its `RuntimeBackend`.
-struct RealLab {
-    sims: lab::Sims,
-    o: lab::Orchestrator,
-    served: harness::Served,
-}
-
-impl RealLab {
-    async fn start() -> Result<Self> {
-        let sims = lab::Sims::start().await?;
-        let o = lab::Orchestrator::start(&sims.config_text(), true).await?;
-        let backend = RuntimeBackend::new(&o.engine, lab::secrets());
-        let app = qfence_server::router(
-            Arc::new(backend),
-            tokens(),
-            Metrics::new(),
-            &ApiConfig::default(),
-        );
-        let served = serve(app).await?;
-        Ok(Self { sims, o, served })
-    }
-
-    async fn stop(self) {
-        drop(self.served);
-        self.o.shutdown().await;
-        self.sims.stop().await;
-    }
-}
-
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_lost_site_fails_over_live_on_the_overview_and_the_plan_page() -> Result<()> {
-    let lab = RealLab::start().await?;
-    let b = Browser::start(&lab.served.base, "runtime-failover").await?;
+    let (served, lab) = lab_console().await?;
+    let b = Browser::start(&served.base, "runtime-failover").await?;
     b.sign_in(VIEWER).await?;
 
     phase("steady: dc1 owns erp-db, dc2 reads FENCED");
@@ -262,14 +235,15 @@ async fn a_lost_site_fails_over_live_on_the_overview_and_the_plan_page() -> Resu
     b.wait_for("#diagram").await?;
     b.screenshot("3-plan").await?;
     b.quit().await?;
+    drop(served);
     lab.stop().await;
     Ok(())
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_switchover_is_confirmed_with_its_dry_run_then_followed_live() -> Result<()> {
-    let lab = RealLab::start().await?;
-    let b = Browser::start(&lab.served.base, "switchover").await?;
+    let (served, lab) = lab_console().await?;
+    let b = Browser::start(&served.base, "switchover").await?;
     b.sign_in(OPERATOR).await?;
     b.wait_for_text_within("#overview", "dc2 FENCED", Duration::from_secs(30))
         .await?;
@@ -320,6 +294,7 @@ async fn a_switchover_is_confirmed_with_its_dry_run_then_followed_live() -> Resu
     );
     b.screenshot("3-switched").await?;
     b.quit().await?;
+    drop(served);
     lab.stop().await;
     Ok(())
 }

@@ -8,7 +8,8 @@ use super::*;
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_plan_editor_offers_only_what_fits_and_keeps_a_rejected_edit() -> Result<()> {
-    let (served, backend) = memory_console().await?;
+    let (served, lab) = lab_console().await?;
+    let backend = lab.backend.clone();
     let b = Browser::start(&served.base, "plan-editor").await?;
     b.sign_in(ADMIN).await?;
 
@@ -50,10 +51,11 @@ async fn the_plan_editor_offers_only_what_fits_and_keeps_a_rejected_edit() -> Re
         listed.push(o.value().await?.unwrap_or_default());
     }
     ensure!(
-        listed == ["pve-dc1-replication-lag-1"],
+        listed == ["101-1"],
         "the resource field offers what pve-dc1 discovered for replication.lag: {listed:?}"
     );
-    b.fill(&named(&format!("{row}:resource")), "102-1").await?;
+    // The job discovery offered: the runtime checks a binding's resource exists on apply.
+    b.fill(&named(&format!("{row}:resource")), "101-1").await?;
     b.fill(&named(&format!("{row}:params")), "max_age_seconds=60")
         .await?;
 
@@ -101,7 +103,7 @@ async fn the_plan_editor_offers_only_what_fits_and_keeps_a_rejected_edit() -> Re
     ensure!(value(&b, "fence_timeout_seconds").await? == "90");
     ensure!(value(&b, &format!("{row}:controller")).await? == "pve-dc1");
     ensure!(value(&b, &format!("{row}:capability")).await? == "replication.lag");
-    ensure!(value(&b, &format!("{row}:resource")).await? == "102-1");
+    ensure!(value(&b, &format!("{row}:resource")).await? == "101-1");
     ensure!(value(&b, &format!("{row}:params")).await? == "max_age_seconds=60");
     b.screenshot("3-rejected").await?;
     let id = qfence_model::PlanId::new("erp-db")?;
@@ -118,7 +120,7 @@ async fn the_plan_editor_offers_only_what_fits_and_keeps_a_rejected_edit() -> Re
     ensure!(v.generation == 2, "applied: generation {}", v.generation);
     let added = &v.spec["instances"]["dc1"][4];
     ensure!(
-        added["capability"] == "replication.lag" && added["resource"] == "102-1",
+        added["capability"] == "replication.lag" && added["resource"] == "101-1",
         "{added}"
     );
     ensure!(v.spec["instances"]["dc2"].as_array().map(Vec::len) == Some(4));
@@ -127,7 +129,8 @@ async fn the_plan_editor_offers_only_what_fits_and_keeps_a_rejected_edit() -> Re
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_stale_edit_shows_the_current_generation_and_applies_only_when_asked() -> Result<()> {
-    let (served, backend) = memory_console().await?;
+    let (served, lab) = lab_console().await?;
+    let backend = lab.backend.clone();
     let b = Browser::start(&served.base, "plan-stale").await?;
     b.sign_in(ADMIN).await?;
     b.open("/plans/erp-db/edit").await?;
@@ -187,7 +190,8 @@ async fn a_stale_edit_shows_the_current_generation_and_applies_only_when_asked()
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_new_plan_is_refused_then_created() -> Result<()> {
-    let (served, backend) = memory_console().await?;
+    let (served, lab) = lab_console().await?;
+    let backend = lab.backend.clone();
     let b = Browser::start(&served.base, "plan-new").await?;
     b.sign_in(ADMIN).await?;
     b.open("/plans/new").await?;
@@ -223,15 +227,19 @@ async fn a_new_plan_is_refused_then_created() -> Result<()> {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_capability_graded_failed_is_never_offered() -> Result<()> {
-    use qfence_runtime::dto::{CapabilityGrade, GradeDto};
-    let (served, backend) = memory_console().await?;
-    backend.set_grades(
-        "bmc-dc2",
-        vec![CapabilityGrade {
-            capability: "power.off".into(),
-            grade: GradeDto::Failed,
-            detail: "role ReadOnly lacks ConfigureComponents".into(),
-        }],
+    let (served, lab) = lab_console().await?;
+    // dc2's BMC account is read-only: its test grades power.off failed.
+    lab.sims.bmc2.update(|s| {
+        s.accounts
+            .iter_mut()
+            .for_each(|a| a.role = qfence_lab::redfish::Role::ReadOnly)
+    });
+    let test = lab.test_controller("bmc-dc2").await?;
+    ensure!(
+        test.grades.iter().any(
+            |g| g.capability == "power.off" && g.grade == qfence_runtime::dto::GradeDto::Failed
+        ),
+        "{test:?}"
     );
     let b = Browser::start(&served.base, "plan-failed-capability").await?;
     b.sign_in(ADMIN).await?;

@@ -17,25 +17,12 @@ mod daemon;
 mod editor;
 mod register;
 
-use std::sync::Arc;
-
 use anyhow::Result;
-use qfence_server::testing::MemoryBackend;
 use thirtyfour::components::SelectElement;
 
-use harness::{Browser, By};
+use harness::{Browser, By, lab_console};
 
 pub use harness::{ADMIN, OPERATOR, VIEWER, phase, tokens};
-
-/// The console over the in-memory lab backend.
-pub async fn memory_console() -> Result<(harness::Served, Arc<MemoryBackend>)> {
-    let backend = Arc::new(MemoryBackend::lab());
-    // The registration pages show what a test reached: let the double pretend its targets answer.
-    backend
-        .simulate_targets
-        .store(true, std::sync::atomic::Ordering::SeqCst);
-    harness::memory_console_over(backend).await
-}
 
 /// `[name='NAME']`.
 pub fn named(name: &str) -> String {

@@ -4,7 +4,8 @@
 //!
 //! Steps are the plan's event-log records after the one that was last before the request;
 //! the end is read from `/api/v1/status`: phase `steady` with the new owner is done; phase
-//! `failed`, or `steady` with another owner at a newer generation than the accepted one
+//! `failed`, a halted step (the runtime's `STAGE to SITE halted: WHY`, which waits for an
+//! operator), or `steady` with another owner at a newer generation than the accepted one
 //! (something else moved the plan), is failure.
 
 use std::time::Duration;
@@ -157,8 +158,8 @@ pub async fn follow(
 pub enum Stage {
     /// Steady at the new owner.
     Done,
-    /// Stopped: phase `failed`, or steady at another owner with a newer generation than the
-    /// accepted one (something else moved the plan).
+    /// Stopped: phase `failed`, a halted step, or steady at another owner with a newer
+    /// generation than the accepted one (something else moved the plan).
     Failed,
     /// Not there yet, or not begun (a steady plan at the accepted generation or an older one,
     /// as a lagging follower may still show, is waiting to be picked up).
@@ -173,7 +174,10 @@ pub fn judge(op: &Operation, accepted_generation: u64, p: &PlanStatus) -> Stage 
     };
     if p.phase == "steady" && at_target {
         Stage::Done
-    } else if p.phase == "failed" || (p.phase == "steady" && p.generation > accepted_generation) {
+    } else if p.phase == "failed"
+        || p.phase.contains(" halted: ")
+        || (p.phase == "steady" && p.generation > accepted_generation)
+    {
         Stage::Failed
     } else {
         Stage::Running
@@ -291,6 +295,13 @@ mod tests {
     fn failed_phase_or_moved_elsewhere_is_failure() {
         let to_dc2 = op(Some("dc2"));
         assert_eq!(judge(&to_dc2, 2, &plan("dc1", "failed", 2)), Stage::Failed);
+        // The runtime halts a step once its retries are spent; it waits for an operator.
+        let halted = plan(
+            "dc1",
+            "fences to dc2 halted: dc1 not fenced; 3 attempts made",
+            1,
+        );
+        assert_eq!(judge(&to_dc2, 1, &halted), Stage::Failed);
         assert_eq!(judge(&to_dc2, 2, &plan("dc1", "steady", 3)), Stage::Failed);
         assert_eq!(judge(&to_dc2, 2, &plan("dc3", "steady", 3)), Stage::Failed);
     }
