@@ -13,8 +13,9 @@
 //!   live regions fed by server-sent events and forms that validate as the file does.
 //! - **The daemon** ([`daemon`]): the runtime started with the HTTPS API in front of it.
 //!
-//! `testing` (feature `testing`) is an in-memory backend double for tests of the API and of
-//! its clients.
+//! `testing` (feature `testing`) starts the real runtime for tests of the API and of its
+//! clients: the lab's simulators, a one-voter cluster in a temporary directory, the engine and
+//! `RuntimeBackend` ([`testing::LabRuntime`]).
 
 pub mod api;
 pub mod console;
