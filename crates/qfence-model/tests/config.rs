@@ -318,10 +318,23 @@ fn fractional_timings_are_accepted_and_their_relations_checked_with_values() {
         .cloned()
         .unwrap();
     assert_eq!(plan.interval.as_millis(), 500);
+    assert_eq!(plan.fence_timeout.as_millis(), 6000);
     assert_eq!(
         plan.freshness.as_millis(),
-        1500,
-        "freshness defaults to three intervals"
+        6500,
+        "freshness defaults to three intervals or, longer here, the fence timeout plus one"
+    );
+    let text = LAB.replacen(
+        "interval_seconds: 10",
+        "interval_seconds: 0.5\n    freshness_seconds: 2\n    fence_timeout_seconds: 6",
+        1,
+    );
+    let i = load_str(&text, "lab.yaml").unwrap_err();
+    assert_reports(
+        &i,
+        "plans.erp-db.freshness_seconds",
+        Severity::Error,
+        "freshness_seconds (2) must be at least fence_timeout_seconds plus interval_seconds (6.5)",
     );
 
     let i = lab_with(
@@ -436,12 +449,12 @@ fn timings_left_out_are_the_defaults_scaled_up_with_a_longer_interval() {
     };
     assert_eq!(
         plan("auto_failover: true"),
-        [2.0, 6.0, 4.0, 8.0, 6.0],
-        "the defaults"
+        [2.0, 8.0, 4.0, 8.0, 6.0],
+        "the defaults (freshness: the fence timeout plus an interval)"
     );
-    assert_eq!(plan("interval_seconds: 10"), [10.0, 30.0, 20.0, 40.0, 30.0]);
+    assert_eq!(plan("interval_seconds: 10"), [10.0, 40.0, 20.0, 40.0, 30.0]);
     // A shorter interval checks more often and keeps the windows.
-    assert_eq!(plan("interval_seconds: 0.5"), [0.5, 1.5, 4.0, 8.0, 6.0]);
+    assert_eq!(plan("interval_seconds: 0.5"), [0.5, 6.5, 4.0, 8.0, 6.0]);
 }
 
 #[test]

@@ -35,7 +35,8 @@ pub use instance_ha::{CloudConfig, HostFence, HostName, NoFence};
 pub use issue::{Issue, Severity};
 pub use load::{LoadError, Loaded, load_file, load_str};
 
-/// A plan's `interval_seconds` when left out. `freshness_seconds` left out is 3 intervals;
+/// A plan's `interval_seconds` when left out. `freshness_seconds` left out is 3 intervals, or
+/// the fence timeout plus an interval when that is longer;
 /// the other timings left out are multiples of the longer of the interval and this default:
 /// `recovery_after_seconds` 2 × (4 s), `failover_after_seconds` 4 × (8 s),
 /// `fence_timeout_seconds` 3 × (6 s, over the default controller timeout). With these, a PostgreSQL primary killed on a
@@ -402,7 +403,7 @@ pub struct PlanConfig {
     /// (`interval_seconds`, default 2).
     pub interval: Duration,
     /// How old an observation may be and still count (`freshness_seconds`, default three
-    /// intervals).
+    /// intervals or the fence timeout plus one interval, whichever is longer).
     pub freshness: Duration,
     /// Health bad this long restarts the copy in place (`recovery_after_seconds`,
     /// default 4, or two intervals when the interval is longer than 2 s).

@@ -212,14 +212,18 @@ impl Decoder {
             Some(n) => d.seconds(n, &f.path(key)),
             None => base.map(|i| i * times),
         };
-        let freshness = match f.get("freshness_seconds") {
-            Some(n) => self.seconds(n, &f.path("freshness_seconds")),
-            None => interval.map(|i| i * 3),
-        };
         let recovery_after = scaled(self, "recovery_after_seconds", 2);
         let max_recoveries = self.opt(f, "max_recoveries", 1, Self::count);
         let failover_after = scaled(self, "failover_after_seconds", 4);
         let fence_timeout = scaled(self, "fence_timeout_seconds", 3);
+        // Three intervals, and never less than a read-back may take plus the tick that
+        // judges it (see `check_timing`).
+        let freshness = match f.get("freshness_seconds") {
+            Some(n) => self.seconds(n, &f.path("freshness_seconds")),
+            None => interval
+                .zip(fence_timeout)
+                .map(|(i, fence)| (i * 3).max(fence + i)),
+        };
         Timings {
             interval,
             freshness,
@@ -240,6 +244,25 @@ impl Decoder {
                      observation would be stale before the next one is made",
                     secs(p.freshness),
                     secs(p.interval)
+                ),
+            );
+        }
+        // Readings are stamped when their call starts, and a read-back is waited for up to
+        // the fence timeout, then judged at the next tick: a shorter freshness would find a
+        // read-back that answered in time already stale, and a move under load would read
+        // its fences back again and again without ever going on.
+        if p.freshness_given
+            && p.freshness >= p.interval
+            && p.freshness < p.fence_timeout + p.interval
+        {
+            self.error(
+                &child(path, "freshness_seconds"),
+                format!(
+                    "freshness_seconds ({}) must be at least fence_timeout_seconds plus \
+                     interval_seconds ({}): a read-back that answers within the fence timeout \
+                     would be stale when it is judged",
+                    secs(p.freshness),
+                    secs(p.fence_timeout + p.interval)
                 ),
             );
         }
