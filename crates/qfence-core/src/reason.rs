@@ -245,6 +245,9 @@ pub(crate) fn site_summary(v: &SiteVerdict) -> String {
         (Verdict::Fenced, Basis::ResourceStopped) => {
             format!("{} resource stopped ({})", v.site, readings(v))
         }
+        (Verdict::Fenced, Basis::HotStandby { detail }) => {
+            format!("{} standby ({})", v.site, standby_detail(v, detail))
+        }
         (Verdict::Fenced, _) => format!("{} fenced ({})", v.site, readings(v)),
         _ => not_fenced(v),
     }
@@ -259,7 +262,23 @@ pub(crate) fn not_fenced(v: &SiteVerdict) -> String {
                 v.site
             )
         }
+        Basis::NotAStandby { detail } => {
+            format!(
+                "{} not safe as a standby ({})",
+                v.site,
+                standby_detail(v, detail)
+            )
+        }
         _ => format!("{} not fenced ({})", v.site, readings(v)),
+    }
+}
+
+/// What a hot standby's readings said, or, when they said nothing, which were read when.
+fn standby_detail(v: &SiteVerdict, detail: &str) -> String {
+    if detail.is_empty() {
+        readings(v)
+    } else {
+        format!("{}: {detail}", readings(v))
     }
 }
 
