@@ -273,12 +273,21 @@ pub(crate) fn not_fenced(v: &SiteVerdict) -> String {
     }
 }
 
-/// What a hot standby's readings said, or, when they said nothing, which were read when.
+/// "db.standby at 14:02:07: standby, replicating from 10.0.1.5:5432, lag 0 bytes": what a
+/// hot standby's readings said (a standby reading proves nothing stopped, so no verdict word).
 fn standby_detail(v: &SiteVerdict, detail: &str) -> String {
+    let read: Vec<String> = v
+        .readings
+        .iter()
+        .map(|r| match r.at {
+            Some(at) => format!("{} at {at}", r.capability),
+            None => format!("{} never read", r.capability),
+        })
+        .collect();
     if detail.is_empty() {
-        readings(v)
+        read.join(", ")
     } else {
-        format!("{}: {detail}", readings(v))
+        format!("{}: {detail}", read.join(", "))
     }
 }
 

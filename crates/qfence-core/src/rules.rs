@@ -342,11 +342,12 @@ impl Rules {
     }
 
     /// A non-owner's shown verdict from its [`Rules::site_verdict`] `v`: `v` when FENCED;
-    /// else, in a hot plan, [`Rules::hot_standby_verdict`] when FENCED (a replica that runs
-    /// as it should); else [`Rules::resource_verdict`] when FENCED (a switchover's old
-    /// owner, stopped and not yet rejoined); else, in a hot plan whose standby reading says
-    /// it is unsafe, that reading (its reason is the alarm's); else `v`. Display and alarms
-    /// only: a failover's proof is `site_verdict` alone.
+    /// else, in a hot plan, [`Rules::hot_standby_verdict`] when it is not UNKNOWN (a replica
+    /// that runs as it should, or one that answers writable or following another server:
+    /// that reason is the alarm's, even when its clients are refused); else
+    /// [`Rules::resource_verdict`] when FENCED (a switchover's old owner, stopped: its
+    /// standby check finds no server); else `v`. Display and alarms only: a failover's proof
+    /// is `site_verdict` alone.
     #[allow(clippy::too_many_arguments)]
     pub fn safe_standby(
         &self,
@@ -363,17 +364,11 @@ impl Rules {
         }
         let hot = (plan.standby == StandbyPosture::Hot)
             .then(|| self.hot_standby_verdict(plan, state, observations, site, now));
-        if let Some(h) = hot.as_ref().filter(|h| h.verdict == Verdict::Fenced) {
-            return h.clone();
+        if let Some(h) = hot.filter(|h| h.verdict != Verdict::Unknown) {
+            return h;
         }
         let r = self.resource_verdict(config, plan, observations, site, now, None);
-        if r.verdict == Verdict::Fenced {
-            return r;
-        }
-        match hot {
-            Some(h) if h.verdict == Verdict::Failed => h,
-            _ => v,
-        }
+        if r.verdict == Verdict::Fenced { r } else { v }
     }
 
     /// Whether `site` is safe as a hot standby: FENCED, basis [`Basis::HotStandby`], when it
