@@ -92,6 +92,24 @@ pub struct SiteVerdict {
     pub readings: Vec<FenceReading>,
 }
 
+impl SiteVerdict {
+    /// What a status shows beside the verdict when its basis is not a fence's reading:
+    /// "resource stopped", what a hot standby's readings say ("standby, replicating from
+    /// 10.0.1.5:5432, lag 0 bytes"), "not a standby: 10.0.2.5:5432 is writable: ...".
+    pub fn posture(&self) -> Option<String> {
+        match &self.basis {
+            Basis::ResourceStopped if self.verdict == Verdict::Fenced => {
+                Some("resource stopped".to_owned())
+            }
+            Basis::HotStandby { detail } if detail.is_empty() => Some("standby".to_owned()),
+            Basis::HotStandby { detail } => Some(detail.clone()),
+            Basis::NotAStandby { detail } if detail.is_empty() => Some("not a standby".to_owned()),
+            Basis::NotAStandby { detail } => Some(format!("not a standby: {detail}")),
+            _ => None,
+        }
+    }
+}
+
 /// The fence level of a binding's capability, if it is a fence.
 pub fn fence_level(
     config: &ValidatedConfig,

@@ -1081,6 +1081,7 @@ impl Backend for MemoryBackend {
                         },
                         verdict: (*v).into(),
                         checked_at_ms: None,
+                        posture: None,
                         maintenance: p.maintenance.contains(s),
                     })
                     .collect(),
