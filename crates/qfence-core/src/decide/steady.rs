@@ -33,9 +33,10 @@ impl Cx<'_, '_> {
         });
     }
 
-    /// Re-checks every fence of every site that does not own the plan; raises an alarm for a
-    /// site that is no longer fenced (nor its resource proven stopped), and drops evidence a
-    /// fresh FAILED reading contradicts.
+    /// Re-checks every fence of every site that does not own the plan (and, in a hot plan,
+    /// its `standby` bindings); raises an alarm for a site that is no longer fenced, nor its
+    /// resource proven stopped, nor safe as a hot standby (`Rules::safe_standby`), and drops
+    /// evidence a fresh FAILED reading contradicts.
     pub(super) fn fence_watch(&mut self, owner: &SiteId) -> Vec<SiteVerdict> {
         let mut out = Vec::new();
         for site in self.other_sites(owner) {
