@@ -245,6 +245,9 @@ pub(crate) fn site_summary(v: &SiteVerdict) -> String {
         (Verdict::Fenced, Basis::ResourceStopped) => {
             format!("{} resource stopped ({})", v.site, readings(v))
         }
+        (Verdict::Fenced, Basis::HotStandby { detail }) => {
+            format!("{} standby ({})", v.site, standby_detail(v, detail))
+        }
         (Verdict::Fenced, _) => format!("{} fenced ({})", v.site, readings(v)),
         _ => not_fenced(v),
     }
@@ -259,7 +262,32 @@ pub(crate) fn not_fenced(v: &SiteVerdict) -> String {
                 v.site
             )
         }
+        Basis::NotAStandby { detail } => {
+            format!(
+                "{} not safe as a standby ({})",
+                v.site,
+                standby_detail(v, detail)
+            )
+        }
         _ => format!("{} not fenced ({})", v.site, readings(v)),
+    }
+}
+
+/// "db.standby at 14:02:07: standby, replicating from 10.0.1.5:5432, lag 0 bytes": what a
+/// hot standby's readings said (a standby reading proves nothing stopped, so no verdict word).
+fn standby_detail(v: &SiteVerdict, detail: &str) -> String {
+    let read: Vec<String> = v
+        .readings
+        .iter()
+        .map(|r| match r.at {
+            Some(at) => format!("{} at {at}", r.capability),
+            None => format!("{} never read", r.capability),
+        })
+        .collect();
+    if detail.is_empty() {
+        read.join(", ")
+    } else {
+        format!("{}: {detail}", read.join(", "))
     }
 }
 

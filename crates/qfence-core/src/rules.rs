@@ -5,8 +5,8 @@
 
 use std::collections::BTreeMap;
 
-use qfence_model::config::PlanConfig;
 use qfence_model::config::ValidatedConfig;
+use qfence_model::config::{PlanConfig, StandbyPosture};
 use qfence_model::{BindingId, FenceLevel, Role, SiteId, Verdict};
 use serde::{Deserialize, Serialize};
 
@@ -37,6 +37,9 @@ pub enum Mutation {
     /// A planned switchover counts a site's resource as stopped once its resource-level
     /// fences ran, whatever their read-back says.
     SwitchoverTrustsTheStop,
+    /// A hot standby's reading (in recovery, not writable, following the owner) counts as
+    /// the site's fence in every verdict, a failover's proof included.
+    HotStandbyIsAFence,
 }
 
 /// The rules `decide` applies. [`Rules::default`] is the only one production uses.
@@ -70,6 +73,14 @@ pub enum Basis {
     /// resource is proven stopped, its host may run. What a planned switchover stands on for
     /// the sites it gives up, and what a standby left so reads; never proof in a failover.
     ResourceStopped,
+    /// A hot plan's standby: every `standby` binding of the site reads holding, fresh, since
+    /// the owner became the owner ([`Rules::hot_standby_verdict`]). Its copy runs, safe as a
+    /// standby; `detail` is what the readings say ("standby, replicating from ..., lag 0
+    /// bytes"). Shown and no alarm; never proof in a failover.
+    HotStandby { detail: String },
+    /// A hot plan's standby whose `standby` reading does not hold: `detail` says why (it is
+    /// writable, not in recovery, or follows another server). FAILED, and an alarm.
+    NotAStandby { detail: String },
 }
 
 /// A site's verdict, with its basis.
@@ -79,6 +90,24 @@ pub struct SiteVerdict {
     pub verdict: Verdict,
     pub basis: Basis,
     pub readings: Vec<FenceReading>,
+}
+
+impl SiteVerdict {
+    /// What a status shows beside the verdict when its basis is not a fence's reading:
+    /// "resource stopped", what a hot standby's readings say ("standby, replicating from
+    /// 10.0.1.5:5432, lag 0 bytes"), "not a standby: 10.0.2.5:5432 is writable: ...".
+    pub fn posture(&self) -> Option<String> {
+        match &self.basis {
+            Basis::ResourceStopped if self.verdict == Verdict::Fenced => {
+                Some("resource stopped".to_owned())
+            }
+            Basis::HotStandby { detail } if detail.is_empty() => Some("standby".to_owned()),
+            Basis::HotStandby { detail } => Some(detail.clone()),
+            Basis::NotAStandby { detail } if detail.is_empty() => Some("not a standby".to_owned()),
+            Basis::NotAStandby { detail } => Some(format!("not a standby: {detail}")),
+            _ => None,
+        }
+    }
 }
 
 /// The fence level of a binding's capability, if it is a fence.
@@ -231,6 +260,12 @@ impl Rules {
             .rev()
             .filter(|e| &e.site == site && e.generation == state.generation)
             .find(|e| !e.carried || transition_started.is_none_or(|t| e.at >= t));
+        if self.mutation == Mutation::HotStandbyIsAFence {
+            let h = self.hot_standby_verdict(plan, state, observations, site, now);
+            if h.verdict == Verdict::Fenced {
+                return h;
+            }
+        }
         let (verdict, basis) = if readings.iter().any(|r| r.verdict == Verdict::Failed) {
             (Verdict::Failed, Basis::Readings)
         } else if !readings.is_empty() && readings.iter().all(|r| r.verdict == Verdict::Fenced) {
@@ -321,11 +356,85 @@ impl Rules {
             None,
             transition_started,
         );
+        self.safe_standby(config, plan, state, observations, site, now, v)
+    }
+
+    /// A non-owner's shown verdict from its [`Rules::site_verdict`] `v`: `v` when FENCED;
+    /// else, in a hot plan, [`Rules::hot_standby_verdict`] when it is not UNKNOWN (a replica
+    /// that runs as it should, or one that answers writable or following another server:
+    /// that reason is the alarm's, even when its clients are refused); else
+    /// [`Rules::resource_verdict`] when FENCED (a switchover's old owner, stopped: its
+    /// standby check finds no server); else `v`. Display and alarms only: a failover's proof
+    /// is `site_verdict` alone.
+    #[allow(clippy::too_many_arguments)]
+    pub fn safe_standby(
+        &self,
+        config: &ValidatedConfig,
+        plan: &PlanConfig,
+        state: &PlanState,
+        observations: &BTreeMap<BindingKey, Observation>,
+        site: &SiteId,
+        now: Millis,
+        v: SiteVerdict,
+    ) -> SiteVerdict {
         if v.verdict == Verdict::Fenced {
             return v;
         }
+        let hot = (plan.standby == StandbyPosture::Hot)
+            .then(|| self.hot_standby_verdict(plan, state, observations, site, now));
+        if let Some(h) = hot.filter(|h| h.verdict != Verdict::Unknown) {
+            return h;
+        }
         let r = self.resource_verdict(config, plan, observations, site, now, None);
         if r.verdict == Verdict::Fenced { r } else { v }
+    }
+
+    /// Whether `site` is safe as a hot standby: FENCED, basis [`Basis::HotStandby`], when it
+    /// has `standby` bindings and every one reads holding, fresh, taken since the owner became
+    /// the owner (a reading that it follows the old owner says nothing now); FAILED, basis
+    /// [`Basis::NotAStandby`], when one reads not holding; UNKNOWN otherwise. It says the
+    /// copy runs as a replica, not that anything stopped: never proof in a failover.
+    pub fn hot_standby_verdict(
+        &self,
+        plan: &PlanConfig,
+        state: &PlanState,
+        observations: &BTreeMap<BindingKey, Observation>,
+        site: &SiteId,
+        now: Millis,
+    ) -> SiteVerdict {
+        let keys = keys(plan, site, Role::Standby);
+        let details = |want: Observed| {
+            keys.iter()
+                .filter_map(|k| observations.get(k))
+                .filter(|o| o.value == want && !o.detail.is_empty())
+                .map(|o| o.detail.clone())
+                .collect::<Vec<_>>()
+                .join("; ")
+        };
+        let readings = self.readings_of(
+            plan,
+            observations,
+            keys.clone(),
+            now,
+            Some(state.owner_since),
+        );
+        let (verdict, basis) = if readings.is_empty() {
+            (Verdict::Unknown, Basis::NothingToProve)
+        } else if readings.iter().any(|r| r.verdict == Verdict::Failed) {
+            let detail = details(Observed::NotHeld);
+            (Verdict::Failed, Basis::NotAStandby { detail })
+        } else if readings.iter().all(|r| r.verdict == Verdict::Fenced) {
+            let detail = details(Observed::Holds);
+            (Verdict::Fenced, Basis::HotStandby { detail })
+        } else {
+            (Verdict::Unknown, Basis::Readings)
+        };
+        SiteVerdict {
+            site: site.clone(),
+            verdict,
+            basis,
+            readings,
+        }
     }
 
     /// The readings of `site`'s proving fences, each judged by [`Rules::reading_verdict`].

@@ -337,7 +337,8 @@ impl fmt::Display for OpId {
 pub enum Action {
     /// Read the binding's state (fence check, health, readiness, shield status) and record it
     /// as an observation. A service binding's check asks whether the service points at
-    /// `points_at` (the owner, as the decision saw it); a site binding's has none.
+    /// `points_at` (the owner, as the decision saw it); so does a hot standby's `standby`
+    /// check (does it follow the owner?); other site bindings' have none.
     Check {
         binding: BindingKey,
         #[serde(default, skip_serializing_if = "Option::is_none")]

@@ -161,3 +161,13 @@ fn a_switchover_that_trusts_the_stop_without_its_read_back_is_caught() {
         3000,
     );
 }
+
+#[test]
+fn a_failover_that_counts_a_hot_standby_reading_as_a_fence_is_caught() {
+    first_caught(
+        Mutation::HotStandbyIsAFence,
+        sim::Invariant::HotStandbyIsNotAFence,
+        0x3F00_0000,
+        3000,
+    );
+}

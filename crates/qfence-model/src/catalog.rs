@@ -344,6 +344,15 @@ impl Params {
     }
 }
 
+/// `db.standby`: where each site's server is reached by its standbys' WAL receivers.
+static PG_SITE_SENDER: ParamSpec = ParamSpec {
+    name: "SITE",
+    meaning: "the host:port a standby's WAL receiver streams from when that site owns the \
+              plan (pg_stat_wal_receiver's sender_host and sender_port)",
+    default: None,
+    ty: ParamType::Text { max: 255 },
+};
+
 static VIP_SITE_ADDRESS: ParamSpec = ParamSpec {
     name: "SITE",
     meaning: "the IP address the VIP maps to when that site owns the plan",
@@ -516,6 +525,8 @@ static DOCKER: &[CapabilitySpec] = &[
 static POSTGRES: &[CapabilitySpec] = &[
     cap("db.demote", &[Fence], Some(Application), None, R::Server),
     cap("db.promote", &[Switchover], None, None, R::Server),
+    cap("db.standby", &[Standby], None, None, R::Server)
+        .with_params(Params::PerSite(&PG_SITE_SENDER)),
     cap("replication.lag", &[Readiness], None, None, R::Server).with_params(Params::Named(&[
         ParamSpec {
             name: "max_lag_bytes",

@@ -27,11 +27,15 @@ pub enum Role {
     DeadMan,
     /// Points clients at the owner (a VIP). Last in a failover, after every fence is verified.
     Service,
+    /// Says a running standby is safe as one (in recovery, not writable, following the
+    /// owner). Checked every interval at every site but the owner of a plan whose standbys
+    /// are hot; never proof that a site stopped.
+    Standby,
 }
 
 impl Role {
     /// Every role, in the order a failover uses them.
-    pub const ALL: [Role; 8] = [
+    pub const ALL: [Role; 9] = [
         Role::Fence,
         Role::Shield,
         Role::Readiness,
@@ -40,6 +44,7 @@ impl Role {
         Role::Switchover,
         Role::DeadMan,
         Role::Service,
+        Role::Standby,
     ];
 
     /// The role's name as written in configuration.
@@ -53,6 +58,7 @@ impl Role {
             Role::Switchover => "switchover",
             Role::DeadMan => "dead-man",
             Role::Service => "service",
+            Role::Standby => "standby",
         }
     }
 }

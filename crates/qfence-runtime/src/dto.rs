@@ -147,6 +147,11 @@ pub struct SiteStatus {
     pub verdict: VerdictDto,
     /// When its verdict was last checked (ms since the Unix epoch).
     pub checked_at_ms: Option<u64>,
+    /// What a standby's verdict stands on when it is not its fences' reading: "resource
+    /// stopped" (a switchover's old owner), a hot standby's "standby, replicating from
+    /// 10.0.1.5:5432, lag 0 bytes", or "not a standby: ... is writable: ..." (FAILED).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub posture: Option<String>,
     /// Whether the site is in maintenance: qfence neither fails over to it nor alarms about
     /// its health.
     pub maintenance: bool,

@@ -374,6 +374,10 @@ pub struct SiteVerdict {
     pub verdict: Verdict,
     /// When the newest check of a fence that proves this site was read, Unix ms.
     pub checked_at_ms: Option<u64>,
+    /// What the verdict stands on when it is not a fence's reading: "resource stopped", a hot
+    /// standby's "standby, replicating from ..., lag N bytes", "not a standby: ...".
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub posture: Option<String>,
 }
 
 /// A published status in the replicated state.

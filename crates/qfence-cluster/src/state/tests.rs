@@ -231,6 +231,7 @@ fn status(verdict: Verdict, reason: &str) -> StatusDraft {
             site: SiteId::new("dc2").unwrap(),
             verdict,
             checked_at_ms: Some(7),
+            posture: None,
         }],
         reason: reason.into(),
         at_unix_ms: 9,

@@ -162,7 +162,7 @@ impl Driver for PostgresDriver {
             };
             // The server itself is the one resource; which capabilities fit depends on its role.
             let caps: &[&str] = if replica {
-                &[HEALTH, LAG, PROMOTE, DEMOTE]
+                &[HEALTH, LAG, PROMOTE, DEMOTE, STANDBY]
             } else {
                 &[HEALTH, DEMOTE, PROMOTE]
             };
@@ -184,7 +184,7 @@ impl Driver for PostgresDriver {
         target: &Target,
     ) -> Result<Vec<String>, DriverError> {
         ctx.run(&self.id, "check_binding", async {
-            if ![HEALTH, LAG, PROMOTE, DEMOTE].contains(&target.capability.as_str()) {
+            if ![HEALTH, LAG, PROMOTE, DEMOTE, STANDBY].contains(&target.capability.as_str()) {
                 return Err(unsupported(self, "the capability", target));
             }
             let mut problems = Vec::new();
@@ -227,6 +227,7 @@ impl Driver for PostgresDriver {
             match target.capability.as_str() {
                 HEALTH => self.health(ctx, target).await,
                 LAG => self.lag(ctx, target).await,
+                STANDBY => self.standby(ctx, target).await,
                 PROMOTE => {
                     let c = self.connect(&self.dbname).await?;
                     self.promote_reading(ctx, &c).await

@@ -27,6 +27,11 @@
 //!   (a standby) accepts no writes, so it holds there too. Postgres has no SQL demote: re-attaching the old primary
 //!   as a standby is an operator's job (pg_rewind), so there is no undo.
 //!
+//! - `db.standby` (standby, in a plan with `standby: hot`): in recovery, read-only, and its
+//!   WAL receiver streams from the owner's address (the binding's param for the site the
+//!   check is for); the reading shows "standby, replicating from H:P, lag N bytes", or why it
+//!   is not safe (writable, follows another server, follows no one). See `standby.rs`.
+//!
 //! Identity: `system_identifier` (shared by a primary and the standbys cloned from it: it
 //! names the lineage) plus the server's address, which tells the members apart.
 //!
@@ -55,6 +60,7 @@ mod driver;
 mod probe;
 mod reads;
 mod roles;
+mod standby;
 
 const HEALTH: &str = "db.health";
 
@@ -73,6 +79,7 @@ fn connection_refused(e: &tokio_postgres::Error) -> bool {
 const LAG: &str = "replication.lag";
 const PROMOTE: &str = "db.promote";
 const DEMOTE: &str = "db.demote";
+const STANDBY: &str = "db.standby";
 
 /// The lines that open and close the reject block `db.demote` puts at the top of pg_hba.conf.
 /// An operator removes the block (and reloads) to let clients back in.

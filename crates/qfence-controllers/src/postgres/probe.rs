@@ -45,6 +45,21 @@ impl PostgresDriver {
                      against the last WAL received only",
                 )
             },
+            if sup || stats {
+                g(
+                    STANDBY,
+                    Grade::Proven,
+                    "the role reads pg_stat_wal_receiver's sender (superuser or \
+                     pg_read_all_stats)",
+                )
+            } else {
+                g(
+                    STANDBY,
+                    Grade::Failed,
+                    "without pg_read_all_stats the WAL receiver's sender is hidden, so the \
+                     standby cannot be shown to follow the owner",
+                )
+            },
             if sup || promote {
                 g(
                     PROMOTE,

@@ -666,3 +666,67 @@ async fn a_killed_postmaster_reads_definitively_unhealthy_and_a_silent_server_am
     assert_eq!(e.kind, ErrorKind::Timeout, "{e}");
     drop(silent);
 }
+
+/// `db.standby` for a standby of the owner at `owner_site`: the owner's address per site.
+fn standby_target(pair: &Pair, owner_site: &str) -> Target {
+    let dc1 = format!("127.0.0.1:{}", pair.primary);
+    let dc2 = format!("127.0.0.1:{}", pair.replica);
+    Target {
+        site: SiteId::new(owner_site).unwrap(),
+        ..target("db.standby", &[("dc1", &dc1), ("dc2", &dc2)])
+    }
+}
+
+#[tokio::test]
+async fn a_healthy_replica_reads_replicating_and_one_promoted_by_hand_is_not_a_standby() {
+    let Some(pair) = Pair::start() else { return };
+    let replica = driver(pair.replica);
+    let following_dc1 = standby_target(&pair, "dc1");
+
+    eprintln!("Phase: the healthy pair's replica is a standby of dc1, replicating");
+    let mut seen = None;
+    for _ in 0..100 {
+        let r = replica.check(&ctx(), &following_dc1).await.unwrap();
+        if r.holds && r.detail.contains("replicating") {
+            seen = Some(r);
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    let r = seen.expect("the replica streams from the primary");
+    let want = format!("standby, replicating from 127.0.0.1:{}, lag ", pair.primary);
+    assert!(r.detail.starts_with(&want), "{}", r.detail);
+    assert!(r.detail.ends_with(" bytes"), "{}", r.detail);
+
+    eprintln!("Phase: as a standby of dc2 it follows the wrong server");
+    let r = replica
+        .check(&ctx(), &standby_target(&pair, "dc2"))
+        .await
+        .unwrap();
+    assert!(!r.holds, "{r:?}");
+    assert!(
+        r.detail.contains(&format!(
+            "follows 127.0.0.1:{}, not the owner dc2",
+            pair.primary
+        )),
+        "{}",
+        r.detail
+    );
+
+    eprintln!("Phase: the primary itself is no standby: it is writable");
+    let r = driver(pair.primary)
+        .check(&ctx(), &standby_target(&pair, "dc2"))
+        .await
+        .unwrap();
+    assert!(!r.holds && r.detail.contains("is writable"), "{r:?}");
+
+    eprintln!("Phase: the replica promoted by hand is no standby either");
+    Pair::sql(pair.replica, "SELECT pg_promote(true, 30)").await;
+    let r = replica.check(&ctx(), &following_dc1).await.unwrap();
+    assert!(!r.holds, "{r:?}");
+    assert!(
+        r.detail.contains("is writable: not in recovery"),
+        "{}",
+        r.detail
+    );
+}

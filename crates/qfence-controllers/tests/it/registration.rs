@@ -88,6 +88,7 @@ fn config(s: &Sushy) -> ValidatedConfig {
         max_retries: 2,
         unfence_on_promote: false,
         auto_failover: true,
+        standby: Default::default(),
         instances,
         service: vec![],
     };

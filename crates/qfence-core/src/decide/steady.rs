@@ -2,6 +2,7 @@
 //! (`dead_man.rs`), the fence watch of every other site, the owner's shield, the readiness
 //! watch and the service binding kept (`service.rs`).
 
+use qfence_model::config::StandbyPosture;
 use qfence_model::{Role, SiteId, Verdict};
 
 use super::Cx;
@@ -32,16 +33,24 @@ impl Cx<'_, '_> {
         });
     }
 
-    /// Re-checks every fence of every site that does not own the plan; raises an alarm for a
-    /// site that is no longer fenced (nor its resource proven stopped), and drops evidence a
-    /// fresh FAILED reading contradicts.
+    /// Re-checks every fence of every site that does not own the plan (and, in a hot plan,
+    /// its `standby` bindings); raises an alarm for a site that is no longer fenced, nor its
+    /// resource proven stopped, nor safe as a hot standby (`Rules::safe_standby`), and drops
+    /// evidence a fresh FAILED reading contradicts.
     pub(super) fn fence_watch(&mut self, owner: &SiteId) -> Vec<SiteVerdict> {
         let mut out = Vec::new();
         for site in self.other_sites(owner) {
             let all = rules::keys(self.plan, &site, Role::Fence);
             let issued_before = self.commands.len();
             self.check_due(&all);
-            let proving = rules::proving_fences(self.s.config, self.plan, &site);
+            let mut proving = rules::proving_fences(self.s.config, self.plan, &site);
+            if self.plan.standby == StandbyPosture::Hot {
+                // A hot standby is judged by its standby readings too: none alarms before
+                // they are in.
+                let standby = rules::keys(self.plan, &site, Role::Standby);
+                self.check_standby_due(&standby, owner);
+                proving.extend(standby);
+            }
             let checking = proving.iter().any(|k| {
                 self.s.in_flight.values().any(|b| b == k)
                     || self.commands[issued_before..]
@@ -66,26 +75,19 @@ impl Cx<'_, '_> {
                 }
             }
             // A standby whose resource is proven stopped (a planned switchover leaves the old
-            // owner so, its host on) is safe: shown so, and no alarm. A failover still needs
-            // its required fences (judged by `Rules::site_verdict` alone).
-            let v = if v.verdict == Verdict::Fenced {
-                v
-            } else {
-                let r = self.rules.resource_verdict(
-                    self.s.config,
-                    self.plan,
-                    self.s.observations,
-                    &site,
-                    self.now(),
-                    None,
-                );
-                if r.verdict == Verdict::Fenced {
-                    self.judged.insert(site.clone(), r.clone());
-                    r
-                } else {
-                    v
-                }
-            };
+            // owner so, its host on), or a hot standby that reads safe as one, is shown so and
+            // raises no alarm. A failover still needs its required fences (judged by
+            // `Rules::site_verdict` alone).
+            let v = self.rules.safe_standby(
+                self.s.config,
+                self.plan,
+                &self.state,
+                self.s.observations,
+                &site,
+                self.now(),
+                v,
+            );
+            self.judged.insert(site.clone(), v.clone());
             let judged = !checking && !never_read;
             // A site in maintenance is checked and shown, but an operator is at work there:
             // its state raises no alarm (it can never be promoted meanwhile, and the owner's
@@ -107,6 +109,19 @@ impl Cx<'_, '_> {
             out.push(v);
         }
         out
+    }
+
+    /// Issues the due checks of a hot standby's `standby` bindings, each asking whether the
+    /// site follows `owner` (the driver reads the owner's address from the binding).
+    fn check_standby_due(&mut self, keys: &[BindingKey], owner: &SiteId) {
+        for k in keys {
+            if self.due(k) {
+                self.issue(Action::Check {
+                    binding: k.clone(),
+                    points_at: Some(owner.clone()),
+                });
+            }
+        }
     }
 
     /// Checks the readiness of every site but the owner each interval, so operators see a

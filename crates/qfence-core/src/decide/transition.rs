@@ -260,6 +260,12 @@ impl Cx<'_, '_> {
                     for k in rules::keys(self.plan, s, Role::Fence) {
                         out.push(Action::check(k));
                     }
+                    // The planted bug's other half: read the hot standby with the fences.
+                    if self.rules.mutation == crate::rules::Mutation::HotStandbyIsAFence {
+                        for k in rules::keys(self.plan, s, Role::Standby) {
+                            out.push(Action::check(k));
+                        }
+                    }
                 }
             }
             Stage::Unfence => {

@@ -8,7 +8,7 @@ use std::time::Duration;
 
 use qfence_core::{
     Action, BindingKey, Decision, Intent, IntentKind, Leadership, Millis, Observation, Observed,
-    OpId, OpResult, Outcome, PlanState, Snapshot, Stage, decide,
+    OpId, OpResult, Outcome, PlanState, Rules, Snapshot, Stage, decide_with,
 };
 use qfence_model::config::{PlanConfig, ValidatedConfig};
 use qfence_model::{Generation, PlanId, Term};
@@ -63,6 +63,10 @@ pub struct Bench {
     pub now: Millis,
     pub world: BTreeMap<BindingKey, Observed>,
     pub fail: BTreeMap<BindingKey, Outcome>,
+    /// What a check of the binding says, in words (none when absent).
+    pub detail: BTreeMap<BindingKey, String>,
+    /// The rules decided with: the real ones unless a test plants a bug to contrast.
+    pub rules: Rules,
 }
 
 impl Bench {
@@ -82,6 +86,8 @@ impl Bench {
             now: T0,
             world: BTreeMap::new(),
             fail: BTreeMap::new(),
+            detail: BTreeMap::new(),
+            rules: Rules::default(),
         }
     }
 
@@ -122,7 +128,7 @@ impl Bench {
 
     /// Decides and writes the state change, as the runtime would; runs nothing.
     pub fn decide(&mut self) -> Decision {
-        let d = decide(&self.snapshot());
+        let d = decide_with(&self.snapshot(), &self.rules);
         if let Some(ch) = &d.state_change {
             self.state = self.state.apply(ch).expect("the bench is the only writer");
         }
@@ -141,7 +147,9 @@ impl Bench {
             );
             let v = self.world.get(&b).copied().unwrap_or(Observed::Holds);
             if read_back {
-                self.obs.insert(b.clone(), Observation::new(v, self.now));
+                let mut o = Observation::new(v, self.now);
+                o.detail = self.detail.get(&b).cloned().unwrap_or_default();
+                self.obs.insert(b.clone(), o);
             }
             let outcome = match c.action {
                 Action::Check { .. } => Outcome::Done,

@@ -71,6 +71,7 @@ fn base_plan(owner: &str) -> PlanConfig {
         max_retries: 2,
         unfence_on_promote: true,
         auto_failover: true,
+        standby: Default::default(),
         instances: BTreeMap::new(),
         service: Vec::new(),
     }
@@ -283,6 +284,23 @@ pub fn pg_plan() -> PlanConfig {
                 bind(&format!("pg-{dc}"), "db.health", "self", Role::Health),
             ],
         );
+    }
+    p
+}
+
+/// [`pg_plan`] with hot standbys: 5 db.standby (standby) at each site, following the owner's
+/// address.
+pub fn pg_hot_plan() -> PlanConfig {
+    let mut p = pg_plan();
+    p.standby = qfence_model::config::StandbyPosture::Hot;
+    for (dc, list) in p.instances.iter_mut() {
+        let b = bind(&format!("pg-{dc}"), "db.standby", "self", Role::Standby);
+        let b = with_param(
+            with_param(b, "dc1", "10.0.1.5:5432"),
+            "dc2",
+            "10.0.2.5:5432",
+        );
+        list.push(b);
     }
     p
 }

@@ -173,6 +173,9 @@ impl Sim<'_> {
                 self.world.healthy[s] && !self.site_down(s) && self.world.primary.contains(s)
             }
             (Role::Readiness, Some(s)) => self.world.ready[s],
+            // A hot standby reads safe while its copy is not a primary (in recovery, not
+            // writable). It says nothing of the host: a stopped copy reads so too.
+            (Role::Standby, Some(s)) => !self.world.primary.contains(s),
             // A service binding holds while it points at the plan's current owner.
             (Role::Service, None) => self.world.vip.as_ref() == Some(&self.state.owner),
             _ => true,

@@ -81,6 +81,7 @@ pub const PLAN: &[&str] = &[
     "max_retries",
     "unfence_on_promote",
     "auto_failover",
+    "standby",
     "instances",
     "service",
 ];

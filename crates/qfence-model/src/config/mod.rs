@@ -391,6 +391,27 @@ impl Binding {
     }
 }
 
+/// `plans.NAME.standby`: what a site that does not own the plan is meant to be.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum StandbyPosture {
+    /// Stopped: its fences hold (today's rule, and the default).
+    #[default]
+    Cold,
+    /// Running as a replica of the owner: safe while its `standby` bindings hold.
+    Hot,
+}
+
+impl StandbyPosture {
+    /// The posture as written in configuration.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            StandbyPosture::Cold => "cold",
+            StandbyPosture::Hot => "hot",
+        }
+    }
+}
+
 /// `plans.NAME:`
 #[derive(Debug, Clone, PartialEq, Serialize)]
 pub struct PlanConfig {
@@ -430,6 +451,12 @@ pub struct PlanConfig {
     /// Whether qfence fails over on its own, or only says it would (`auto_failover`,
     /// default true).
     pub auto_failover: bool,
+    /// Whether the plan's standbys run (`standby`, `cold` or `hot`, default `cold`). A cold
+    /// standby is fenced while it does not own the plan; a hot one (a streaming replica) runs,
+    /// and the fence watch judges it by its `standby` bindings instead (in recovery, not
+    /// writable, following the owner). Its required fences still prove it stopped in a
+    /// failover: a standby reading never does.
+    pub standby: StandbyPosture,
     /// Each site's instance: its bindings, in order.
     pub instances: BTreeMap<SiteId, Vec<Binding>>,
     /// Bindings that follow the owner (a VIP).

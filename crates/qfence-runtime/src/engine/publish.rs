@@ -41,6 +41,7 @@ pub(crate) fn site_verdicts(
                         site: site.clone(),
                         verdict: Verdict::Unknown,
                         checked_at_ms: None,
+                        posture: None,
                     };
                 }
                 None => rules.shown_verdict(config, plan, state, &view.observations, site, now),
@@ -49,6 +50,7 @@ pub(crate) fn site_verdicts(
                 site: site.clone(),
                 verdict: v.verdict,
                 checked_at_ms: v.readings.iter().filter_map(|r| r.at.map(|a| a.0)).max(),
+                posture: v.posture(),
             }
         })
         .collect()

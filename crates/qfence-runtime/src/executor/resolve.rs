@@ -79,7 +79,8 @@ impl Executor {
     }
 
     /// The site the action is for: the service action's, the site a service binding's
-    /// check must find it pointing at (the owner the decision saw), or the binding's own.
+    /// check must find it pointing at or a hot standby's check must find it following (the
+    /// owner the decision saw), or the binding's own.
     fn site_of(&self, command: &Command, key: &BindingKey, plan: &PlanConfig) -> SiteId {
         match &command.action {
             Action::Service { site, .. }

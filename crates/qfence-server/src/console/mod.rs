@@ -341,7 +341,11 @@ pub(crate) fn site_label(s: &SiteStatus) -> String {
     let verdict = verdict_class(&s.verdict).to_uppercase();
     let mut t = match s.role {
         SiteRole::Owner => format!("{} owner", s.site),
-        SiteRole::Standby => format!("{} {verdict}", s.site),
+        // A hot standby, a stopped resource, a replica that is not safe: said in words.
+        SiteRole::Standby => match &s.posture {
+            Some(p) => format!("{} {p}", s.site),
+            None => format!("{} {verdict}", s.site),
+        },
     };
     if s.maintenance {
         t.push_str(" · maintenance");
@@ -352,9 +356,13 @@ pub(crate) fn site_label(s: &SiteStatus) -> String {
 /// A site's chip tooltip: its verdict and when it was checked.
 pub(crate) fn site_title(s: &SiteStatus) -> String {
     format!(
-        "{}: fence verdict {}{}",
+        "{}: fence verdict {}{}{}",
         s.site,
         verdict_class(&s.verdict).to_uppercase(),
+        s.posture
+            .as_ref()
+            .map(|p| format!(" ({p})"))
+            .unwrap_or_default(),
         s.checked_at_ms
             .map(|t| format!(", checked {}", fmt_ms(t)))
             .unwrap_or_default()

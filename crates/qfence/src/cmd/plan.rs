@@ -13,8 +13,8 @@ use std::time::Duration;
 
 use clap::Subcommand;
 use qfence_model::config::{
-    Binding, ControllerConfig, ControllerKind, Issue, PlanConfig, Severity, TlsTrust,
-    ValidatedConfig,
+    Binding, ControllerConfig, ControllerKind, Issue, PlanConfig, Severity, StandbyPosture,
+    TlsTrust, ValidatedConfig,
 };
 use serde_json::{Value, json};
 
@@ -216,7 +216,7 @@ fn human(config: &ValidatedConfig, name: &str, plan: &PlanConfig) -> String {
     let mut o = String::new();
     let _ = writeln!(
         o,
-        "plan {name}: owner {}, interval {}, health bad {} → failover{}, fence timeout {}",
+        "plan {name}: owner {}, interval {}, health bad {} → failover{}, fence timeout {}{}",
         plan.owner,
         secs(plan.interval),
         secs(plan.failover_after),
@@ -226,6 +226,12 @@ fn human(config: &ValidatedConfig, name: &str, plan: &PlanConfig) -> String {
             " (advice only: auto_failover off)"
         },
         secs(plan.fence_timeout),
+        // Only said when hot: a cold standby is what every plan had before.
+        if plan.standby == StandbyPosture::Hot {
+            ", hot standbys (judged by their standby bindings)"
+        } else {
+            ""
+        },
     );
     let groups = groups(plan);
     for (gi, (title, _, bindings)) in groups.iter().enumerate() {
@@ -358,6 +364,7 @@ fn to_json(config: &ValidatedConfig, name: &str, plan: &PlanConfig) -> Value {
         "max_retries": plan.max_retries,
         "unfence_on_promote": plan.unfence_on_promote,
         "auto_failover": plan.auto_failover,
+        "standby": plan.standby.as_str(),
         "instances": instances,
         "service": service,
         "controllers": controllers,

@@ -273,9 +273,10 @@ impl Decoder {
                         self.error(
                             &p,
                             format!(
-                                "{} takes one address per plan site; {k:?} is not one of \
-                                 them: {}",
+                                "{} takes one value per plan site ({}); {k:?} is not \
+                                 one of them: {}",
                                 spec.name,
+                                site_param.meaning,
                                 list_names(plan_sites.iter().map(SiteId::as_str))
                             ),
                         );
@@ -292,9 +293,9 @@ impl Decoder {
                     self.error(
                         path,
                         format!(
-                            "{} needs the address the VIP points at for every plan site; \
-                             missing: {}",
+                            "{} needs one value per plan site ({}); missing: {}",
                             spec.name,
+                            site_param.meaning,
                             missing.join(", ")
                         ),
                     );

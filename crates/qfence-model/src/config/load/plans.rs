@@ -7,7 +7,7 @@ use std::time::Duration;
 use super::read::Fields;
 use super::{Decoder, child, index, list_names, secs};
 use crate::config::tree::{Node, Value};
-use crate::config::{Binding, ControllerConfig, PlanConfig, keys};
+use crate::config::{Binding, ControllerConfig, PlanConfig, StandbyPosture, keys};
 use crate::domain::Role;
 use crate::ids::{ControllerId, PlanId, SiteId};
 
@@ -52,6 +52,13 @@ impl Decoder {
         let definitive = self.definitive(&f);
         let unfence_on_promote = self.opt(&f, "unfence_on_promote", false, Self::boolean);
         let auto_failover = self.opt(&f, "auto_failover", true, Self::boolean);
+        let postures = [
+            (StandbyPosture::Cold.as_str(), StandbyPosture::Cold),
+            (StandbyPosture::Hot.as_str(), StandbyPosture::Hot),
+        ];
+        let standby = self.opt(&f, "standby", StandbyPosture::Cold, |d, n, p| {
+            d.word(n, p, "standby posture", &postures)
+        });
 
         let mut instances = BTreeMap::new();
         let mut bindings_ok = true;
@@ -88,6 +95,7 @@ impl Decoder {
             max_retries: max_retries?,
             unfence_on_promote: unfence_on_promote?,
             auto_failover: auto_failover?,
+            standby: standby?,
             instances,
             service: service?,
         };
@@ -307,6 +315,7 @@ impl Decoder {
         plan: &PlanConfig,
         controllers: &BTreeMap<ControllerId, ControllerConfig>,
     ) {
+        self.check_standby(path, plan);
         for (site, bindings) in &plan.instances {
             let sp = child(&child(path, "instances"), site.as_str());
             let required: Vec<&Binding> = bindings
@@ -443,4 +452,32 @@ struct Timing {
     max_recoveries: u32,
     failover_after: Duration,
     fence_timeout: Duration,
+}
+
+impl Decoder {
+    /// A hot plan's standbys are judged by their `standby` bindings, so every site needs one
+    /// (it is a standby whenever another site owns the plan); a cold plan never reads them,
+    /// and a binding nobody reads is a mistake.
+    fn check_standby(&mut self, path: &str, plan: &PlanConfig) {
+        for (site, bindings) in &plan.instances {
+            let has = bindings.iter().any(|b| b.role == Role::Standby);
+            match plan.standby {
+                StandbyPosture::Hot if !has => self.error(
+                    &child(&child(path, "instances"), site.as_str()),
+                    format!(
+                        "standby: hot needs a standby binding at every site (db.standby): \
+                         without one nothing shows {site} safe as a standby"
+                    ),
+                ),
+                StandbyPosture::Cold if has => self.error(
+                    &child(path, "standby"),
+                    format!(
+                        "{site} has a standby binding, which only a plan with standby: hot \
+                         reads: set standby: hot, or remove the binding"
+                    ),
+                ),
+                _ => {}
+            }
+        }
+    }
 }

@@ -27,6 +27,7 @@ pub(super) async fn status(b: &RuntimeBackend) -> Result<StatusResponse, Backend
                             site: site.clone(),
                             verdict: Verdict::Unknown,
                             checked_at_ms: None,
+                            posture: None,
                         })
                         .collect(),
                     format!(
@@ -50,6 +51,7 @@ pub(super) async fn status(b: &RuntimeBackend) -> Result<StatusResponse, Backend
                     // A site the record does not name was not seen: UNKNOWN, never FENCED.
                     verdict: v.map_or(Verdict::Unknown, |v| v.verdict).into(),
                     checked_at_ms: v.and_then(|v| v.checked_at_ms),
+                    posture: v.and_then(|v| v.posture.clone()),
                     maintenance: state.in_maintenance(site),
                 }
             })

@@ -10,7 +10,8 @@ use super::*;
 
 // ---- the form's model ----
 
-/// The plan-level number fields: key in the file, label, what leaving it empty means.
+/// The plan-level typed fields (numbers, and the standby posture): key in the file, label,
+/// what leaving it empty means.
 pub(super) const TIMINGS: &[(&str, &str, &str)] = &[
     ("interval_seconds", "Interval (s)", "2"),
     (
@@ -40,6 +41,8 @@ pub(super) const TIMINGS: &[(&str, &str, &str)] = &[
         "6, or 3 × a longer interval",
     ),
     ("max_retries", "Max retries", "2"),
+    // A word, not a number, but typed the same way (a third select would be one more kind).
+    ("standby", "Standbys (cold or hot)", "cold"),
 ];
 
 /// The plan-level yes/no fields: key, label, default.

@@ -83,7 +83,8 @@ pub fn print_status(s: &StatusResponse) {
     }
 }
 
-/// `dc1 owner, dc2 standby FENCED (maintenance)`. The owner's fences are not watched (it is
+/// `dc1 owner, dc2 standby FENCED (maintenance)`; a standby whose verdict stands on more
+/// than its fences says on what: `dc2 standby: standby, replicating from ..., lag 0 bytes`. The owner's fences are not watched (it is
 /// meant to run), so its verdict is shown only when it reads FENCED: the owner is down.
 pub fn sites(p: &PlanStatus) -> String {
     p.sites
@@ -99,11 +100,12 @@ pub fn sites(p: &PlanStatus) -> String {
                 VerdictDto::Unknown => "UNKNOWN",
             };
             let maint = if s.maintenance { " (maintenance)" } else { "" };
-            match (s.role, s.verdict) {
-                (SiteRole::Owner, VerdictDto::Fenced) | (SiteRole::Standby, _) => {
+            match (s.role, s.verdict, &s.posture) {
+                (SiteRole::Standby, _, Some(p)) => format!("{} {role}: {p}{maint}", s.site),
+                (SiteRole::Owner, VerdictDto::Fenced, _) | (SiteRole::Standby, _, None) => {
                     format!("{} {role} {verdict}{maint}", s.site)
                 }
-                (SiteRole::Owner, _) => format!("{} {role}{maint}", s.site),
+                (SiteRole::Owner, _, _) => format!("{} {role}{maint}", s.site),
             }
         })
         .collect::<Vec<_>>()
@@ -228,6 +230,7 @@ mod tests {
             role,
             verdict,
             checked_at_ms: None,
+            posture: None,
             maintenance: false,
         }
     }
@@ -257,5 +260,26 @@ mod tests {
             site("dc2", SiteRole::Standby, VerdictDto::Unknown),
         ]);
         assert_eq!(sites(&owner_down), "dc1 owner FENCED, dc2 standby UNKNOWN");
+    }
+
+    #[test]
+    fn a_hot_standby_shows_what_it_replicates_not_a_fence_verdict() {
+        let mut hot = site("dc2", SiteRole::Standby, VerdictDto::Fenced);
+        hot.posture = Some("standby, replicating from 10.0.1.5:5432, lag 0 bytes".into());
+        let p = plan(vec![site("dc1", SiteRole::Owner, VerdictDto::Unknown), hot]);
+        assert_eq!(
+            sites(&p),
+            "dc1 owner, dc2 standby: standby, replicating from 10.0.1.5:5432, lag 0 bytes"
+        );
+        let mut writable = site("dc2", SiteRole::Standby, VerdictDto::Failed);
+        writable.posture = Some("not a standby: 10.0.2.5:5432 is writable".into());
+        let p = plan(vec![
+            site("dc1", SiteRole::Owner, VerdictDto::Unknown),
+            writable,
+        ]);
+        assert_eq!(
+            sites(&p),
+            "dc1 owner, dc2 standby: not a standby: 10.0.2.5:5432 is writable"
+        );
     }
 }
