@@ -37,8 +37,8 @@ use secrecy::SecretString;
 use tokio::sync::OnceCell;
 
 use crate::driver::{
-    Build, CallContext, CapabilityGrade, Discovered, Driver, DriverError, ErrorKind, Identity,
-    Probe, Reading, Target, unsupported,
+    Build, CallContext, CapabilityGrade, ControllerErrors, Discovered, Driver, DriverError,
+    ErrorKind, Identity, Probe, Reading, Target, unsupported,
 };
 
 const STOP: &str = "container.stop";
@@ -113,16 +113,6 @@ impl Build for DockerDriver {
 }
 
 impl DockerDriver {
-    fn err(
-        &self,
-        kind: ErrorKind,
-        call: &str,
-        msg: impl Into<String>,
-        unknown: bool,
-    ) -> DriverError {
-        DriverError::new(kind, &self.id, call, msg, unknown)
-    }
-
     /// Maps a bollard error; `write` says whether the request may have changed something.
     fn map(&self, call: &str, e: BollardError, write: bool) -> DriverError {
         match e {

@@ -14,7 +14,8 @@ use qfence_model::{ControllerId, ControllerType};
 use super::NovaDriver;
 use super::types::{EvacuateRequest, EvacuationProgress, ServiceState, ServiceStatus};
 use crate::driver::{
-    CallContext, Discovered, Driver, DriverError, ErrorKind, Probe, Reading, Target, unsupported,
+    CallContext, ControllerErrors, Discovered, Driver, DriverError, ErrorKind, Probe, Reading,
+    Target, unsupported,
 };
 
 pub(crate) const FORCE_DOWN: &str = "host.force_down";
