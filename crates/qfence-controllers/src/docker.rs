@@ -73,7 +73,7 @@ impl Build for DockerDriver {
     ) -> Result<Self, DriverError> {
         let bad = |msg: String| DriverError::new(ErrorKind::Unsupported, &id, "build", msg, false);
         let ControllerKind::Docker { endpoint } = &config.kind else {
-            return Err(DriverError::wrong_type(&id, config, ControllerType::Docker));
+            return Err(DriverError::wrong_type(&id, config, Self::TYPE));
         };
         let endpoint = match endpoint.scheme() {
             "unix" => Endpoint::Unix(endpoint.path().to_owned()),
@@ -317,7 +317,7 @@ impl DockerDriver {
 
 impl Driver for DockerDriver {
     fn controller_type(&self) -> ControllerType {
-        ControllerType::Docker
+        Self::TYPE
     }
 
     fn id(&self) -> &ControllerId {

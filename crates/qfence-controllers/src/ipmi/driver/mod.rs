@@ -207,7 +207,7 @@ impl IpmiDriver {
 
 impl Driver for IpmiDriver {
     fn controller_type(&self) -> ControllerType {
-        ControllerType::Ipmi
+        Self::TYPE
     }
 
     fn id(&self) -> &ControllerId {
