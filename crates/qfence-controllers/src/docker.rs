@@ -37,8 +37,8 @@ use secrecy::SecretString;
 use tokio::sync::OnceCell;
 
 use crate::driver::{
-    Build, CallContext, CapabilityGrade, Discovered, Driver, DriverError, ErrorKind, Identity,
-    Probe, Reading, Target, unsupported,
+    Build, CallContext, CapabilityGrade, ControllerErrors, Discovered, Driver, DriverError,
+    ErrorKind, Identity, Probe, Reading, Target, unsupported,
 };
 
 const STOP: &str = "container.stop";
@@ -73,7 +73,7 @@ impl Build for DockerDriver {
     ) -> Result<Self, DriverError> {
         let bad = |msg: String| DriverError::new(ErrorKind::Unsupported, &id, "build", msg, false);
         let ControllerKind::Docker { endpoint } = &config.kind else {
-            return Err(DriverError::wrong_type(&id, config, ControllerType::Docker));
+            return Err(DriverError::wrong_type(&id, config, Self::TYPE));
         };
         let endpoint = match endpoint.scheme() {
             "unix" => Endpoint::Unix(endpoint.path().to_owned()),
@@ -113,16 +113,6 @@ impl Build for DockerDriver {
 }
 
 impl DockerDriver {
-    fn err(
-        &self,
-        kind: ErrorKind,
-        call: &str,
-        msg: impl Into<String>,
-        unknown: bool,
-    ) -> DriverError {
-        DriverError::new(kind, &self.id, call, msg, unknown)
-    }
-
     /// Maps a bollard error; `write` says whether the request may have changed something.
     fn map(&self, call: &str, e: BollardError, write: bool) -> DriverError {
         match e {
@@ -327,7 +317,7 @@ impl DockerDriver {
 
 impl Driver for DockerDriver {
     fn controller_type(&self) -> ControllerType {
-        ControllerType::Docker
+        Self::TYPE
     }
 
     fn id(&self) -> &ControllerId {

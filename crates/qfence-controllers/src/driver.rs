@@ -188,6 +188,31 @@ pub trait Driver: Send + Sync + fmt::Debug {
     }
 }
 
+/// What fails in a controller's name: every driver, and the clients and shared state a driver
+/// keeps apart (Nova's client, Proxmox's inner). One error helper for all of them.
+pub trait ControllerErrors {
+    /// The controller the errors name.
+    fn controller_id(&self) -> &ControllerId;
+
+    /// An error of `call` at this controller; `unknown` says whether the target's state is
+    /// now unknown.
+    fn err(
+        &self,
+        kind: ErrorKind,
+        call: &str,
+        msg: impl Into<String>,
+        unknown: bool,
+    ) -> DriverError {
+        DriverError::new(kind, self.controller_id(), call, msg, unknown)
+    }
+}
+
+impl<D: Driver> ControllerErrors for D {
+    fn controller_id(&self) -> &ControllerId {
+        self.id()
+    }
+}
+
 /// One shape for building every driver: from its controller's validated configuration and the
 /// secret this orchestrator resolved for it, without I/O (reading a CA file aside). A
 /// configuration of another type gives [`DriverError::wrong_type`]; whether the type needs a

@@ -18,7 +18,7 @@ use std::sync::{Arc, Mutex, OnceLock, RwLock};
 
 use qfence_cluster::node::ClusterNode;
 use qfence_cluster::state::ClusterState;
-use qfence_model::config::{ValidatedConfig, load_str, plan_api};
+use qfence_model::config::{Issue, ValidatedConfig, load_str, plan_api};
 use qfence_model::{ControllerId, PlanId};
 use serde::{Deserialize, Serialize};
 
@@ -171,25 +171,7 @@ impl EffectiveConfig {
     pub fn build(file: &ValidatedConfig, file_text: &str, entries: &ApiEntries) -> Self {
         let key = serde_json::to_string(entries).unwrap_or_default();
         let mut dropped = Vec::new();
-        let mut candidates: Vec<(&str, String, &serde_json::Value)> = Vec::new();
-        for (id, spec) in &entries.controllers {
-            if file.controller(id.as_str()).is_some() {
-                dropped.push(format!(
-                    "controller {id} registered through the API is shadowed by the configuration file's"
-                ));
-            } else {
-                candidates.push(("controllers", id.to_string(), spec));
-            }
-        }
-        for (id, spec) in &entries.plans {
-            if file.plan(id.as_str()).is_some() {
-                dropped.push(format!(
-                    "plan {id} created through the API is shadowed by the configuration file's"
-                ));
-            } else {
-                candidates.push(("plans", id.to_string(), spec));
-            }
-        }
+        let mut candidates = candidates(file, entries, &mut dropped);
         let file_only = |mut dropped: Vec<String>, why: String| {
             dropped.push(why);
             Self {
@@ -243,30 +225,7 @@ impl EffectiveConfig {
                 }
                 Err(issues) => issues,
             };
-            // Which entry each error is about: the longest name whose path it is under (names
-            // may hold dots: `plans.a.b.x` is about plan `a.b`, not `a`).
-            let mut blamed: Vec<(usize, Vec<&qfence_model::config::Issue>)> = Vec::new();
-            let mut unattributed = Vec::new();
-            for issue in issues.iter().filter(|i| i.is_error()) {
-                let owner = candidates
-                    .iter()
-                    .enumerate()
-                    .filter(|(_, (section, name, _))| {
-                        let prefix = format!("{section}.{name}");
-                        issue.path == prefix
-                            || issue.path.starts_with(&format!("{prefix}."))
-                            || issue.path.starts_with(&format!("{prefix}["))
-                    })
-                    .max_by_key(|(_, (_, name, _))| name.len())
-                    .map(|(i, _)| i);
-                match owner {
-                    Some(i) => match blamed.iter_mut().find(|(j, _)| *j == i) {
-                        Some((_, list)) => list.push(issue),
-                        None => blamed.push((i, vec![issue])),
-                    },
-                    None => unattributed.push(issue),
-                }
-            }
+            let (mut blamed, unattributed) = blame(&candidates, &issues);
             if blamed.is_empty() {
                 return file_only(
                     dropped,
@@ -294,8 +253,71 @@ impl EffectiveConfig {
     }
 }
 
+/// An API entry to add: its section (`plans`, `controllers`), its name and its spec.
+type Candidate<'a> = (&'static str, String, &'a serde_json::Value);
+
+/// The API's entries whose names the file does not hold; the others go to `dropped`, with why.
+fn candidates<'a>(
+    file: &ValidatedConfig,
+    entries: &'a ApiEntries,
+    dropped: &mut Vec<String>,
+) -> Vec<Candidate<'a>> {
+    let mut candidates: Vec<Candidate<'a>> = Vec::new();
+    for (id, spec) in &entries.controllers {
+        if file.controller(id.as_str()).is_some() {
+            dropped.push(format!(
+                "controller {id} registered through the API is shadowed by the configuration file's"
+            ));
+        } else {
+            candidates.push(("controllers", id.to_string(), spec));
+        }
+    }
+    for (id, spec) in &entries.plans {
+        if file.plan(id.as_str()).is_some() {
+            dropped.push(format!(
+                "plan {id} created through the API is shadowed by the configuration file's"
+            ));
+        } else {
+            candidates.push(("plans", id.to_string(), spec));
+        }
+    }
+    candidates
+}
+
+/// Errors by the index of the entry they are about.
+type Blamed<'i> = Vec<(usize, Vec<&'i Issue>)>;
+
+/// Which entry each error is about: the longest name whose path it is under (names may hold
+/// dots: `plans.a.b.x` is about plan `a.b`, not `a`). Returns the errors by entry index, in the
+/// order first blamed, and those about no entry.
+fn blame<'i>(candidates: &[Candidate<'_>], issues: &'i [Issue]) -> (Blamed<'i>, Vec<&'i Issue>) {
+    let mut blamed: Blamed<'i> = Vec::new();
+    let mut unattributed = Vec::new();
+    for issue in issues.iter().filter(|i| i.is_error()) {
+        let owner = candidates
+            .iter()
+            .enumerate()
+            .filter(|(_, (section, name, _))| {
+                let prefix = format!("{section}.{name}");
+                issue.path == prefix
+                    || issue.path.starts_with(&format!("{prefix}."))
+                    || issue.path.starts_with(&format!("{prefix}["))
+            })
+            .max_by_key(|(_, (_, name, _))| name.len())
+            .map(|(i, _)| i);
+        match owner {
+            Some(i) => match blamed.iter_mut().find(|(j, _)| *j == i) {
+                Some((_, list)) => list.push(issue),
+                None => blamed.push((i, vec![issue])),
+            },
+            None => unattributed.push(issue),
+        }
+    }
+    (blamed, unattributed)
+}
+
 /// Errors, one `path: message` each.
-fn describe(issues: &[&qfence_model::config::Issue]) -> String {
+fn describe(issues: &[&Issue]) -> String {
     issues
         .iter()
         .filter(|i| i.is_error())

@@ -12,7 +12,7 @@ use qfence_cluster::node::{ClusterNode, NodeOptions, Timing};
 use qfence_cluster::tls::{CertificateAuthority, JoinToken, NodeTls};
 use qfence_controllers::SecretStore;
 use qfence_model::OrchestratorId;
-use qfence_model::config::ValidatedConfig;
+use qfence_model::config::{OrchestratorConfig, ValidatedConfig};
 use tokio_util::sync::CancellationToken;
 
 use crate::drivers::{DriverExecutor, LocalDrivers};
@@ -262,73 +262,153 @@ fn orchestrator_gauges(node: &ClusterNode, timing: &Timing) -> crate::metrics::O
     })
 }
 
+/// This orchestrator's entry in the configuration, and where its cluster endpoint listens.
+fn this_orchestrator(
+    o: &OrchestratorOptions,
+) -> Result<(OrchestratorConfig, SocketAddr), RuntimeError> {
+    let me = o
+        .config
+        .config()
+        .orchestrators
+        .get(&o.name)
+        .cloned()
+        .ok_or_else(|| {
+            setup(format!(
+                "orchestrator {:?} is not in the configuration's orchestrators: {}",
+                o.name.as_str(),
+                o.config
+                    .config()
+                    .orchestrators
+                    .keys()
+                    .map(|k| k.as_str())
+                    .collect::<Vec<_>>()
+                    .join(", ")
+            ))
+        })?;
+    let cluster_listen = match o.cluster_listen {
+        Some(a) => a,
+        None => me.address.parse().map_err(|_| {
+            setup(format!(
+                "orchestrator {}'s address {:?} is not IP:PORT; give the cluster listen address",
+                o.name, me.address
+            ))
+        })?,
+    };
+    Ok((me, cluster_listen))
+}
+
+/// The node's TLS material as found or made before the node starts.
+struct TlsReady {
+    tls: NodeTls,
+    /// `DATA/tls`, named in the error when a joining node finds no cluster.
+    tls_dir: PathBuf,
+    /// Whether this data directory may start a cluster of its own.
+    may_create: bool,
+}
+
+/// Saves a join token's certificate on a first join, loads or makes the node's TLS material and
+/// writes the join tokens asked for.
+fn prepare_tls(o: &OrchestratorOptions, me: &OrchestratorConfig) -> Result<TlsReady, RuntimeError> {
+    let cluster_name = &o.config.config().cluster.name;
+    let tls_dir = o.data_dir.join("tls");
+    let has_tls = tls_dir.join(qfence_cluster::tls::CERT_FILE).exists();
+    if let Some(j) = &o.join
+        && !has_tls
+    {
+        if j.token.name != o.name.as_str() {
+            return Err(setup(format!(
+                "the join token is for orchestrator {}, not {}: use the one issued for {}",
+                j.token.name, o.name, o.name
+            )));
+        }
+        if j.token.cluster != *cluster_name {
+            return Err(setup(format!(
+                "the join token is for cluster {:?}, but the configuration's cluster is {:?}",
+                j.token.cluster, cluster_name
+            )));
+        }
+        j.token.tls().save(&tls_dir)?;
+    }
+    // A data directory with a certificate but no CA was set up to join a cluster: it must
+    // never start a cluster of its own (that would be a second cluster, split from the
+    // first).
+    let may_create = !has_tls || o.data_dir.join("ca").join("ca.pem").exists();
+    let tls = node_tls(&o.data_dir, cluster_name, &o.name, &me.address)?;
+    // Before the node starts: an orchestrator without the CA fails here, changing nothing.
+    if o.write_join_tokens {
+        write_join_tokens(&o.data_dir, &o.config, &o.name)?;
+    }
+    Ok(TlsReady {
+        tls,
+        tls_dir,
+        may_create,
+    })
+}
+
+/// Joins through the seed, creates a one-voter cluster or finds this node a member already; a
+/// node that may not create one and was not told to join stops here.
+async fn join_or_create(
+    node: &ClusterNode,
+    o: &OrchestratorOptions,
+    ready: &TlsReady,
+) -> Result<Membership, RuntimeError> {
+    let member = node.is_initialized().await?;
+    Ok(match &o.join {
+        Some(_) if member => {
+            tracing::info!("Already a member of the cluster: nothing to join");
+            node.initialize().await?;
+            Membership::Member
+        }
+        Some(j) => {
+            if let Err(e) = join_patiently(node, &j.seed).await {
+                node.shutdown().await;
+                return Err(e);
+            }
+            node.wait_for_leader(Duration::from_secs(30)).await?;
+            Membership::Joined
+        }
+        None if !member && !ready.may_create => {
+            node.shutdown().await;
+            return Err(setup(format!(
+                "{} holds this orchestrator's certificate but no cluster: it was set up to \
+                 join one; start it with --join ADDR (and its join token), or remove {} to \
+                 create a new cluster",
+                o.data_dir.display(),
+                ready.tls_dir.display()
+            )));
+        }
+        None => {
+            node.initialize().await?;
+            if member {
+                Membership::Member
+            } else {
+                Membership::Created
+            }
+        }
+    })
+}
+
+/// Opens `DATA/events.jsonl`, cutting off a last record a crash tore.
+fn open_event_log(data_dir: &Path) -> Result<EventLog<JsonlStore>, RuntimeError> {
+    let events_path = data_dir.join("events.jsonl");
+    if events_path.exists()
+        && let Some(torn) = repair_torn_tail(&events_path)?
+    {
+        tracing::warn!(
+            bytes = torn.bytes,
+            "Cut a torn last record off the event log"
+        );
+    }
+    Ok(EventLog::open(JsonlStore::open(&events_path)?)?)
+}
+
 impl Orchestrator {
     /// Starts everything. Spawns tasks; call inside a Tokio runtime.
     pub async fn start(o: OrchestratorOptions) -> Result<Self, RuntimeError> {
         qfence_cluster::tls::install_crypto_provider();
-        let me = o
-            .config
-            .config()
-            .orchestrators
-            .get(&o.name)
-            .cloned()
-            .ok_or_else(|| {
-                setup(format!(
-                    "orchestrator {:?} is not in the configuration's orchestrators: {}",
-                    o.name.as_str(),
-                    o.config
-                        .config()
-                        .orchestrators
-                        .keys()
-                        .map(|k| k.as_str())
-                        .collect::<Vec<_>>()
-                        .join(", ")
-                ))
-            })?;
-        let cluster_listen = match o.cluster_listen {
-            Some(a) => a,
-            None => me.address.parse().map_err(|_| {
-                setup(format!(
-                    "orchestrator {}'s address {:?} is not IP:PORT; give the cluster listen address",
-                    o.name, me.address
-                ))
-            })?,
-        };
+        let (me, cluster_listen) = this_orchestrator(&o)?;
         std::fs::create_dir_all(&o.data_dir).map_err(io(&o.data_dir))?;
-        let cluster_name = &o.config.config().cluster.name;
-        let tls_dir = o.data_dir.join("tls");
-        let has_tls = tls_dir.join(qfence_cluster::tls::CERT_FILE).exists();
-        if let Some(j) = &o.join
-            && !has_tls
-        {
-            if j.token.name != o.name.as_str() {
-                return Err(setup(format!(
-                    "the join token is for orchestrator {}, not {}: use the one issued for {}",
-                    j.token.name, o.name, o.name
-                )));
-            }
-            if j.token.cluster != *cluster_name {
-                return Err(setup(format!(
-                    "the join token is for cluster {:?}, but the configuration's cluster is {:?}",
-                    j.token.cluster, cluster_name
-                )));
-            }
-            j.token.tls().save(&tls_dir)?;
-        }
-        // A data directory with a certificate but no CA was set up to join a cluster: it must
-        // never start a cluster of its own (that would be a second cluster, split from the
-        // first).
-        let may_create = !has_tls || o.data_dir.join("ca").join("ca.pem").exists();
-        let tls = node_tls(
-            &o.data_dir,
-            &o.config.config().cluster.name,
-            &o.name,
-            &me.address,
-        )?;
-        // Before the node starts: an orchestrator without the CA fails here, changing nothing.
-        if o.write_join_tokens {
-            write_join_tokens(&o.data_dir, &o.config, &o.name)?;
-        }
+        let ready = prepare_tls(&o, &me)?;
         // The file's configuration until the node is up; then the file's plus the API's.
         let cell = ConfigCell::new(o.config.clone(), o.config_text.clone());
         let drivers = Arc::new(LocalDrivers::build(o.name.clone(), &cell, &o.secrets));
@@ -349,58 +429,16 @@ impl Orchestrator {
                 listen: cluster_listen,
                 advertise: Some(me.address.clone()),
                 data_dir: o.data_dir.clone(),
-                tls: tls.clone(),
+                tls: ready.tls.clone(),
                 timing: o.timing.clone(),
                 admin_api: false,
             },
             Arc::new(DriverExecutor(drivers.clone())),
         )
         .await?;
-        let member = node.is_initialized().await?;
-        let membership = match &o.join {
-            Some(_) if member => {
-                tracing::info!("Already a member of the cluster: nothing to join");
-                node.initialize().await?;
-                Membership::Member
-            }
-            Some(j) => {
-                if let Err(e) = join_patiently(&node, &j.seed).await {
-                    node.shutdown().await;
-                    return Err(e);
-                }
-                node.wait_for_leader(Duration::from_secs(30)).await?;
-                Membership::Joined
-            }
-            None if !member && !may_create => {
-                node.shutdown().await;
-                return Err(setup(format!(
-                    "{} holds this orchestrator's certificate but no cluster: it was set up to \
-                     join one; start it with --join ADDR (and its join token), or remove {} to \
-                     create a new cluster",
-                    o.data_dir.display(),
-                    tls_dir.display()
-                )));
-            }
-            None => {
-                node.initialize().await?;
-                if member {
-                    Membership::Member
-                } else {
-                    Membership::Created
-                }
-            }
-        };
+        let membership = join_or_create(&node, &o, &ready).await?;
 
-        let events_path = o.data_dir.join("events.jsonl");
-        if events_path.exists()
-            && let Some(torn) = repair_torn_tail(&events_path)?
-        {
-            tracing::warn!(
-                bytes = torn.bytes,
-                "Cut a torn last record off the event log"
-            );
-        }
-        let log = EventLog::open(JsonlStore::open(&events_path)?)?;
+        let log = open_event_log(&o.data_dir)?;
         let metrics = Metrics::new();
         drivers.attach_metrics(metrics.clone());
         metrics.observe_orchestrator(orchestrator_gauges(&node, &o.timing));
@@ -424,7 +462,7 @@ impl Orchestrator {
             node,
             backend,
             metrics,
-            tls,
+            tls: ready.tls,
             unavailable,
             first_tick,
             engine_stop,

@@ -26,7 +26,7 @@ impl Build for FenceAgentDriver {
 
 impl Driver for FenceAgentDriver {
     fn controller_type(&self) -> ControllerType {
-        ControllerType::FenceAgent
+        Self::TYPE
     }
 
     fn id(&self) -> &ControllerId {

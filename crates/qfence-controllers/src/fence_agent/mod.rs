@@ -32,8 +32,8 @@ use tokio::sync::OnceCell;
 use tokio::time::Instant;
 
 use crate::driver::{
-    Build, CallContext, CapabilityGrade, Discovered, Driver, DriverError, ErrorKind, Identity,
-    Probe, Reading, Target,
+    Build, CallContext, CapabilityGrade, ControllerErrors, Discovered, Driver, DriverError,
+    ErrorKind, Identity, Probe, Reading, Target,
 };
 use crate::error::Error;
 use crate::secrets::Secret;
@@ -135,16 +135,6 @@ impl FenceAgentDriver {
     /// The fence level the controller's configuration gives its fences.
     pub fn level(&self) -> FenceLevel {
         self.level
-    }
-
-    fn err(
-        &self,
-        kind: ErrorKind,
-        call: &str,
-        msg: impl Into<String>,
-        unknown: bool,
-    ) -> DriverError {
-        DriverError::new(kind, &self.id, call, msg, unknown)
     }
 
     /// The plug to pass for a resource: only when the agent takes one.

@@ -12,11 +12,7 @@ impl Build for FortigateDriver {
         secret: Option<SecretString>,
     ) -> Result<Self, DriverError> {
         let ControllerKind::Fortigate { endpoint, vdom } = &config.kind else {
-            return Err(DriverError::wrong_type(
-                &id,
-                config,
-                ControllerType::Fortigate,
-            ));
+            return Err(DriverError::wrong_type(&id, config, Self::TYPE));
         };
         let key = required_secret(&id, Self::TYPE, secret)?;
         Ok(FortigateDriver {
@@ -32,7 +28,7 @@ impl Build for FortigateDriver {
 
 impl Driver for FortigateDriver {
     fn controller_type(&self) -> ControllerType {
-        ControllerType::Fortigate
+        Self::TYPE
     }
 
     fn id(&self) -> &ControllerId {

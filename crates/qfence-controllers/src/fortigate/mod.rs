@@ -31,8 +31,8 @@ use serde_json::{Value, json};
 use tokio::sync::OnceCell;
 
 use crate::driver::{
-    Build, CallContext, CapabilityGrade, Discovered, Driver, DriverError, ErrorKind, Identity,
-    Probe, Reading, Target, required_secret, unsupported,
+    Build, CallContext, CapabilityGrade, ControllerErrors, Discovered, Driver, DriverError,
+    ErrorKind, Identity, Probe, Reading, Target, required_secret, unsupported,
 };
 use crate::http::{self, HttpClient};
 
@@ -71,18 +71,6 @@ struct Answer {
     status: StatusCode,
     body: Value,
     fingerprint: Option<String>,
-}
-
-impl FortigateDriver {
-    fn err(
-        &self,
-        kind: ErrorKind,
-        call: &str,
-        msg: impl Into<String>,
-        unknown: bool,
-    ) -> DriverError {
-        DriverError::new(kind, &self.id, call, msg, unknown)
-    }
 }
 
 fn first_result(body: &Value) -> Option<Value> {

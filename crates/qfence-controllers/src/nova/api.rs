@@ -18,7 +18,7 @@ use super::types::{
     Migration, MigrationType, Server, ServerStatus, ServiceState, WireAggregate, WireFlavor,
     WireMigration, WireServer, WireService,
 };
-use crate::driver::{CallContext, DriverError, ErrorKind};
+use crate::driver::{CallContext, ControllerErrors, DriverError, ErrorKind};
 
 /// Servers asked for per page of a listing.
 const PAGE: usize = 1000;

@@ -16,7 +16,7 @@ use tokio::time::Instant;
 
 use super::keystone::{self, Token};
 use super::microversion::{Microversion, VersionRange};
-use crate::driver::{DriverError, ErrorKind};
+use crate::driver::{ControllerErrors, DriverError, ErrorKind};
 use crate::http::{self, HttpClient};
 
 /// How many times a read answered 5xx or lost in transit is sent.
@@ -81,6 +81,12 @@ impl std::fmt::Debug for Client {
     }
 }
 
+impl ControllerErrors for Client {
+    fn controller_id(&self) -> &ControllerId {
+        &self.id
+    }
+}
+
 impl Client {
     pub(crate) fn new(
         id: ControllerId,
@@ -103,16 +109,6 @@ impl Client {
             session: tokio::sync::Mutex::new(None),
             versions: Mutex::new(None),
         }
-    }
-
-    pub(crate) fn err(
-        &self,
-        kind: ErrorKind,
-        call: &str,
-        msg: impl Into<String>,
-        unknown: bool,
-    ) -> DriverError {
-        DriverError::new(kind, &self.id, call, msg, unknown)
     }
 
     /// The HTTPS client (TLS trust, same-origin redirects, no proxy), built on first use

@@ -14,7 +14,8 @@ use qfence_model::{ControllerId, ControllerType};
 use super::NovaDriver;
 use super::types::{EvacuateRequest, EvacuationProgress, ServiceState, ServiceStatus};
 use crate::driver::{
-    CallContext, Discovered, Driver, DriverError, ErrorKind, Probe, Reading, Target, unsupported,
+    Build, CallContext, ControllerErrors, Discovered, Driver, DriverError, ErrorKind, Probe,
+    Reading, Target, unsupported,
 };
 
 pub(crate) const FORCE_DOWN: &str = "host.force_down";
@@ -180,7 +181,7 @@ impl NovaDriver {
 
 impl Driver for NovaDriver {
     fn controller_type(&self) -> ControllerType {
-        ControllerType::Nova
+        Self::TYPE
     }
 
     fn id(&self) -> &ControllerId {

@@ -92,7 +92,7 @@ impl Build for NovaDriver {
             region,
         } = &config.kind
         else {
-            return Err(DriverError::wrong_type(&id, config, ControllerType::Nova));
+            return Err(DriverError::wrong_type(&id, config, Self::TYPE));
         };
         let secret = required_secret(&id, Self::TYPE, secret)?;
         // `https://keystone:5000` and `https://keystone:5000/v3` both mean Keystone v3.

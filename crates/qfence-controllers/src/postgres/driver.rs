@@ -15,11 +15,7 @@ impl Build for PostgresDriver {
     ) -> Result<Self, DriverError> {
         let bad = |kind, msg: String| DriverError::new(kind, &id, "build", msg, false);
         let ControllerKind::Postgres { endpoint, username } = &config.kind else {
-            return Err(DriverError::wrong_type(
-                &id,
-                config,
-                ControllerType::Postgres,
-            ));
+            return Err(DriverError::wrong_type(&id, config, Self::TYPE));
         };
         if endpoint.username() != "" || endpoint.password().is_some() {
             return Err(bad(
@@ -52,7 +48,7 @@ impl Build for PostgresDriver {
 
 impl Driver for PostgresDriver {
     fn controller_type(&self) -> ControllerType {
-        ControllerType::Postgres
+        Self::TYPE
     }
 
     fn id(&self) -> &ControllerId {

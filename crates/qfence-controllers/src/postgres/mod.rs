@@ -51,8 +51,8 @@ use tokio::task::JoinHandle;
 use tokio_postgres::error::SqlState;
 
 use crate::driver::{
-    Build, CallContext, CapabilityGrade, Discovered, Driver, DriverError, ErrorKind, Identity,
-    Probe, Reading, Target, unsupported,
+    Build, CallContext, CapabilityGrade, ControllerErrors, Discovered, Driver, DriverError,
+    ErrorKind, Identity, Probe, Reading, Target, unsupported,
 };
 
 mod client;
@@ -149,16 +149,6 @@ struct LagState {
 }
 
 impl PostgresDriver {
-    fn err(
-        &self,
-        kind: ErrorKind,
-        call: &str,
-        msg: impl Into<String>,
-        unknown: bool,
-    ) -> DriverError {
-        DriverError::new(kind, &self.id, call, msg, unknown)
-    }
-
     fn server(&self) -> String {
         format!("{}:{}", self.host, self.port)
     }

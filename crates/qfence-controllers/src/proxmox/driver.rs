@@ -14,11 +14,7 @@ impl Build for ProxmoxDriver {
         secret: Option<SecretString>,
     ) -> Result<Self, DriverError> {
         let ControllerKind::Proxmox { endpoint, auth } = &config.kind else {
-            return Err(DriverError::wrong_type(
-                &id,
-                config,
-                ControllerType::Proxmox,
-            ));
+            return Err(DriverError::wrong_type(&id, config, Self::TYPE));
         };
         let secret = required_secret(&id, Self::TYPE, secret)?;
         // Accept `https://host:8006` and `https://host:8006/api2/json`.
@@ -231,7 +227,7 @@ impl Inner {
 
 impl Driver for ProxmoxDriver {
     fn controller_type(&self) -> ControllerType {
-        ControllerType::Proxmox
+        Self::TYPE
     }
 
     fn id(&self) -> &ControllerId {

@@ -38,8 +38,8 @@ use serde_json::Value;
 use tokio::sync::OnceCell;
 
 use crate::driver::{
-    Build, CallContext, CapabilityGrade, Discovered, Driver, DriverError, ErrorKind, Identity,
-    Probe, Reading, Target, required_secret, unsupported,
+    Build, CallContext, CapabilityGrade, ControllerErrors, Discovered, Driver, DriverError,
+    ErrorKind, Identity, Probe, Reading, Target, required_secret, unsupported,
 };
 use crate::http::{self, HttpClient};
 
@@ -278,15 +278,11 @@ impl Inner {
     fn shared(&self) -> Arc<Inner> {
         self.me.upgrade().expect("a driver outlives its calls")
     }
+}
 
-    fn err(
-        &self,
-        kind: ErrorKind,
-        call: &str,
-        msg: impl Into<String>,
-        unknown: bool,
-    ) -> DriverError {
-        DriverError::new(kind, &self.id, call, msg, unknown)
+impl ControllerErrors for Inner {
+    fn controller_id(&self) -> &ControllerId {
+        &self.id
     }
 }
 

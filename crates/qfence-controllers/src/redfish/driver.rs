@@ -261,7 +261,7 @@ impl Build for RedfishDriver {
 
 impl Driver for RedfishDriver {
     fn controller_type(&self) -> ControllerType {
-        ControllerType::Redfish
+        Self::TYPE
     }
 
     fn id(&self) -> &ControllerId {

@@ -38,8 +38,8 @@ use serde_json::Value;
 use tokio::time::Instant;
 
 use crate::driver::{
-    Build, CallContext, CapabilityGrade, Discovered, Driver, DriverError, ErrorKind, Identity,
-    Probe, Reading, Target, required_secret,
+    Build, CallContext, CapabilityGrade, ControllerErrors, Discovered, Driver, DriverError,
+    ErrorKind, Identity, Probe, Reading, Target, required_secret,
 };
 use crate::error::Error;
 use crate::http::{self, HttpClient};
@@ -216,16 +216,6 @@ impl RedfishDriver {
     /// The certificate fingerprint the target showed last, if any.
     pub fn seen_fingerprint(&self) -> Option<String> {
         self.http.seen.get()
-    }
-
-    fn err(
-        &self,
-        kind: ErrorKind,
-        call: &str,
-        msg: impl Into<String>,
-        unknown: bool,
-    ) -> DriverError {
-        DriverError::new(kind, &self.id, call, msg, unknown)
     }
 
     fn url(&self, call: &str, path: &str) -> Result<url::Url, DriverError> {

@@ -7,7 +7,7 @@ use std::collections::BTreeMap;
 
 use serde_json::Value;
 
-use qfence_runtime::dto::{ControllerView, PlanStatus, SiteRole};
+use qfence_runtime::dto::{ControllerView, PlanStatus, SiteRole, SiteStatus};
 
 const BOX_W: u32 = 132;
 const BOX_H: u32 = 58;
@@ -114,7 +114,59 @@ pub(crate) fn layout(
     status: Option<&PlanStatus>,
     controllers: &[ControllerView],
 ) -> Diagram {
-    let mut nodes = vec![node(
+    let mut nodes = vec![plan_node(plan, status)];
+    let (parents, bindings) = parent_nodes(&mut nodes, spec, status);
+    let binding_ids = binding_nodes(&mut nodes, &bindings);
+    place_parents(&mut nodes, &parents, &bindings, &binding_ids);
+    let controllers = controller_nodes(&mut nodes, &bindings, &binding_ids, controllers);
+    let secrets = secret_nodes(&mut nodes, &controllers.secrets);
+    // The plan box over everything.
+    let centre = parents
+        .iter()
+        .map(|p| f64::from(nodes[*p].cx()))
+        .sum::<f64>()
+        / parents.len().max(1) as f64;
+    place(&mut nodes, &[0], &[centre.max(f64::from(BOX_W))], 0);
+
+    let mut edges = Vec::new();
+    let mut link = |from: usize, to: usize, nodes: &[Node]| {
+        edges.push(Edge {
+            x1: nodes[from].cx(),
+            y1: nodes[from].bottom(),
+            x2: nodes[to].cx(),
+            y2: nodes[to].y,
+        });
+    };
+    for p in &parents {
+        link(0, *p, &nodes);
+    }
+    for (b, id) in bindings.iter().zip(&binding_ids) {
+        link(b.parent, *id, &nodes);
+    }
+    // Controllers under their bindings, then secrets under their controllers.
+    for (users_by_name, ids) in [
+        (&controllers.used, &controllers.ids),
+        (&controllers.secrets, &secrets),
+    ] {
+        for ((_, users), id) in users_by_name.iter().zip(ids) {
+            for u in users {
+                link(*u, *id, &nodes);
+            }
+        }
+    }
+    let width = nodes.iter().map(|n| n.x + n.w).max().unwrap_or(0) + MARGIN;
+    let layers = if secrets.is_empty() { 4 } else { 5 };
+    Diagram {
+        width: width.max(BOX_W + 2 * MARGIN),
+        height: layer_y(layers) - GAP_Y + MARGIN,
+        nodes,
+        edges,
+    }
+}
+
+/// The plan's own box, with its owner when the status is known.
+fn plan_node(plan: &str, status: Option<&PlanStatus>) -> Node {
+    node(
         "plan",
         vec![
             "Plan".into(),
@@ -123,30 +175,22 @@ pub(crate) fn layout(
                 .map(|s| format!("owner {}", s.owner))
                 .unwrap_or_default(),
         ],
-    )];
+    )
+}
+
+/// Pushes one box per instance and one for the service (when it has bindings); returns their
+/// indices and the bindings under them, in the order written.
+fn parent_nodes(
+    nodes: &mut Vec<Node>,
+    spec: &Value,
+    status: Option<&PlanStatus>,
+) -> (Vec<usize>, Vec<Binding>) {
     let mut parents: Vec<usize> = Vec::new();
     let mut bindings: Vec<Binding> = Vec::new();
-
     let instances = spec.get("instances").and_then(Value::as_object);
     for (site, list) in instances.into_iter().flatten() {
         let site_status = status.and_then(|s| s.sites.iter().find(|x| &x.site == site));
-        let mut n = node("instance", vec![format!("Instance at {site}")]);
-        if let Some(ss) = site_status {
-            let verdict = crate::console::verdict_class(&ss.verdict);
-            n.lines.push(match ss.role {
-                SiteRole::Owner => "owner".to_owned(),
-                SiteRole::Standby => format!("standby · {}", verdict.to_uppercase()),
-            });
-            n.class = match ss.role {
-                SiteRole::Owner => "instance owner".to_owned(),
-                SiteRole::Standby => format!("instance {verdict}"),
-            };
-            if ss.maintenance {
-                n.lines.push("in maintenance".into());
-            }
-        }
-        n.title = n.lines.join(" · ");
-        nodes.push(n);
+        nodes.push(instance_node(site, site_status));
         let parent = nodes.len() - 1;
         parents.push(parent);
         for b in list.as_array().into_iter().flatten() {
@@ -166,8 +210,32 @@ pub(crate) fn layout(
             bindings.push(binding(parent, b));
         }
     }
+    (parents, bindings)
+}
 
-    // Bindings, left to right in the order written: the widest layer, it sets the width.
+/// An instance's box: its role and verdict when the status names the site.
+fn instance_node(site: &str, site_status: Option<&SiteStatus>) -> Node {
+    let mut n = node("instance", vec![format!("Instance at {site}")]);
+    if let Some(ss) = site_status {
+        let verdict = crate::console::verdict_class(&ss.verdict);
+        n.lines.push(match ss.role {
+            SiteRole::Owner => "owner".to_owned(),
+            SiteRole::Standby => format!("standby · {}", verdict.to_uppercase()),
+        });
+        n.class = match ss.role {
+            SiteRole::Owner => "instance owner".to_owned(),
+            SiteRole::Standby => format!("instance {verdict}"),
+        };
+        if ss.maintenance {
+            n.lines.push("in maintenance".into());
+        }
+    }
+    n.title = n.lines.join(" · ");
+    n
+}
+
+/// Bindings, left to right in the order written: the widest layer, it sets the width.
+fn binding_nodes(nodes: &mut Vec<Node>, bindings: &[Binding]) -> Vec<usize> {
     let binding_ids: Vec<usize> = bindings
         .iter()
         .map(|b| {
@@ -199,15 +267,18 @@ pub(crate) fn layout(
     let wanted: Vec<f64> = (0..binding_ids.len())
         .map(|i| f64::from(MARGIN) + f64::from(BOX_W) / 2.0 + step * i as f64)
         .collect();
-    place(&mut nodes, &binding_ids, &wanted, 2);
+    place(nodes, &binding_ids, &wanted, 2);
+    binding_ids
+}
 
-    // Instances and the service over their bindings.
+/// Instances and the service over their bindings.
+fn place_parents(nodes: &mut [Node], parents: &[usize], bindings: &[Binding], ids: &[usize]) {
     let wanted: Vec<f64> = parents
         .iter()
         .map(|p| {
             let xs: Vec<f64> = bindings
                 .iter()
-                .zip(&binding_ids)
+                .zip(ids)
                 .filter(|(b, _)| b.parent == *p)
                 .map(|(_, id)| f64::from(nodes[*id].cx()))
                 .collect();
@@ -218,14 +289,36 @@ pub(crate) fn layout(
             }
         })
         .collect();
-    place(&mut nodes, &parents, &wanted, 1);
+    place(nodes, parents, &wanted, 1);
+}
 
-    // Controllers under the bindings that use them; secrets under their controllers.
+/// The controllers' layer: which boxes use each controller and each secret.
+struct ControllerLayer {
+    /// Controller name to the binding boxes that use it.
+    used: BTreeMap<String, Vec<usize>>,
+    /// The controllers' boxes, in the order of `used`.
+    ids: Vec<usize>,
+    /// Secret name to the controller boxes that name it.
+    secrets: BTreeMap<String, Vec<usize>>,
+}
+
+/// The mean centre of `users`' boxes: where a box under them wants to stand.
+fn mean_cx(nodes: &[Node], users: &[usize]) -> f64 {
+    users.iter().map(|u| f64::from(nodes[*u].cx())).sum::<f64>() / users.len() as f64
+}
+
+/// Controllers under the bindings that use them.
+fn controller_nodes(
+    nodes: &mut Vec<Node>,
+    bindings: &[Binding],
+    binding_ids: &[usize],
+    controllers: &[ControllerView],
+) -> ControllerLayer {
     let mut used: BTreeMap<String, Vec<usize>> = BTreeMap::new();
-    for (b, id) in bindings.iter().zip(&binding_ids) {
+    for (b, id) in bindings.iter().zip(binding_ids) {
         used.entry(b.controller.clone()).or_default().push(*id);
     }
-    let mut controller_ids = Vec::new();
+    let mut ids = Vec::new();
     let mut wanted = Vec::new();
     let mut secrets: BTreeMap<String, Vec<usize>> = BTreeMap::new();
     for (name, users) in &used {
@@ -244,66 +337,27 @@ pub(crate) fn layout(
         }
         nodes.push(n);
         let id = nodes.len() - 1;
-        controller_ids.push(id);
-        wanted.push(
-            users.iter().map(|u| f64::from(nodes[*u].cx())).sum::<f64>() / users.len() as f64,
-        );
+        ids.push(id);
+        wanted.push(mean_cx(nodes, users));
         if let Some(secret) = view.and_then(|c| c.secret.clone()) {
             secrets.entry(secret).or_default().push(id);
         }
     }
-    place(&mut nodes, &controller_ids, &wanted, 3);
-    let mut secret_ids = Vec::new();
-    let mut wanted = Vec::new();
-    for (name, users) in &secrets {
-        nodes.push(node("secret", vec!["Secret".into(), name.clone()]));
-        secret_ids.push(nodes.len() - 1);
-        wanted.push(
-            users.iter().map(|u| f64::from(nodes[*u].cx())).sum::<f64>() / users.len() as f64,
-        );
-    }
-    place(&mut nodes, &secret_ids, &wanted, 4);
-    // The plan box over everything.
-    let centre = parents
-        .iter()
-        .map(|p| f64::from(nodes[*p].cx()))
-        .sum::<f64>()
-        / parents.len().max(1) as f64;
-    place(&mut nodes, &[0], &[centre.max(f64::from(BOX_W))], 0);
+    place(nodes, &ids, &wanted, 3);
+    ControllerLayer { used, ids, secrets }
+}
 
-    let mut edges = Vec::new();
-    let mut link = |from: usize, to: usize, nodes: &[Node]| {
-        edges.push(Edge {
-            x1: nodes[from].cx(),
-            y1: nodes[from].bottom(),
-            x2: nodes[to].cx(),
-            y2: nodes[to].y,
-        });
-    };
-    for p in &parents {
-        link(0, *p, &nodes);
+/// Secrets under their controllers; returns their boxes, in the order of `secrets`.
+fn secret_nodes(nodes: &mut Vec<Node>, secrets: &BTreeMap<String, Vec<usize>>) -> Vec<usize> {
+    let mut ids = Vec::new();
+    let mut wanted = Vec::new();
+    for (name, users) in secrets {
+        nodes.push(node("secret", vec!["Secret".into(), name.clone()]));
+        ids.push(nodes.len() - 1);
+        wanted.push(mean_cx(nodes, users));
     }
-    for (b, id) in bindings.iter().zip(&binding_ids) {
-        link(b.parent, *id, &nodes);
-    }
-    for ((_, users), cid) in used.iter().zip(&controller_ids) {
-        for u in users {
-            link(*u, *cid, &nodes);
-        }
-    }
-    for ((_, users), sid) in secrets.iter().zip(&secret_ids) {
-        for u in users {
-            link(*u, *sid, &nodes);
-        }
-    }
-    let width = nodes.iter().map(|n| n.x + n.w).max().unwrap_or(0) + MARGIN;
-    let layers = if secret_ids.is_empty() { 4 } else { 5 };
-    Diagram {
-        width: width.max(BOX_W + 2 * MARGIN),
-        height: layer_y(layers) - GAP_Y + MARGIN,
-        nodes,
-        edges,
-    }
+    place(nodes, &ids, &wanted, 4);
+    ids
 }
 
 fn binding(parent: usize, b: &Value) -> Binding {

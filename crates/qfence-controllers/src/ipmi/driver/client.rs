@@ -43,7 +43,7 @@ impl IpmiDriver {
         };
         let s = Session::open(&params)
             .await
-            .map_err(|f| self.err(call, f, false))?;
+            .map_err(|f| self.failed(call, f, false))?;
         tracing::debug!(controller = %self.id, call, privilege = %s.privilege, "Opened an IPMI session");
         Ok(s)
     }
@@ -61,7 +61,7 @@ impl IpmiDriver {
     ) -> Result<Vec<u8>, DriverError> {
         let r = s.request(nf, c, data).await.map_err(|f| {
             let unknown = changes_state && f.maybe_delivered;
-            let mut e = self.err(call, f, unknown);
+            let mut e = self.failed(call, f, unknown);
             e.message = format!("{name}: {}", e.message);
             e
         })?;

@@ -11,8 +11,8 @@ use secrecy::SecretString;
 use super::session::{self, Failure, Params, Retry, Session};
 use super::wire::{self, CipherSuite, Privilege, WatchdogAction, WatchdogTimer, cmd, netfn};
 use crate::driver::{
-    Build, CallContext, CapabilityGrade, Discovered, Driver, DriverError, ErrorKind, Identity,
-    Probe, Reading, Target, required_secret,
+    Build, CallContext, CapabilityGrade, ControllerErrors, Discovered, Driver, DriverError,
+    ErrorKind, Identity, Probe, Reading, Target, required_secret,
 };
 
 mod client;
@@ -171,8 +171,9 @@ impl IpmiDriver {
         self
     }
 
-    fn err(&self, call: &str, f: Failure, state_unknown: bool) -> DriverError {
-        DriverError::new(f.kind, &self.id, call, f.message, state_unknown)
+    /// The error of `call` for a failed exchange with the BMC.
+    fn failed(&self, call: &str, f: Failure, state_unknown: bool) -> DriverError {
+        self.err(f.kind, call, f.message, state_unknown)
     }
 
     fn power_reading(&self, ctx: &CallContext, st: wire::ChassisStatus) -> Reading {
@@ -206,7 +207,7 @@ impl IpmiDriver {
 
 impl Driver for IpmiDriver {
     fn controller_type(&self) -> ControllerType {
-        ControllerType::Ipmi
+        Self::TYPE
     }
 
     fn id(&self) -> &ControllerId {

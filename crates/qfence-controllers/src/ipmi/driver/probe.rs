@@ -61,7 +61,7 @@ impl IpmiDriver {
                     warnings.push("the BMC does not announce IPMI 2.0 (RMCP+) support".into());
                 }
             }
-            Err(f) if f.kind == ErrorKind::Unreachable => return Err(self.err(call, f, false)),
+            Err(f) if f.kind == ErrorKind::Unreachable => return Err(self.failed(call, f, false)),
             Err(f) => warnings.push(format!(
                 "Get Channel Authentication Capabilities failed: {}",
                 f.message

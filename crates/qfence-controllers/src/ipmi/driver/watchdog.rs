@@ -170,7 +170,7 @@ impl IpmiDriver {
             }
             Err(f) => {
                 let unknown = f.maybe_delivered;
-                return Err(self.err(CALL, f, unknown));
+                return Err(self.failed(CALL, f, unknown));
             }
         }
         self.watchdog_read_back(ctx, s, CALL, true, tenths).await
