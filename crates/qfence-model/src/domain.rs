@@ -27,11 +27,14 @@ pub enum Role {
     DeadMan,
     /// Points clients at the owner (a VIP). Last in a failover, after every fence is verified.
     Service,
+    /// Turns a site's stopped copy back into a replica of the owner (`db.rejoin`). Never
+    /// promotes; only at a site that is not the owner (ADR 0023).
+    Rejoin,
 }
 
 impl Role {
     /// Every role, in the order a failover uses them.
-    pub const ALL: [Role; 8] = [
+    pub const ALL: [Role; 9] = [
         Role::Fence,
         Role::Shield,
         Role::Readiness,
@@ -40,6 +43,7 @@ impl Role {
         Role::Switchover,
         Role::DeadMan,
         Role::Service,
+        Role::Rejoin,
     ];
 
     /// The role's name as written in configuration.
@@ -53,6 +57,7 @@ impl Role {
             Role::Switchover => "switchover",
             Role::DeadMan => "dead-man",
             Role::Service => "service",
+            Role::Rejoin => "rejoin",
         }
     }
 }
