@@ -546,8 +546,8 @@ static POSTGRES: &[CapabilitySpec] = &[
 /// carry no password: libpq reads it from the `passfile=` they name.
 const PG_DATA_DIR: ParamSpec = ParamSpec {
     name: "data_dir",
-    meaning: "the server's data directory on the orchestrator's host; set, db.demote is a \
-                  clean stop (checkpoint, fast shutdown) read back by pg_controldata",
+    meaning: "the server's data directory, on the orchestrator's host: db.demote is then \
+              a clean stop read back by pg_controldata, and db.rejoin rewinds it",
     default: None,
     ty: ParamType::Text { max: 1000 },
 };
