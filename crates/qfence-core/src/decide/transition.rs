@@ -391,6 +391,22 @@ impl Cx<'_, '_> {
                     .map(|r| format!("{} {} {}", v.site, r.capability, r.verdict))
             })
             .collect();
+        // Only a switchover that stopped the resource leaves copies to rejoin: after a
+        // failover or an escalation the site was not trusted, and waits for an operator.
+        let rejoin: std::collections::BTreeSet<qfence_model::SiteId> =
+            if matches!(t.kind, TransitionKind::Switchover { .. }) && !t.escalated {
+                self.other_sites(&target)
+                    .iter()
+                    .filter(|s| {
+                        self.judged
+                            .get(*s)
+                            .is_some_and(|v| v.basis == rules::Basis::ResourceStopped)
+                    })
+                    .cloned()
+                    .collect()
+            } else {
+                Default::default()
+            };
         let st = self.change();
         // Evidence that proved the other sites fenced carries into the new generation: it
         // is what the new owner stands on.
@@ -410,6 +426,7 @@ impl Cx<'_, '_> {
         st.dead_man_alarmed.clear();
         st.alarmed.clear();
         st.health = HealthTrack::default();
+        st.rejoin = rejoin;
         st.phase = Phase::Transition(nt);
         self.notes.push(Note::Committed {
             owner: target,

@@ -323,6 +323,9 @@ impl Sim<'_> {
                 let arm = matches!(cmd.action, Action::ArmDeadMan { .. });
                 self.dead_man_call(binding, *not_after, arm, at, forwarded)
             }
+            // A rejoined copy is a replica: it takes no writes and is nobody's primary, so
+            // the world does not change (the sim's plans bind no rejoin yet).
+            Action::Rejoin { binding } => self.outcome(binding),
             Action::Alarm { .. } => Outcome::Done,
         }
     }
