@@ -391,18 +391,14 @@ impl Cx<'_, '_> {
                     .map(|r| format!("{} {} {}", v.site, r.capability, r.verdict))
             })
             .collect();
-        // Only a switchover that stopped the resource leaves copies to rejoin: after a
+        // Only a switchover that stopped the resource leaves copies to rejoin: it ran no
+        // power fence (it did not escalate) at a site with resource-level fences. After a
         // failover or an escalation the site was not trusted, and waits for an operator.
         let rejoin: std::collections::BTreeSet<qfence_model::SiteId> =
             if matches!(t.kind, TransitionKind::Switchover { .. }) && !t.escalated {
                 self.other_sites(&target)
-                    .iter()
-                    .filter(|s| {
-                        self.judged
-                            .get(*s)
-                            .is_some_and(|v| v.basis == rules::Basis::ResourceStopped)
-                    })
-                    .cloned()
+                    .into_iter()
+                    .filter(|s| !rules::resource_fences(self.s.config, self.plan, s).is_empty())
                     .collect()
             } else {
                 Default::default()
