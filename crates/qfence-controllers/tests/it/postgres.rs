@@ -343,7 +343,19 @@ async fn probe_identity_grades_health_and_discovery() {
     );
     assert_eq!(p1.identity.facts["role"], "primary");
     assert_eq!(p2.identity.facts["role"], "replica");
-    assert!(p1.grades.iter().all(|g| g.grade == Grade::Proven), "{p1:?}");
+    // db.rejoin runs binaries on the server's host: its grade comes from the binding, not SQL.
+    assert!(
+        p1.grades
+            .iter()
+            .all(|g| g.grade == Grade::Proven || g.capability == "db.rejoin"),
+        "{p1:?}"
+    );
+    assert!(
+        p1.grades
+            .iter()
+            .any(|g| g.capability == "db.rejoin" && g.grade == Grade::Inferred),
+        "{p1:?}"
+    );
 
     eprintln!("Phase: a least-privilege role, then pg_promote granted");
     Pair::sql(
