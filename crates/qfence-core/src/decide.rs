@@ -23,6 +23,7 @@ mod dead_man;
 mod health;
 mod intents;
 mod judge;
+mod rejoin;
 mod resource;
 mod service;
 mod steady;

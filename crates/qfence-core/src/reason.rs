@@ -105,6 +105,13 @@ pub enum Note {
         /// The chain of proof broke (arm again), rather than an answer being unknown.
         broken: bool,
     },
+    /// A committed planned switchover left `site`'s copy stopped on a running host: its
+    /// rejoin bindings run once, now (ADR 0023).
+    Rejoining {
+        site: SiteId,
+        owner: SiteId,
+        what: String,
+    },
     ServiceElsewhere {
         what: String,
         detail: String,
@@ -333,6 +340,7 @@ fn render(plan: &PlanId, n: &Note) -> String {
         | Note::RenewingDeadMan { .. }
         | Note::DeadManTrouble { .. }
         | Note::ServiceElsewhere { .. }
+        | Note::Rejoining { .. }
         | Note::ServiceRetry { .. }
         | Note::EvidenceContradicted { .. } => render_steady(plan, n),
         Note::Starting { .. }
@@ -492,6 +500,9 @@ fn render_steady(plan: &PlanId, n: &Note) -> String {
             } else {
                 format!("{what} points away from {owner} ({detail} at {at}): pointing it back")
             }
+        }
+        Note::Rejoining { site, owner, what } => {
+            format!("rejoining {site} as a replica of {owner} ({what})")
         }
         Note::ServiceRetry {
             why,

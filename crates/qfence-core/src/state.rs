@@ -88,6 +88,12 @@ pub struct PlanState {
     /// under way. Absent from states written before it existed: none.
     #[serde(default)]
     pub maintenance: BTreeSet<SiteId>,
+    /// Sites whose `rejoin` bindings are still to run: set at the commit of a planned
+    /// switchover that did not escalate, to the sites it gave up with their resource proven
+    /// stopped (hosts on); each taken out when its rejoin is issued, once, in steady state.
+    /// Never the owner; a failover sets none (ADR 0023).
+    #[serde(default)]
+    pub rejoin: BTreeSet<SiteId>,
 }
 
 impl PlanState {
@@ -110,6 +116,7 @@ impl PlanState {
             alarmed: BTreeSet::new(),
             intents: Vec::new(),
             maintenance: BTreeSet::new(),
+            rejoin: BTreeSet::new(),
         }
     }
 

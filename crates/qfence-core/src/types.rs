@@ -355,6 +355,9 @@ pub enum Action {
     Switchover { binding: BindingKey },
     /// Point the service at `site` (a VIP).
     Service { binding: BindingKey, site: SiteId },
+    /// Turn a site's stopped copy into a replica of the owner (`db.rejoin`). Issued once, in
+    /// steady state, at a site a committed planned switchover stopped; never at the owner.
+    Rejoin { binding: BindingKey },
     /// Raise the shield at the owner site.
     RaiseShield { binding: BindingKey },
     /// Lower it once every other site is confirmed fenced.
@@ -406,6 +409,7 @@ impl Action {
             | Action::Recover { binding }
             | Action::Switchover { binding }
             | Action::Service { binding, .. }
+            | Action::Rejoin { binding }
             | Action::RaiseShield { binding }
             | Action::LowerShield { binding }
             | Action::ArmDeadMan { binding, .. }
@@ -424,6 +428,7 @@ impl Action {
             Action::Recover { .. } => "recover",
             Action::Switchover { .. } => "switchover",
             Action::Service { .. } => "service",
+            Action::Rejoin { .. } => "rejoin",
             Action::RaiseShield { .. } => "raise-shield",
             Action::LowerShield { .. } => "lower-shield",
             Action::ArmDeadMan { .. } => "arm-dead-man",

@@ -523,10 +523,12 @@ static DOCKER: &[CapabilitySpec] = &[
 ];
 
 static POSTGRES: &[CapabilitySpec] = &[
-    cap("db.demote", &[Fence], Some(Application), None, R::Server),
+    cap("db.demote", &[Fence], Some(Application), None, R::Server)
+        .with_params(Params::Named(&PG_DEMOTE)),
     cap("db.promote", &[Switchover], None, None, R::Server),
     cap("db.standby", &[Standby], None, None, R::Server)
         .with_params(Params::PerSite(&PG_SITE_SENDER)),
+    cap("db.rejoin", &[Rejoin], None, None, R::Server).with_params(Params::Named(&PG_REJOIN)),
     cap("replication.lag", &[Readiness], None, None, R::Server).with_params(Params::Named(&[
         ParamSpec {
             name: "max_lag_bytes",
@@ -548,6 +550,44 @@ static POSTGRES: &[CapabilitySpec] = &[
         default: None,
         ty: ParamType::OneOf(&["primary", "replica"]),
     }])),
+];
+
+/// Where a PostgreSQL server's files are, when the orchestrator runs on its host: `db.demote`
+/// then stops the server cleanly and `db.rejoin` runs pg_rewind (ADR 0023). The conninfos
+/// carry no password: libpq reads it from the `passfile=` they name.
+const PG_DATA_DIR: ParamSpec = ParamSpec {
+    name: "data_dir",
+    meaning: "the server's data directory, on the orchestrator's host: db.demote is then \
+              a clean stop read back by pg_controldata, and db.rejoin rewinds it",
+    default: None,
+    ty: ParamType::Text { max: 1000 },
+};
+const PG_BIN_DIR: ParamSpec = ParamSpec {
+    name: "bin_dir",
+    meaning: "where pg_ctl, pg_controldata and pg_rewind are",
+    default: Some("/usr/lib/postgresql/15/bin"),
+    ty: ParamType::Text { max: 1000 },
+};
+const PG_PRIMARY_CONNINFO: ParamSpec = ParamSpec {
+    name: "primary_conninfo",
+    meaning: "the replication connection to the owner, without a password (e.g. \
+                  host=10.0.2.5 port=5432 user=replicator passfile=/etc/qfence/pgpass)",
+    default: None,
+    ty: ParamType::Text { max: 1000 },
+};
+const PG_REWIND_CONNINFO: ParamSpec = ParamSpec {
+    name: "rewind_conninfo",
+    meaning: "the connection pg_rewind reads the owner by (a superuser or a role granted \
+                  pg_rewind's functions), without a password",
+    default: None,
+    ty: ParamType::Text { max: 1000 },
+};
+static PG_DEMOTE: [ParamSpec; 2] = [PG_DATA_DIR, PG_BIN_DIR];
+static PG_REJOIN: [ParamSpec; 4] = [
+    PG_DATA_DIR,
+    PG_BIN_DIR,
+    PG_PRIMARY_CONNINFO,
+    PG_REWIND_CONNINFO,
 ];
 
 /// The reason Nova records for a disabled service or a locked server (both at most 255

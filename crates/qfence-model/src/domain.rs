@@ -31,11 +31,14 @@ pub enum Role {
     /// owner). Checked every interval at every site but the owner of a plan whose standbys
     /// are hot; never proof that a site stopped.
     Standby,
+    /// Turns a site's stopped copy back into a replica of the owner (`db.rejoin`). Never
+    /// promotes; only at a site that is not the owner (ADR 0023).
+    Rejoin,
 }
 
 impl Role {
     /// Every role, in the order a failover uses them.
-    pub const ALL: [Role; 9] = [
+    pub const ALL: [Role; 10] = [
         Role::Fence,
         Role::Shield,
         Role::Readiness,
@@ -45,6 +48,7 @@ impl Role {
         Role::DeadMan,
         Role::Service,
         Role::Standby,
+        Role::Rejoin,
     ];
 
     /// The role's name as written in configuration.
@@ -59,6 +63,7 @@ impl Role {
             Role::DeadMan => "dead-man",
             Role::Service => "service",
             Role::Standby => "standby",
+            Role::Rejoin => "rejoin",
         }
     }
 }

@@ -180,7 +180,9 @@ impl Driver for PostgresDriver {
         target: &Target,
     ) -> Result<Vec<String>, DriverError> {
         ctx.run(&self.id, "check_binding", async {
-            if ![HEALTH, LAG, PROMOTE, DEMOTE, STANDBY].contains(&target.capability.as_str()) {
+            if ![HEALTH, LAG, PROMOTE, DEMOTE, STANDBY, REJOIN]
+                .contains(&target.capability.as_str())
+            {
                 return Err(unsupported(self, "the capability", target));
             }
             let mut problems = Vec::new();
@@ -210,6 +212,9 @@ impl Driver for PostgresDriver {
                     "params.expect_role: {r:?} is not primary or replica"
                 ));
             }
+            if target.capability == REJOIN {
+                problems.extend(self.check_rejoin(target));
+            }
             // The server must answer.
             let c = self.connect(&self.dbname).await?;
             self.in_recovery(&c).await?;
@@ -228,7 +233,11 @@ impl Driver for PostgresDriver {
                     let c = self.connect(&self.dbname).await?;
                     self.promote_reading(ctx, &c).await
                 }
-                DEMOTE => self.demote_reading(ctx).await,
+                DEMOTE => match self.local(DEMOTE, target)? {
+                    Some(l) => self.stopped_reading(ctx, &l).await,
+                    None => self.demote_reading(ctx).await,
+                },
+                REJOIN => self.rejoin_reading(ctx, target).await,
                 _ => Err(unsupported(self, "the capability", target)),
             }
         })
@@ -239,7 +248,11 @@ impl Driver for PostgresDriver {
         ctx.run(&self.id, "perform", async {
             match target.capability.as_str() {
                 PROMOTE => self.promote(ctx).await,
-                DEMOTE => self.demote(ctx).await,
+                DEMOTE => match self.local(DEMOTE, target)? {
+                    Some(l) => self.clean_stop(ctx, &l).await,
+                    None => self.demote(ctx).await,
+                },
+                REJOIN => self.rejoin(ctx, target).await,
                 _ => Err(unsupported(self, "perform", target)),
             }
         })

@@ -24,8 +24,14 @@
 //!   ALLOW_CONNECTIONS false` or `NOLOGIN`: catalog changes replicate to the standby about to
 //!   be promoted, a file does not. It holds when a client connection to the endpoint's
 //!   database is refused by pg_hba.conf and no client session is left; a server in recovery
-//!   (a standby) accepts no writes, so it holds there too. Postgres has no SQL demote: re-attaching the old primary
-//!   as a standby is an operator's job (pg_rewind), so there is no undo.
+//!   (a standby) accepts no writes, so it holds there too. With the binding parameter
+//!   `data_dir` (the orchestrator runs on the server's host) it is a clean stop instead: a
+//!   `CHECKPOINT`, `pg_ctl stop -m fast`, read back by `pg_ctl status` and `pg_controldata`
+//!   ("shut down"). There is no undo: `db.rejoin` brings the copy back as a replica.
+//! - `db.rejoin` (rejoin, at a site that is not the owner; needs `data_dir`,
+//!   `primary_conninfo`, `rewind_conninfo`): pg_rewind from the owner, a fresh
+//!   `standby.signal` and `primary_conninfo`, start; holds when the server is in recovery and
+//!   streaming from `primary_conninfo`'s host and port. Never promotes (ADR 0023).
 //!
 //! - `db.standby` (standby, in a plan with `standby: hot`): in recovery, read-only, and its
 //!   WAL receiver streams from the owner's address (the binding's param for the site the
@@ -57,6 +63,7 @@ use crate::driver::{
 
 mod client;
 mod driver;
+mod local;
 mod probe;
 mod reads;
 mod roles;
@@ -80,6 +87,7 @@ const LAG: &str = "replication.lag";
 const PROMOTE: &str = "db.promote";
 const DEMOTE: &str = "db.demote";
 const STANDBY: &str = "db.standby";
+const REJOIN: &str = "db.rejoin";
 
 /// The lines that open and close the reject block `db.demote` puts at the top of pg_hba.conf.
 /// An operator removes the block (and reloads) to let clients back in.

@@ -73,6 +73,13 @@ impl PostgresDriver {
                     "the role may not execute pg_promote(boolean,integer)",
                 )
             },
+            // pg_rewind reads the owner, not this server; its binding's params say where.
+            g(
+                REJOIN,
+                Grade::Inferred,
+                "runs pg_ctl and pg_rewind on the server's host: check_binding reads data_dir, \
+                 the conninfos and the binaries; the owner's grants show only when it runs",
+            ),
             if sup {
                 g(
                     DEMOTE,

@@ -17,6 +17,7 @@ mod nova_peer;
 mod nova_real;
 mod nova_sim;
 mod postgres;
+mod postgres_rejoin;
 mod proxmox;
 mod proxmox_listing;
 mod proxmox_replication;

@@ -18,16 +18,16 @@ use qfence_model::{ControllerId, Grade, OrchestratorId, SiteId, Verdict};
 use secrecy::SecretString;
 
 /// A primary and a streaming replica; stopped when dropped.
-struct Pair {
+pub(crate) struct Pair {
     /// The CA of the servers' certificate, with `PG_SSL=1`.
     cacert: PathBuf,
-    emu: Emulator,
-    primary: u16,
-    replica: u16,
+    pub(crate) emu: Emulator,
+    pub(crate) primary: u16,
+    pub(crate) replica: u16,
 }
 
 impl Pair {
-    fn start() -> Option<Pair> {
+    pub(crate) fn start() -> Option<Pair> {
         Self::start_with(&[])
     }
 
@@ -54,7 +54,7 @@ impl Pair {
         format!("host=127.0.0.1 port={port} user=postgres password=postgres dbname=app")
     }
 
-    async fn client(port: u16) -> Result<tokio_postgres::Client, tokio_postgres::Error> {
+    pub(crate) async fn client(port: u16) -> Result<tokio_postgres::Client, tokio_postgres::Error> {
         let (client, conn) =
             tokio_postgres::connect(&Self::url(port), tokio_postgres::NoTls).await?;
         tokio::spawn(async move {
@@ -117,18 +117,18 @@ fn tls_driver(port: u16, tls: TlsTrust) -> PostgresDriver {
     .unwrap()
 }
 
-fn driver(port: u16) -> PostgresDriver {
+pub(crate) fn driver(port: u16) -> PostgresDriver {
     driver_as(port, "postgres", "postgres")
 }
 
-fn ctx() -> CallContext {
+pub(crate) fn ctx() -> CallContext {
     CallContext::with_timeout(
         OrchestratorId::new("orc-dc2").unwrap(),
         Duration::from_secs(30),
     )
 }
 
-fn target(cap: &str, params: &[(&str, &str)]) -> Target {
+pub(crate) fn target(cap: &str, params: &[(&str, &str)]) -> Target {
     Target {
         capability: cap.to_owned(),
         resource: "self".to_owned(),
@@ -343,7 +343,19 @@ async fn probe_identity_grades_health_and_discovery() {
     );
     assert_eq!(p1.identity.facts["role"], "primary");
     assert_eq!(p2.identity.facts["role"], "replica");
-    assert!(p1.grades.iter().all(|g| g.grade == Grade::Proven), "{p1:?}");
+    // db.rejoin runs binaries on the server's host: its grade comes from the binding, not SQL.
+    assert!(
+        p1.grades
+            .iter()
+            .all(|g| g.grade == Grade::Proven || g.capability == "db.rejoin"),
+        "{p1:?}"
+    );
+    assert!(
+        p1.grades
+            .iter()
+            .any(|g| g.capability == "db.rejoin" && g.grade == Grade::Inferred),
+        "{p1:?}"
+    );
 
     eprintln!("Phase: a least-privilege role, then pg_promote granted");
     Pair::sql(

@@ -23,6 +23,7 @@ impl Cx<'_, '_> {
         self.shield(&owner, &verdicts);
         let ready = self.readiness_watch(&owner);
         self.keep_service(&owner);
+        self.rejoin(&owner);
         self.notes.push(Note::Steady {
             owner,
             generation: self.state.generation,

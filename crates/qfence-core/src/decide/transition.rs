@@ -433,6 +433,18 @@ impl Cx<'_, '_> {
                     .map(|r| format!("{} {} {}", v.site, r.capability, r.verdict))
             })
             .collect();
+        // Only a switchover that stopped the resource leaves copies to rejoin: it ran no
+        // power fence (it did not escalate) at a site with resource-level fences. After a
+        // failover or an escalation the site was not trusted, and waits for an operator.
+        let rejoin: std::collections::BTreeSet<qfence_model::SiteId> =
+            if matches!(t.kind, TransitionKind::Switchover { .. }) && !t.escalated {
+                self.other_sites(&target)
+                    .into_iter()
+                    .filter(|s| !rules::resource_fences(self.s.config, self.plan, s).is_empty())
+                    .collect()
+            } else {
+                Default::default()
+            };
         let st = self.change();
         // Evidence that proved the other sites fenced carries into the new generation: it
         // is what the new owner stands on.
@@ -452,6 +464,7 @@ impl Cx<'_, '_> {
         st.dead_man_alarmed.clear();
         st.alarmed.clear();
         st.health = HealthTrack::default();
+        st.rejoin = rejoin;
         st.phase = Phase::Transition(nt);
         self.notes.push(Note::Committed {
             owner: target,

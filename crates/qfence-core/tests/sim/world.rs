@@ -336,6 +336,9 @@ impl Sim<'_> {
                 }
                 o
             }
+            // A rejoined copy is a replica: it takes no writes and is nobody's primary, so
+            // the world does not change (the sim's plans bind no rejoin yet).
+            Action::Rejoin { binding } => self.outcome(binding),
             Action::Alarm { .. } => Outcome::Done,
         }
     }

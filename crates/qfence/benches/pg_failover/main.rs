@@ -160,6 +160,7 @@ impl Lab {
             pg,
             sockets: pair.sockets.clone(),
             ports,
+            passfile: pair.passfile()?,
         };
         let o = Orchestrator::start(
             &self.exe,
@@ -258,8 +259,23 @@ fn breakdown(events: &[serde_json::Value], kill: u64) -> Vec<(&'static str, Opti
     ]
 }
 
-/// A switchover: the longest write gap, and whether the old primary still runs.
-async fn switchover(lab: &Lab, p: &Profile, n: usize) -> Result<(u64, bool)> {
+/// Whether the server at `url` is in recovery and streaming (rejoined as a replica).
+async fn streaming(url: &str) -> bool {
+    let Some(c) = writer::connect(url).await else {
+        return false;
+    };
+    c.query_one(
+        "SELECT pg_is_in_recovery() AND coalesce((SELECT status = 'streaming' \
+         FROM pg_stat_wal_receiver), false)",
+        &[],
+    )
+    .await
+    .is_ok_and(|r| r.get::<_, bool>(0))
+}
+
+/// A switchover: the longest write gap, whether the old primary still runs, and the time from
+/// the first write at dc2 until dc1 streams from it (rejoined), if it did within 60 s.
+async fn switchover(lab: &Lab, p: &Profile, n: usize) -> Result<(u64, bool, Option<u64>)> {
     let (pair, o, generation) = lab
         .up(&format!("{}-s{n}", p.name), p, [55443, 55444], false)
         .await?;
@@ -283,6 +299,16 @@ async fn switchover(lab: &Lab, p: &Profile, n: usize) -> Result<(u64, bool)> {
         }
         tokio::time::sleep(Duration::from_millis(50)).await;
     }
+    let first_at_dc2 = now_ms();
+    let mut rejoin = None;
+    let until = tokio::time::Instant::now() + Duration::from_secs(60);
+    while tokio::time::Instant::now() < until {
+        if streaming(&pair.url(0)).await {
+            rejoin = Some(now_ms() - first_at_dc2);
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
     tokio::time::sleep(Duration::from_millis(500)).await;
     let acks = w.stop().await;
     let gap = acks
@@ -290,9 +316,18 @@ async fn switchover(lab: &Lab, p: &Profile, n: usize) -> Result<(u64, bool)> {
         .map(|a| a[1].at_ms - a[0].at_ms)
         .max()
         .unwrap_or(0);
+    if rejoin.is_none() {
+        // Why not: the rejoin's decisions and results.
+        for e in o.events() {
+            let t = e.to_string();
+            if t.contains("rejoin") {
+                println!("  {t}");
+            }
+        }
+    }
     let old_runs = writer::connect(&pair.url(0)).await.is_some();
     o.stop().await;
-    Ok((gap, old_runs))
+    Ok((gap, old_runs, rejoin))
 }
 
 /// Every profile at once through the lossy proxy for `d`: failovers seen (must be none).
@@ -397,7 +432,18 @@ async fn main() -> Result<()> {
         let mut gaps = Vec::new();
         let mut old_running = 0;
         for n in 0..o.switchovers {
-            let (gap, runs) = switchover(&lab, p, n).await?;
+            let (gap, runs, rejoin) = switchover(&lab, p, n).await?;
+            match rejoin {
+                Some(ms) => println!(
+                    "{} switchover {n}: gap {gap} ms, old primary rejoined \
+                                      (streaming from dc2) {ms} ms after the first write at dc2",
+                    p.name
+                ),
+                None => println!(
+                    "{} switchover {n}: gap {gap} ms, old primary NOT rejoined within 60 s",
+                    p.name
+                ),
+            }
             gaps.push(gap);
             old_running += usize::from(runs);
         }

@@ -27,6 +27,8 @@ pub struct Endpoints {
     pub pg: [u16; 2],
     pub sockets: PathBuf,
     pub ports: [u16; 2],
+    /// The pgpass file `db.rejoin`'s conninfos name (no password in the configuration).
+    pub passfile: PathBuf,
 }
 
 fn free_port() -> Result<u16> {
@@ -68,11 +70,20 @@ pub fn config(profile: &Profile, e: &Endpoints, cluster_port: u16) -> String {
         let _ = writeln!(y, "    {line}");
     }
     y.push_str("    instances:\n");
-    for site in ["dc1", "dc2"] {
+    for (i, site) in ["dc1", "dc2"].iter().enumerate() {
+        // ADR 0023: the demote is a clean stop, and the old primary rejoins as a replica.
+        let data = e.sockets.join(["primary", "replica"][i]);
+        let data = data.display();
+        let (other, pass) = (e.ports[1 - i], e.passfile.display());
         let _ = write!(
             y,
             "      {site}:\n\
-             \x20       - {{controller: pg-{site}, capability: db.demote, resource: self, role: fence}}\n\
+             \x20       - {{controller: pg-{site}, capability: db.demote, resource: self, role: fence, \
+             params: {{data_dir: \"{data}\"}}}}\n\
+             \x20       - {{controller: pg-{site}, capability: db.rejoin, resource: self, role: rejoin, \
+             params: {{data_dir: \"{data}\", primary_conninfo: \"host=127.0.0.1 port={other} \
+             user=replicator application_name={site} passfile={pass}\", rewind_conninfo: \
+             \"host=127.0.0.1 port={other} user=postgres dbname=postgres passfile={pass}\"}}}}\n\
              \x20       - {{controller: host-{site}, capability: power.off, resource: {site}-db, role: fence, required: true}}\n\
              \x20       - {{controller: pg-{site}, capability: replication.lag, resource: self, role: readiness, \
              params: {{max_lag_bytes: 16777216, max_lag_seconds: 30}}}}\n\

@@ -103,6 +103,21 @@ impl Pair {
         Ok(())
     }
 
+    /// A pgpass file for `db.rejoin` (pg_rewind and the WAL receiver), owned by the servers'
+    /// user with mode 0600, as libpq wants it.
+    pub fn passfile(&self) -> Result<PathBuf> {
+        use std::os::unix::fs::MetadataExt as _;
+        let owner = std::fs::metadata(self.sockets.join("primary"))?;
+        let p = self.sockets.join("pgpass");
+        std::fs::write(
+            &p,
+            "127.0.0.1:*:replication:replicator:replpass\n127.0.0.1:*:*:postgres:postgres\n",
+        )?;
+        std::fs::set_permissions(&p, std::fs::Permissions::from_mode(0o600))?;
+        std::os::unix::fs::chown(&p, Some(owner.uid()), Some(owner.gid()))?;
+        Ok(p)
+    }
+
     /// A libpq URL of the server at `site`, for the bench's own client (superuser, trust
     /// over the socket is not used: TCP with the password).
     pub fn url(&self, site: usize) -> String {
