@@ -41,7 +41,8 @@ enum Command {
     #[command(subcommand)]
     Plan(cmd::client::plan::PlanCmd),
     /// Controllers: list, test, register against the API; `controller test|discover CONFIG
-    /// NAME` run from this orchestrator, offline.
+    /// NAME` and `controller call CONFIG NAME CAPABILITY RESOURCE` (a fence by hand) run from
+    /// this orchestrator, offline.
     #[command(subcommand)]
     Controller(cmd::client::controller::ControllerCmd),
     /// The event log from the API (filter, --follow); `events verify FILE` checks a log's

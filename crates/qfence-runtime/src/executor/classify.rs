@@ -5,11 +5,14 @@ use qfence_core::{Action, Outcome};
 
 use crate::drivers::Read;
 
-/// What one call came to.
-#[derive(Debug, Clone)]
-pub(super) struct Finished {
+/// What one call came to: its outcome, what it observed, and its words.
+#[derive(Debug, Clone, serde::Serialize)]
+pub struct Finished {
+    /// Done, failed (refused, or read back otherwise), or unknown.
     pub outcome: Outcome,
+    /// What the call (or an undo's read-back) read.
     pub observed: Observed,
+    /// The reading or the error, in words an operator can check.
     pub detail: String,
     /// A reading that does not hold, in the target's own word (see `Reading::definitive`).
     pub definitive: bool,
@@ -57,10 +60,11 @@ impl Finished {
     }
 }
 
-/// What the answer to `action`'s call (of `verb`) comes to. An undo's answer is only its
-/// first half: see [`undo_read_back`].
-pub(super) fn classify(action: &Action, verb: Verb, answer: Read) -> Finished {
-    if is_dead_man(action) {
+/// What the answer to a call of `verb` comes to (`dead_man`: an arm or a renewal of a
+/// dead-man switch, see [`dead_man_finished`]). An undo's answer is only its first half: see
+/// [`undo_read_back`].
+pub(super) fn classify(dead_man: bool, verb: Verb, answer: Read) -> Finished {
+    if dead_man {
         return dead_man_finished(&answer);
     }
     let is_check = verb == Verb::Check;

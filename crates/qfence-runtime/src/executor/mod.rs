@@ -23,7 +23,8 @@ use qfence_model::Role;
 use qfence_model::config::Binding;
 use tokio_util::sync::CancellationToken;
 
-use self::classify::{Finished, classify, is_dead_man, routine, undo_failed, undo_read_back};
+pub use self::classify::Finished;
+use self::classify::{classify, is_dead_man, routine, undo_failed, undo_read_back};
 use self::resolve::Resolved;
 use crate::capitalised;
 use crate::drivers::Read;
@@ -149,19 +150,12 @@ impl Executor {
         if let Err(why) = self.current(command) {
             return Finished::unknown(why);
         }
-        let answer = match self.call(command, r, &r.call, &token).await {
-            Ok(a) => a,
-            Err(why) => return Finished::unknown(why),
-        };
-        if r.call.verb != Verb::Undo {
-            return classify(&command.action, r.call.verb, answer);
-        }
-        // An undo is believed only through an independent read-back.
-        if let Err(e) = &answer {
-            return undo_failed(e);
-        }
-        let check = r.call.with_verb(Verb::Check);
-        undo_read_back(self.call(command, r, &check, &token).await)
+        let token = &token;
+        let dead_man = is_dead_man(&command.action);
+        run_call(&r.call, dead_man, move |call: Call| async move {
+            self.call(command, r, &call, token).await
+        })
+        .await
     }
 
     /// Refuses a command decided in a stale term or at a stale generation: a newer leader or
@@ -203,15 +197,7 @@ impl Executor {
             Some((command.plan.clone(), command.generation)),
             call,
         );
-        let mut outer = call.timeout + Duration::from_secs(2);
-        if call.verb == Verb::Check {
-            // A check may queue for its turn at the controller before its own timeout starts.
-            outer += crate::drivers::CHECK_QUEUE_LIMIT;
-        }
-        if call.pre_fence.is_some() {
-            // The pre-fence checks run first, with a budget of their own.
-            outer += call.timeout;
-        }
+        let outer = answer_within(call);
         let outcome = tokio::select! {
             () = token.cancelled() => {
                 return Err("cancelled: leadership was lost or the runtime stopped".into())
@@ -381,6 +367,44 @@ impl Executor {
         }
         self.inner.record(event);
     }
+}
+
+/// Runs one call as the executor does and says what it came to: `send` runs a call (the
+/// executor's through the cluster's routing, `qfence controller call`'s straight to this
+/// orchestrator's [`LocalDrivers`](crate::LocalDrivers)); an undo is then read back by an
+/// independent check, and the answer is classified. `dead_man`: the call arms or renews a
+/// dead-man switch, whose own answer is its read-back. `Err` from `send` is UNKNOWN.
+pub async fn run_call<F, Fut>(call: &Call, dead_man: bool, send: F) -> Finished
+where
+    F: Fn(Call) -> Fut,
+    Fut: Future<Output = Result<Read, String>>,
+{
+    let answer = match send(call.clone()).await {
+        Ok(a) => a,
+        Err(why) => return Finished::unknown(why),
+    };
+    if call.verb != Verb::Undo {
+        return classify(dead_man, call.verb, answer);
+    }
+    // An undo is believed only through an independent read-back.
+    if let Err(e) = &answer {
+        return undo_failed(e);
+    }
+    undo_read_back(send(call.with_verb(Verb::Check)).await)
+}
+
+/// How long the caller waits for `call`'s answer: a little over the driver's own deadline (a
+/// forwarded hop needs its round trip), plus a check's wait for its turn and a fence's
+/// pre-fence checks, which come before their own deadline starts.
+pub fn answer_within(call: &Call) -> Duration {
+    let mut outer = call.timeout + Duration::from_secs(2);
+    if call.verb == Verb::Check {
+        outer += crate::drivers::CHECK_QUEUE_LIMIT;
+    }
+    if call.pre_fence.is_some() {
+        outer += call.timeout;
+    }
+    outer
 }
 
 /// A command whose call has ended, with what it was resolved to when it was taken.

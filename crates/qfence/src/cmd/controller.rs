@@ -132,7 +132,7 @@ pub async fn run_async(cmd: ControllerCmd) -> anyhow::Result<bool> {
     Ok(report.passed())
 }
 
-fn load(path: &Path) -> anyhow::Result<ValidatedConfig> {
+pub(super) fn load(path: &Path) -> anyhow::Result<ValidatedConfig> {
     use qfence_model::config::LoadError;
     match qfence_model::config::load_file(path) {
         Ok(loaded) => {
@@ -155,7 +155,7 @@ fn load(path: &Path) -> anyhow::Result<ValidatedConfig> {
 }
 
 /// This orchestrator: the one named, else the host name if it names one, else the only one.
-fn pick_orchestrator(
+pub(super) fn pick_orchestrator(
     config: &ValidatedConfig,
     named: Option<&str>,
 ) -> anyhow::Result<OrchestratorId> {

@@ -4,6 +4,7 @@ pub mod client;
 pub mod cluster;
 pub mod config;
 pub mod controller;
+pub mod controller_call;
 pub mod dry_run;
 pub mod events;
 pub mod generate;

@@ -42,6 +42,11 @@ pub enum ControllerCmd {
     /// List the resources the controller's capabilities can act on, from this orchestrator.
     /// Offline: CONFIG NAME.
     Discover(ControllerArgs),
+    /// Run one capability by hand, from this orchestrator, offline: CONFIG NAME CAPABILITY
+    /// RESOURCE, with the runtime's driver, deadline, read-back and verdict (a fence by hand,
+    /// as `stonith_admin --fence`). Exit 0 done (a check: on), 2 a check read off, 1 failed
+    /// or unknown.
+    Call(crate::cmd::controller_call::CallArgs),
     /// Register a new controller with the API: its document as the configuration file writes
     /// it under `controllers.NAME` (YAML or JSON), credential by reference only.
     Register {
@@ -97,6 +102,7 @@ pub fn run(cmd: ControllerCmd, format: Format) -> ExitCode {
             let name = names.pop().expect("one name");
             super::run(format, "controller test", test(api, name, format))
         }
+        ControllerCmd::Call(a) => crate::cmd::controller_call::run(a, format == Format::Json),
         ControllerCmd::List { api } => super::run(format, "controller list", list(api, format)),
         ControllerCmd::Register { name, spec, api } => super::run(
             format,
