@@ -93,4 +93,3 @@ impl Inner {
         Ok(handler.handle(&w.from, w.write).await)
     }
 }
-
