@@ -61,7 +61,7 @@ pub struct CheckedController {
 /// Why the backend refused or failed. The API maps each to one status and code. A follower
 /// receives it from the leader as it is (ADR 0023), hence serde.
 #[derive(Debug, Clone, PartialEq, thiserror::Error, Serialize, Deserialize)]
-#[serde(tag = "error", rename_all = "snake_case")]
+#[serde(tag = "error", content = "detail", rename_all = "snake_case")]
 pub enum BackendError {
     /// 404 `not_found`.
     #[error("{what} {name:?} does not exist")]
