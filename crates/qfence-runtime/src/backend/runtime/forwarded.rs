@@ -334,11 +334,59 @@ impl WriteHandler for WriteServer {
         Box::pin(async move {
             let result = self.run(from, write).await;
             serde_json::to_value(&result).unwrap_or_else(|e| {
+                tracing::warn!(orchestrator = %from, error = %e, "Could not encode the answer to a forwarded write");
                 serde_json::to_value(Err::<WriteResult, _>(BackendError::Unavailable(
                     e.to_string(),
                 )))
                 .unwrap_or_default()
             })
         })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Every error the leader may answer reads back as itself on the follower: the API maps
+    /// it to the same status and code there.
+    #[test]
+    fn every_backend_error_crosses_the_wire_unchanged() {
+        let issue = qfence_model::config::Issue {
+            path: "plans.web.owner".into(),
+            message: "no such site".into(),
+            severity: qfence_model::config::Severity::Error,
+            line: None,
+        };
+        let errors = [
+            not_found("plan", "web"),
+            not_found("controller", "bmc"),
+            BackendError::StaleGeneration {
+                plan: "web".into(),
+                expected: 1,
+                current: 2,
+            },
+            BackendError::Conflict("taken".into()),
+            BackendError::Refused("owner".into()),
+            BackendError::Invalid {
+                message: "bad".into(),
+                issues: vec![issue.clone()],
+            },
+            BackendError::CapabilityFailed {
+                message: "failed".into(),
+                issues: vec![issue.clone()],
+            },
+            BackendError::BindingCheckFailed {
+                message: "no vm".into(),
+                issues: vec![issue],
+            },
+            BackendError::NotLeader { leader: None },
+            BackendError::Unavailable("later".into()),
+        ];
+        for e in errors {
+            let wire = serde_json::to_value(Err::<WriteResult, _>(e.clone())).unwrap();
+            let back: Result<WriteResult, BackendError> = serde_json::from_value(wire).unwrap();
+            assert_eq!(back, Err(e));
+        }
     }
 }
