@@ -2,7 +2,7 @@
 //! (`dc1-a`) reaches the leader (`dc2-a`), and the answer is the leader's, errors included.
 
 use axum::http::{Method, StatusCode};
-use qfence_model::{ControllerId, PlanId};
+use qfence_model::PlanId;
 use serde_json::json;
 
 use qfence_runtime::backend::Backend;
@@ -109,7 +109,7 @@ async fn every_plan_and_controller_write_sent_to_a_follower_is_the_leaders() {
         Err(qfence_runtime::BackendError::NotFound { .. })
     ));
 
-    phase("register a controller and test one: both on the leader");
+    phase("register a controller on the leader; a test runs where it is asked (here)");
     let spec = json!({"type": "redfish", "endpoint": "https://127.0.0.1:8446", "site": "dc1",
         "reach": ["dc2"], "secret": "lab-redfish", "username": "qfence", "tls": {"insecure": true}});
     let r = api
@@ -132,16 +132,6 @@ async fn every_plan_and_controller_write_sent_to_a_follower_is_the_leaders() {
         .post("/api/v1/controllers/bmc-dc1/test", ADMIN, json!({}))
         .await;
     assert_eq!(r.status, StatusCode::OK, "{r:?}");
-    // Forwarded, the test's grades are kept: the leader wrote them.
-    let bmc = ControllerId::new("bmc-dc1").unwrap();
-    let kept = api
-        .lab
-        .leader
-        .as_ref()
-        .unwrap()
-        .node
-        .read(|s| s.controller_tests.contains_key(&bmc));
-    assert!(kept, "the leader recorded the grades");
     let r = api
         .post("/api/v1/controllers/nope/test", ADMIN, json!({}))
         .await;

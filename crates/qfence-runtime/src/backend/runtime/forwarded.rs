@@ -12,8 +12,8 @@ use serde::{Deserialize, Serialize};
 use super::*;
 use crate::auth::Access;
 
-/// How long a follower waits for the leader's answer: a controller test, the slowest write,
-/// runs the registration steps.
+/// How long a follower waits for the leader's answer: registering a controller, the slowest
+/// write, may run the registration steps.
 const FORWARD_TIMEOUT: Duration = Duration::from_secs(REGISTRATION_TIMEOUT.as_secs() * 3);
 
 /// Every write of the API, as a follower forwards it. A plan or controller travels as the
@@ -43,9 +43,6 @@ pub enum ApiWrite {
     RegisterController {
         name: ControllerId,
         spec: serde_json::Value,
-    },
-    TestController {
-        name: ControllerId,
     },
     Switchover {
         plan: PlanId,
@@ -97,7 +94,6 @@ pub enum WriteResult {
     Plan(PlanView),
     Deleted,
     Controller(ControllerView),
-    Test(ControllerTest),
     Accepted(OperationAccepted),
 }
 
@@ -122,12 +118,6 @@ impl WriteResult {
     pub(super) fn controller(self) -> Result<ControllerView, BackendError> {
         match self {
             WriteResult::Controller(v) => Ok(v),
-            other => Err(other.mismatch()),
-        }
-    }
-    pub(super) fn test(self) -> Result<ControllerTest, BackendError> {
-        match self {
-            WriteResult::Test(v) => Ok(v),
             other => Err(other.mismatch()),
         }
     }
@@ -221,9 +211,6 @@ impl RuntimeBackend {
             ApiWrite::RegisterController { name, spec } => {
                 let c = self.check_controller(&name, spec)?;
                 WriteResult::Controller(controllers::register_controller(self, caller, c).await?)
-            }
-            ApiWrite::TestController { name } => {
-                WriteResult::Test(controllers::test_controller(self, caller, &name).await?)
             }
             ApiWrite::Switchover { plan, req } => {
                 WriteResult::Accepted(intents::switchover(self, caller, &plan, &req).await?)

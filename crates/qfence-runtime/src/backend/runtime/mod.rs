@@ -679,12 +679,7 @@ impl Backend for RuntimeBackend {
         caller: &Caller,
         name: &ControllerId,
     ) -> Result<ControllerTest, BackendError> {
-        if self.forwards().await {
-            return self
-                .to_leader(caller, ApiWrite::TestController { name: name.clone() })
-                .await?
-                .test();
-        }
+        // A test runs where it is asked, from this site when allowed (ADR 0023).
         controllers::test_controller(self, caller, name).await
     }
 
