@@ -120,7 +120,7 @@ impl CallExecutor for NoDriversExecutor {
     }
 }
 
-/// Runs, at the leader, an API write a follower forwarded (see ADR 0023).
+/// Runs, at the leader, an API write a follower forwarded (see ADR 0024).
 ///
 /// The cluster does not know the API's writes: the runtime hands it a handler that reads the
 /// write (its own typed enum, serialised only for the wire), runs it as the caller it names and

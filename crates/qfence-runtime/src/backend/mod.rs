@@ -6,7 +6,7 @@
 //! that changes a plan's ownership or content compares the caller's `expected_generation`
 //! with the current one and refuses a stale one ([`BackendError::StaleGeneration`]), and every
 //! accepted operator action goes to the event log with the caller as actor. A follower
-//! forwards each write to the leader and answers what the leader answered (ADR 0023); one
+//! forwards each write to the leader and answers what the leader answered (ADR 0024); one
 //! that knows no leader answers [`BackendError::NotLeader`].
 
 use async_trait::async_trait;
@@ -59,7 +59,7 @@ pub struct CheckedController {
 }
 
 /// Why the backend refused or failed. The API maps each to one status and code. A follower
-/// receives it from the leader as it is (ADR 0023), hence serde.
+/// receives it from the leader as it is (ADR 0024), hence serde.
 #[derive(Debug, Clone, PartialEq, thiserror::Error, Serialize, Deserialize)]
 #[serde(tag = "error", content = "detail", rename_all = "snake_case")]
 pub enum BackendError {

@@ -1,4 +1,4 @@
-//! Writes through any orchestrator (ADR 0023): every write of the API sent to a follower
+//! Writes through any orchestrator (ADR 0024): every write of the API sent to a follower
 //! (`dc1-a`) reaches the leader (`dc2-a`), and the answer is the leader's, errors included.
 
 use axum::http::{Method, StatusCode};

@@ -1,4 +1,4 @@
-//! API writes through any orchestrator (ADR 0023): a follower sends each write, as one typed
+//! API writes through any orchestrator (ADR 0024): a follower sends each write, as one typed
 //! [`ApiWrite`] with its caller, to the leader over the cluster's mutual TLS; the leader runs it
 //! on its own backend as that caller and answers with the typed result or [`BackendError`].
 //! Serialised only at the wire, in [`RuntimeBackend::to_leader`] and [`WriteServer`].

@@ -68,7 +68,7 @@ fn file_owned(plan: &PlanId) -> BackendError {
 
 impl RuntimeBackend {
     /// A backend over `engine` (and its effective configuration).
-    /// It also takes, when its node leads, the writes followers forward (ADR 0023).
+    /// It also takes, when its node leads, the writes followers forward (ADR 0024).
     pub fn new(engine: &Engine, secrets: SecretStore) -> Self {
         engine.inner.node.set_write_handler(Arc::new(WriteServer {
             inner: Arc::downgrade(&engine.inner),
@@ -679,7 +679,7 @@ impl Backend for RuntimeBackend {
         caller: &Caller,
         name: &ControllerId,
     ) -> Result<ControllerTest, BackendError> {
-        // A test runs where it is asked, from this site when allowed (ADR 0023).
+        // A test runs where it is asked, from this site when allowed (ADR 0024).
         controllers::test_controller(self, caller, name).await
     }
 
