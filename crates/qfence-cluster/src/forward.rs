@@ -119,3 +119,25 @@ impl CallExecutor for NoDriversExecutor {
         })
     }
 }
+
+/// Runs, at the leader, an API write a follower forwarded (see ADR 0024).
+///
+/// The cluster does not know the API's writes: the runtime hands it a handler that reads the
+/// write (its own typed enum, serialised only for the wire), runs it as the caller it names and
+/// answers with its serialised result. The cluster has already checked that `from` is a member
+/// and presented that member's certificate.
+pub trait WriteHandler: Send + Sync + 'static {
+    fn handle<'a>(
+        &'a self,
+        from: &'a OrchestratorId,
+        write: serde_json::Value,
+    ) -> BoxFuture<'a, serde_json::Value>;
+}
+
+/// An API write on its way from a follower to the leader.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct ForwardedWrite {
+    /// The follower that sends it: its certificate must be issued for this name.
+    pub from: OrchestratorId,
+    pub write: serde_json::Value,
+}

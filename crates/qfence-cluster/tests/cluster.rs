@@ -4,7 +4,9 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use qfence_call::{Answer, Call, Reading, Target, Verb};
-use qfence_cluster::forward::{BoxFuture, CallExecutor, CallOutcome, ForwardReply, NoopExecutor};
+use qfence_cluster::forward::{
+    BoxFuture, CallExecutor, CallOutcome, ForwardReply, NoopExecutor, WriteHandler,
+};
 use qfence_cluster::node::{ClusterNode, NodeOptions, Timing};
 use qfence_cluster::signing::{NodeKey, Refusal};
 use qfence_cluster::state::{Command, ControllerRecord, PlanStateDoc, Response};
@@ -39,6 +41,19 @@ impl CallExecutor for SlowExecutor {
                 () = tokio::time::sleep(Duration::from_secs(10)) => Ok(Answer::Problems(vec![format!("finished {}", call.target.capability)])),
             }
         })
+    }
+}
+
+/// Runs any forwarded API write: whatever refuses one must be the cluster's own check.
+struct RunsAnything;
+
+impl WriteHandler for RunsAnything {
+    fn handle<'a>(
+        &'a self,
+        _from: &'a OrchestratorId,
+        _write: serde_json::Value,
+    ) -> BoxFuture<'a, serde_json::Value> {
+        Box::pin(async { json!("ran") })
     }
 }
 
@@ -580,6 +595,26 @@ async fn a_node_with_a_certificate_from_another_ca_is_refused() {
         .await
         .unwrap();
     assert!(ok.status().is_success());
+
+    step("A CA certificate that is not a member's may not forward an API write");
+    node.node.set_write_handler(Arc::new(RunsAnything));
+    let body = json!({"from": "orch-b", "write": {"write": "pause"}});
+    let reply: Result<serde_json::Value, String> = member
+        .http_client(Duration::from_secs(2))
+        .unwrap()
+        .post(format!(
+            "https://{}/cluster/write",
+            node.node.member().address
+        ))
+        .json(&body)
+        .send()
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
+    let refusal = reply.expect_err("a non-member's write is refused");
+    assert!(refusal.contains("another member"), "{refusal}");
 
     step("The admin endpoints are off unless asked for");
     let admin = qfence_cluster::node::AdminClient::new(&member, Duration::from_secs(2)).unwrap();

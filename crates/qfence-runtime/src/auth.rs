@@ -50,8 +50,9 @@ impl fmt::Display for Access {
     }
 }
 
-/// Who is calling: the token's name and role.
-#[derive(Debug, Clone, PartialEq, Eq)]
+/// Who is calling: the token's name and role. A follower forwards it with the write it makes
+/// (ADR 0024).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, serde::Deserialize)]
 pub struct Caller {
     /// The token's name in the token file.
     pub name: String,

@@ -121,8 +121,8 @@ impl LabRuntime {
     }
 
     /// The lab with `dc2-a` leading (it creates the cluster and erp-db) and `dc1-a` joined as
-    /// its follower; the backend is `dc1-a`'s, so it refuses writes with `not_leader`, naming
-    /// `dc2-a`, as a follower does.
+    /// its follower; the backend is `dc1-a`'s, so its reads are the follower's own and its writes
+    /// are forwarded to `dc2-a`, as a follower's are (ADR 0024).
     pub async fn start_follower() -> anyhow::Result<Self> {
         let sims = lab::Sims::start().await?;
         let config_text = without_plans(&sims.config_text());

@@ -26,7 +26,7 @@ use serde::{Deserialize, Serialize};
 use tokio_util::sync::CancellationToken;
 
 use crate::error::ClusterError;
-use crate::forward::{CallExecutor, CallOutcome, ForwardReply};
+use crate::forward::{CallExecutor, CallOutcome, ForwardReply, WriteHandler};
 use crate::network::Liveness;
 use crate::routing::Candidate;
 use crate::signing::{NodeKey, NonceCache, SignedCall};
@@ -42,6 +42,7 @@ mod leadership;
 mod membership;
 mod rpc;
 mod start;
+mod writes;
 
 pub use admin::AdminClient;
 pub use rpc::CallRequest;
@@ -177,6 +178,8 @@ struct Inner {
     liveness: Liveness,
     nonces: Mutex<NonceCache>,
     executor: Arc<dyn CallExecutor>,
+    /// Runs the API writes followers forward; installed by the runtime once its API exists.
+    writes: Mutex<Option<Arc<dyn WriteHandler>>>,
     shutdown: CancellationToken,
     leadership: Mutex<Option<Leadership>>,
     /// Membership changes one at a time: openraft refuses a change while another is in progress.
@@ -339,6 +342,21 @@ impl ClusterNode {
     /// Which orchestrators routing may choose from, as this node sees them.
     pub fn candidates(&self) -> Vec<Candidate> {
         self.inner.candidates()
+    }
+
+    /// Installs what runs the API writes followers forward here (the last one installed wins).
+    pub fn set_write_handler(&self, handler: Arc<dyn WriteHandler>) {
+        self.inner.set_write_handler(handler);
+    }
+
+    /// Sends an API write to the leader this node knows, over the cluster's mutual TLS, and
+    /// returns the leader's answer. `NotLeader` when no other node is known as leader.
+    pub async fn forward_write(
+        &self,
+        write: serde_json::Value,
+        timeout: Duration,
+    ) -> Result<serde_json::Value, ClusterError> {
+        self.inner.forward_write(write, timeout).await
     }
 
     /// Stops serving and shuts Raft down.

@@ -15,7 +15,7 @@ use qfence_call::Call;
 use qfence_model::ids::{ControllerId, Generation, PlanId};
 use serde::{Deserialize, Serialize};
 
-use crate::forward::{CallOutcome, ForwardReply};
+use crate::forward::{CallOutcome, ForwardReply, ForwardedWrite};
 use crate::network::SnapshotBody;
 use crate::signing::SignedCall;
 use crate::state::{Command, Response};
@@ -54,6 +54,7 @@ pub(super) fn router(inner: Arc<Inner>, admin_api: bool) -> Router {
         .route("/raft/transfer-leader", post(transfer_leader))
         .route("/cluster/join", post(join))
         .route("/cluster/forward", post(forward))
+        .route("/cluster/write", post(write))
         .route("/cluster/status", get(status))
         .with_state(inner)
 }
@@ -155,6 +156,14 @@ async fn join(
 
 async fn forward(State(s): Shared, Json(c): Json<SignedCall>) -> Reply<ForwardReply> {
     Json(Ok(s.handle_forward(c).await))
+}
+
+async fn write(
+    State(s): Shared,
+    ConnectInfo(peer): ConnectInfo<crate::tls::Peer>,
+    Json(w): Json<ForwardedWrite>,
+) -> Reply<serde_json::Value> {
+    Json(s.handle_write(&peer, w).await)
 }
 
 async fn status(State(s): Shared) -> Json<StatusReport> {

@@ -109,6 +109,7 @@ impl ClusterNode {
             liveness,
             nonces: Mutex::new(NonceCache::default()),
             executor,
+            writes: Mutex::new(None),
             shutdown: shutdown.clone(),
             leadership: Mutex::new(None),
             join_lock: tokio::sync::Mutex::new(()),

@@ -4,10 +4,10 @@
 use std::cmp::Ordering;
 use std::fmt;
 
-use serde::Serialize;
+use serde::{Deserialize, Serialize};
 
 /// How bad an issue is.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
 #[serde(rename_all = "lowercase")]
 pub enum Severity {
     /// The configuration cannot be used.
@@ -33,7 +33,7 @@ impl fmt::Display for Severity {
 }
 
 /// One problem found in a configuration.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Issue {
     /// Where: `plans.erp-db.instances.dc1[2].capability`. Empty for the document as a whole.
     pub path: String,
@@ -42,7 +42,7 @@ pub struct Issue {
     /// Error or warning.
     pub severity: Severity,
     /// The line the value is on (1-based), when known.
-    #[serde(skip_serializing_if = "Option::is_none")]
+    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub line: Option<u32>,
 }
 

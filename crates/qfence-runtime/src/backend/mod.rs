@@ -5,12 +5,14 @@
 //! The API authenticates, parses and validates; the backend decides and records. Every write
 //! that changes a plan's ownership or content compares the caller's `expected_generation`
 //! with the current one and refuses a stale one ([`BackendError::StaleGeneration`]), and every
-//! accepted operator action goes to the event log with the caller as actor. A follower that
-//! cannot forward a write answers [`BackendError::NotLeader`].
+//! accepted operator action goes to the event log with the caller as actor. A follower
+//! forwards each write to the leader and answers what the leader answered (ADR 0024); one
+//! that knows no leader answers [`BackendError::NotLeader`].
 
 use async_trait::async_trait;
 use qfence_model::config::{ControllerConfig, Issue, PlanConfig};
 use qfence_model::{ControllerId, PlanId, SiteId};
+use serde::{Deserialize, Serialize};
 
 use crate::auth::Caller;
 use crate::dto::{
@@ -23,6 +25,18 @@ use crate::events::{EventPage, EventQuery};
 mod runtime;
 
 pub use runtime::RuntimeBackend;
+
+/// The kind of thing a `NotFound` names. An alias, so serde does not borrow it from the input.
+type What = &'static str;
+
+/// The kind of thing a `NotFound` names, read back from the wire.
+fn what_of<'de, D: serde::Deserializer<'de>>(d: D) -> Result<&'static str, D::Error> {
+    let what = String::deserialize(d)?;
+    Ok(["plan", "controller", "site", "orchestrator"]
+        .into_iter()
+        .find(|w| *w == what)
+        .unwrap_or("object"))
+}
 
 /// A plan the API validated with the configuration file's validation.
 #[derive(Debug, Clone)]
@@ -44,12 +58,18 @@ pub struct CheckedController {
     pub warnings: Vec<Issue>,
 }
 
-/// Why the backend refused or failed. The API maps each to one status and code.
-#[derive(Debug, Clone, PartialEq, thiserror::Error)]
+/// Why the backend refused or failed. The API maps each to one status and code. A follower
+/// receives it from the leader as it is (ADR 0024), hence serde.
+#[derive(Debug, Clone, PartialEq, thiserror::Error, Serialize, Deserialize)]
+#[serde(tag = "error", content = "detail", rename_all = "snake_case")]
 pub enum BackendError {
     /// 404 `not_found`.
     #[error("{what} {name:?} does not exist")]
-    NotFound { what: &'static str, name: String },
+    NotFound {
+        #[serde(deserialize_with = "what_of")]
+        what: What,
+        name: String,
+    },
     /// 409 `stale_generation`, with the current generation.
     #[error("plan {plan:?} is at generation {current}, not {expected}: reload it and decide again")]
     StaleGeneration {
@@ -77,7 +97,7 @@ pub enum BackendError {
     #[error("{message}")]
     BindingCheckFailed { message: String, issues: Vec<Issue> },
     /// 503 `not_leader`.
-    #[error("this orchestrator is not the leader and could not forward the call")]
+    #[error("this orchestrator is not the leader and knows no leader to forward the call to")]
     NotLeader { leader: Option<LeaderInfo> },
     /// 503 `unavailable`: storage or the cluster cannot take the call now.
     #[error("{0}")]

@@ -668,7 +668,7 @@ async fn the_orchestrators_page_lists_the_cluster() {
 }
 
 #[tokio::test]
-async fn a_follower_that_cannot_forward_is_an_error_page_not_a_crash() {
+async fn a_console_action_on_a_follower_is_carried_to_the_leader() {
     let api = Api::follower().await;
     let r = form(
         &api,
@@ -677,8 +677,17 @@ async fn a_follower_that_cannot_forward_is_an_error_page_not_a_crash() {
         "op=switchover&site=dc2&expected_generation=1&confirmed=yes",
     )
     .await;
-    assert_eq!(r.status, StatusCode::SERVICE_UNAVAILABLE);
-    assert!(html(&r).contains("not the leader"));
+    assert_ne!(r.status, StatusCode::SERVICE_UNAVAILABLE, "{r:?}");
+    let leader = api.lab.leader.as_ref().unwrap();
+    assert!(
+        leader
+            .engine
+            .events()
+            .iter()
+            .any(|e| e.actor == "token:oncall"
+                && e.message.contains("switchover of erp-db requested")),
+        "the leader recorded the console's switchover"
+    );
 }
 
 /// The first event of a live stream (it is sent at once).

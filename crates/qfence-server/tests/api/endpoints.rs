@@ -1104,32 +1104,6 @@ async fn metrics_are_served_in_the_prometheus_text_format() {
 }
 
 #[tokio::test]
-async fn a_follower_refuses_writes_with_not_leader_and_names_the_leader() {
-    let api = Api::follower().await;
-    let before = api.snapshot().await;
-    let r = api
-        .post(
-            "/api/v1/plans/erp-db/switchover",
-            OPERATOR,
-            json!({"target": "dc2", "expected_generation": 1}),
-        )
-        .await;
-    assert_eq!(
-        (r.status, r.code()),
-        (StatusCode::SERVICE_UNAVAILABLE, "not_leader"),
-        "{r:?}"
-    );
-    assert_eq!(r.body["leader"]["leader"], "dc2-a");
-    assert!(r.body["message"].as_str().unwrap().contains("dc2-a"));
-    assert_eq!(api.snapshot().await, before);
-    // Reads still work on a follower.
-    assert_eq!(
-        api.get("/api/v1/status", VIEWER).await.status,
-        StatusCode::OK
-    );
-}
-
-#[tokio::test]
 async fn unknown_paths_and_methods_get_json_errors() {
     let api = Api::new().await;
     let r = api.get("/api/v1/nothing", VIEWER).await;

@@ -7,6 +7,7 @@
 
 mod console;
 mod endpoints;
+mod follower;
 mod fuzz;
 mod input;
 mod openapi;

@@ -42,12 +42,14 @@ use crate::shared::{Inner, PLAN_STATE_SCHEMA};
 
 mod calls;
 mod controllers;
+mod forwarded;
 mod intents;
 mod plan_checks;
 mod plans;
 mod status;
 
 use calls::REGISTRATION_TIMEOUT;
+use forwarded::{ApiWrite, WriteServer};
 
 /// The real backend.
 #[derive(Debug, Clone)]
@@ -66,7 +68,12 @@ fn file_owned(plan: &PlanId) -> BackendError {
 
 impl RuntimeBackend {
     /// A backend over `engine` (and its effective configuration).
+    /// It also takes, when its node leads, the writes followers forward (ADR 0024).
     pub fn new(engine: &Engine, secrets: SecretStore) -> Self {
+        engine.inner.node.set_write_handler(Arc::new(WriteServer {
+            inner: Arc::downgrade(&engine.inner),
+            secrets: secrets.clone(),
+        }));
         Self {
             inner: engine.inner.clone(),
             secrets,
@@ -548,6 +555,18 @@ impl Backend for RuntimeBackend {
         caller: &Caller,
         plan: CheckedPlan,
     ) -> Result<PlanView, BackendError> {
+        if self.forwards().await {
+            return self
+                .to_leader(
+                    caller,
+                    ApiWrite::CreatePlan {
+                        name: plan.name,
+                        spec: plan.spec,
+                    },
+                )
+                .await?
+                .plan();
+        }
         plans::create_plan(self, caller, plan).await
     }
 
@@ -556,6 +575,18 @@ impl Backend for RuntimeBackend {
         caller: &Caller,
         plan: CheckedPlan,
     ) -> Result<PlanView, BackendError> {
+        if self.forwards().await {
+            return self
+                .to_leader(
+                    caller,
+                    ApiWrite::StagePlan {
+                        name: plan.name,
+                        spec: plan.spec,
+                    },
+                )
+                .await?
+                .plan();
+        }
         plans::stage_plan(self, caller, plan).await
     }
 
@@ -564,6 +595,12 @@ impl Backend for RuntimeBackend {
         caller: &Caller,
         name: &PlanId,
     ) -> Result<PlanView, BackendError> {
+        if self.forwards().await {
+            return self
+                .to_leader(caller, ApiWrite::DiscardStaged { name: name.clone() })
+                .await?
+                .plan();
+        }
         plans::discard_staged(self, caller, name).await
     }
 
@@ -573,6 +610,18 @@ impl Backend for RuntimeBackend {
         name: &PlanId,
         expected: u64,
     ) -> Result<PlanView, BackendError> {
+        if self.forwards().await {
+            return self
+                .to_leader(
+                    caller,
+                    ApiWrite::ApplyStaged {
+                        name: name.clone(),
+                        expected,
+                    },
+                )
+                .await?
+                .plan();
+        }
         plans::apply_staged(self, caller, name, expected).await
     }
 
@@ -582,6 +631,18 @@ impl Backend for RuntimeBackend {
         name: &PlanId,
         expected: u64,
     ) -> Result<(), BackendError> {
+        if self.forwards().await {
+            return self
+                .to_leader(
+                    caller,
+                    ApiWrite::DeletePlan {
+                        name: name.clone(),
+                        expected,
+                    },
+                )
+                .await?
+                .deleted();
+        }
         plans::delete_plan(self, caller, name, expected).await
     }
 
@@ -598,6 +659,18 @@ impl Backend for RuntimeBackend {
         caller: &Caller,
         c: CheckedController,
     ) -> Result<ControllerView, BackendError> {
+        if self.forwards().await {
+            return self
+                .to_leader(
+                    caller,
+                    ApiWrite::RegisterController {
+                        name: c.name,
+                        spec: c.spec,
+                    },
+                )
+                .await?
+                .controller();
+        }
         controllers::register_controller(self, caller, c).await
     }
 
@@ -606,6 +679,7 @@ impl Backend for RuntimeBackend {
         caller: &Caller,
         name: &ControllerId,
     ) -> Result<ControllerTest, BackendError> {
+        // A test runs where it is asked, from this site when allowed (ADR 0024).
         controllers::test_controller(self, caller, name).await
     }
 
@@ -630,6 +704,18 @@ impl Backend for RuntimeBackend {
         plan: &PlanId,
         req: &SwitchoverRequest,
     ) -> Result<OperationAccepted, BackendError> {
+        if self.forwards().await {
+            return self
+                .to_leader(
+                    caller,
+                    ApiWrite::Switchover {
+                        plan: plan.clone(),
+                        req: req.clone(),
+                    },
+                )
+                .await?
+                .accepted();
+        }
         intents::switchover(self, caller, plan, req).await
     }
 
@@ -639,6 +725,18 @@ impl Backend for RuntimeBackend {
         plan: &PlanId,
         req: &FailoverRequest,
     ) -> Result<OperationAccepted, BackendError> {
+        if self.forwards().await {
+            return self
+                .to_leader(
+                    caller,
+                    ApiWrite::Failover {
+                        plan: plan.clone(),
+                        req: req.clone(),
+                    },
+                )
+                .await?
+                .accepted();
+        }
         intents::failover(self, caller, plan, req).await
     }
 
@@ -649,6 +747,19 @@ impl Backend for RuntimeBackend {
         site: &SiteId,
         req: &ConfirmFencedRequest,
     ) -> Result<OperationAccepted, BackendError> {
+        if self.forwards().await {
+            return self
+                .to_leader(
+                    caller,
+                    ApiWrite::ConfirmFenced {
+                        plan: plan.clone(),
+                        site: site.clone(),
+                        req: req.clone(),
+                    },
+                )
+                .await?
+                .accepted();
+        }
         intents::confirm_fenced(self, caller, plan, site, req).await
     }
 
@@ -658,6 +769,18 @@ impl Backend for RuntimeBackend {
         plan: &PlanId,
         req: &PauseRequest,
     ) -> Result<OperationAccepted, BackendError> {
+        if self.forwards().await {
+            return self
+                .to_leader(
+                    caller,
+                    ApiWrite::Pause {
+                        plan: plan.clone(),
+                        req: req.clone(),
+                    },
+                )
+                .await?
+                .accepted();
+        }
         intents::pause(self, caller, plan, req).await
     }
 
@@ -667,6 +790,18 @@ impl Backend for RuntimeBackend {
         plan: &PlanId,
         req: &PauseRequest,
     ) -> Result<OperationAccepted, BackendError> {
+        if self.forwards().await {
+            return self
+                .to_leader(
+                    caller,
+                    ApiWrite::Resume {
+                        plan: plan.clone(),
+                        req: req.clone(),
+                    },
+                )
+                .await?
+                .accepted();
+        }
         intents::resume(self, caller, plan, req).await
     }
 
@@ -680,6 +815,19 @@ impl Backend for RuntimeBackend {
         site: &SiteId,
         req: &MaintenanceRequest,
     ) -> Result<OperationAccepted, BackendError> {
+        if self.forwards().await {
+            return self
+                .to_leader(
+                    caller,
+                    ApiWrite::SetMaintenance {
+                        plan: plan.clone(),
+                        site: site.clone(),
+                        req: req.clone(),
+                    },
+                )
+                .await?
+                .accepted();
+        }
         intents::set_maintenance(self, caller, plan, site, req).await
     }
 
