@@ -24,8 +24,12 @@ fn the_status_shows_the_last_decisions_verdicts_beside_its_sentence() {
         Observation::new(Observed::Holds, t0),
     );
     let at = |secs| t0.plus(Duration::from_secs(secs));
+    // Just inside and just past the plan's freshness (40 s for the lab: the fence timeout
+    // plus an interval).
+    let fresh_for = plan.freshness.as_secs();
+    let (inside, past) = (fresh_for - 1, fresh_for + 1);
     // Before any decision, the status judges its observations now.
-    let fresh = site_verdicts(&config, plan, &state, &view, at(29));
+    let fresh = site_verdicts(&config, plan, &state, &view, at(inside));
     assert_eq!(fresh[1].verdict, Verdict::Fenced);
     let decision = decide(&Snapshot {
         config: &config,
@@ -37,9 +41,9 @@ fn the_status_shows_the_last_decisions_verdicts_beside_its_sentence() {
         leadership: Leadership {
             leader: true,
             term: Term(1),
-            lease_until: at(40),
+            lease_until: at(past + 10),
         },
-        now: at(29),
+        now: at(inside),
     });
     assert!(
         decision.reason.contains("dc2 fenced (power.off FENCED"),
@@ -48,9 +52,9 @@ fn the_status_shows_the_last_decisions_verdicts_beside_its_sentence() {
     );
     view.last_reason = Some(decision.reason.to_string());
     view.last_sites = decision.sites;
-    // Two seconds on, the reading is past freshness (30 s); the sentence still says
-    // fenced until the next decision, and so does the status.
-    let shown = site_verdicts(&config, plan, &state, &view, at(31));
+    // Two seconds on, the reading is past freshness; the sentence still says fenced until
+    // the next decision, and so does the status.
+    let shown = site_verdicts(&config, plan, &state, &view, at(past));
     assert_eq!(shown[1].site, dc2);
     assert_eq!(shown[1].verdict, Verdict::Fenced, "{}", decision.reason);
     assert_eq!(shown[1].checked_at_ms, Some(t0.0));
@@ -58,7 +62,7 @@ fn the_status_shows_the_last_decisions_verdicts_beside_its_sentence() {
     assert_eq!(shown[0].verdict, Verdict::Unknown);
     view.last_sites.clear();
     view.last_reason = None;
-    let judged_now = site_verdicts(&config, plan, &state, &view, at(31));
+    let judged_now = site_verdicts(&config, plan, &state, &view, at(past));
     assert_eq!(judged_now[1].verdict, Verdict::Unknown);
 }
 
