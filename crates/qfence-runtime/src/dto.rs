@@ -170,6 +170,10 @@ pub struct PlanStatus {
     pub paused: bool,
     /// The multi-step operation in progress: `steady`, `fencing`, `promoting`...
     pub phase: String,
+    /// Why the operation in progress halted and waits for an operator (confirm fenced, retry
+    /// or abort); absent while it runs or the plan is steady.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub halted: Option<String>,
     /// The last decision's one-sentence reason.
     pub last_reason: String,
     pub sites: Vec<SiteStatus>,

@@ -62,6 +62,7 @@ pub(super) async fn status(b: &RuntimeBackend) -> Result<StatusResponse, Backend
             generation: state.generation.0,
             paused: state.paused,
             phase: phase_name(&state),
+            halted: state.transition().and_then(|t| t.halted.clone()),
             last_reason,
             sites,
             unworkable: registered.unworkable(id, cfg),

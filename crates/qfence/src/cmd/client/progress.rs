@@ -4,8 +4,7 @@
 //!
 //! Steps are the plan's event-log records after the one that was last before the request;
 //! the end is read from `/api/v1/status`: phase `steady` with the new owner is done; phase
-//! `failed`, a halted step (the runtime's `STAGE to SITE halted: WHY`, which waits for an
-//! operator), or `steady` with another owner at a newer generation than the accepted one
+//! `failed`, a halted step (`halted` set: it waits for an operator), or `steady` with another owner at a newer generation than the accepted one
 //! (something else moved the plan), is failure.
 
 use std::time::Duration;
@@ -175,7 +174,7 @@ pub fn judge(op: &Operation, accepted_generation: u64, p: &PlanStatus) -> Stage 
     if p.phase == "steady" && at_target {
         Stage::Done
     } else if p.phase == "failed"
-        || p.phase.contains(" halted: ")
+        || p.halted.is_some()
         || (p.phase == "steady" && p.generation > accepted_generation)
     {
         Stage::Failed
@@ -260,6 +259,7 @@ mod tests {
             generation,
             paused: false,
             phase: phase.into(),
+            halted: None,
             last_reason: String::new(),
             sites: Vec::new(),
             unworkable: Vec::new(),
@@ -296,11 +296,13 @@ mod tests {
         let to_dc2 = op(Some("dc2"));
         assert_eq!(judge(&to_dc2, 2, &plan("dc1", "failed", 2)), Stage::Failed);
         // The runtime halts a step once its retries are spent; it waits for an operator.
-        let halted = plan(
-            "dc1",
-            "fences to dc2 halted: dc1 not fenced; 3 attempts made",
-            1,
+        let mut halted = plan("dc1", "verify to dc2 halted: dc1 not fenced", 1);
+        assert_eq!(
+            judge(&to_dc2, 1, &halted),
+            Stage::Running,
+            "the phase text is not read"
         );
+        halted.halted = Some("dc1 not fenced; 3 attempts made".into());
         assert_eq!(judge(&to_dc2, 1, &halted), Stage::Failed);
         assert_eq!(judge(&to_dc2, 2, &plan("dc1", "steady", 3)), Stage::Failed);
         assert_eq!(judge(&to_dc2, 2, &plan("dc3", "steady", 3)), Stage::Failed);

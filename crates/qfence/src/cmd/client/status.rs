@@ -242,6 +242,7 @@ mod tests {
             generation: 1,
             paused: false,
             phase: "steady".into(),
+            halted: None,
             last_reason: String::new(),
             sites,
             unworkable: Vec::new(),
