@@ -71,22 +71,14 @@ impl Inner {
             peer: to.to_string(),
             message: "not a member".into(),
         })?;
-        let peer = |message: String| ClusterError::Peer {
-            peer: to.to_string(),
-            message,
-        };
-        let reply: Result<ForwardReply, String> = self
-            .client
-            .post(format!("https://{address}/cluster/forward"))
-            .timeout(self.timing.call_lifetime)
-            .json(call)
-            .send()
-            .await
-            .map_err(|e| peer(e.to_string()))?
-            .json()
-            .await
-            .map_err(|e| peer(e.to_string()))?;
-        reply.map_err(peer)
+        super::post_to_member(
+            &self.client,
+            to.as_str(),
+            format!("https://{address}/cluster/forward"),
+            self.timing.call_lifetime,
+            call,
+        )
+        .await
     }
 
     pub(super) async fn record_refusal(

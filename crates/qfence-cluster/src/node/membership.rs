@@ -42,23 +42,14 @@ impl ClusterNode {
             member: self.inner.member.clone(),
             public_key_hex: self.inner.key.public_key_hex(),
         };
-        let peer = |message: String| ClusterError::Peer {
-            peer: seed.to_owned(),
-            message,
-        };
-        let reply: Result<(), String> = self
-            .inner
-            .client
-            .post(format!("https://{seed}/cluster/join"))
-            .timeout(Duration::from_secs(30))
-            .json(&request)
-            .send()
-            .await
-            .map_err(|e| peer(e.to_string()))?
-            .json()
-            .await
-            .map_err(|e| peer(e.to_string()))?;
-        reply.map_err(peer)
+        super::post_to_member(
+            &self.inner.client,
+            seed,
+            format!("https://{seed}/cluster/join"),
+            Duration::from_secs(30),
+            &request,
+        )
+        .await
     }
 }
 

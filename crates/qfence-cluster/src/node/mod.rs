@@ -374,3 +374,34 @@ impl ClusterNode {
         let _ = self.inner.raft.shutdown().await;
     }
 }
+
+/// Posts `body` as JSON to a member's cluster route at `url` and reads its answer, which the
+/// routes send as `Result<T, String>`: a transport failure, an answer that does not decode and
+/// the member's own refusal are each [`ClusterError::Peer`], named `peer`.
+async fn post_to_member<B, T>(
+    client: &reqwest::Client,
+    peer: &str,
+    url: String,
+    timeout: Duration,
+    body: &B,
+) -> Result<T, ClusterError>
+where
+    B: Serialize + ?Sized,
+    T: serde::de::DeserializeOwned,
+{
+    let err = |message: String| ClusterError::Peer {
+        peer: peer.to_owned(),
+        message,
+    };
+    let reply: Result<T, String> = client
+        .post(url)
+        .timeout(timeout)
+        .json(body)
+        .send()
+        .await
+        .map_err(|e| err(e.to_string()))?
+        .json()
+        .await
+        .map_err(|e| err(e.to_string()))?;
+    reply.map_err(err)
+}

@@ -35,26 +35,18 @@ impl Inner {
             .filter(|id| *id != self.id)
             .and_then(|id| m.membership_config.membership().get_node(&id).cloned())
             .ok_or(ClusterError::NotLeader { leader: None })?;
-        let peer = |message: String| ClusterError::Peer {
-            peer: leader.name.to_string(),
-            message,
-        };
         let body = ForwardedWrite {
             from: self.member.name.clone(),
             write,
         };
-        let reply: Result<serde_json::Value, String> = self
-            .client
-            .post(format!("https://{}/cluster/write", leader.address))
-            .timeout(timeout)
-            .json(&body)
-            .send()
-            .await
-            .map_err(|e| peer(e.to_string()))?
-            .json()
-            .await
-            .map_err(|e| peer(e.to_string()))?;
-        reply.map_err(peer)
+        super::post_to_member(
+            &self.client,
+            leader.name.as_str(),
+            format!("https://{}/cluster/write", leader.address),
+            timeout,
+            &body,
+        )
+        .await
     }
 
     /// Runs a write a member forwarded, if this node is the leader. Never forwarded again: a
