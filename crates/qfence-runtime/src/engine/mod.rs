@@ -403,27 +403,43 @@ impl Engine {
         let inner = &self.inner;
         let leadership = lease.leadership;
         let now = inner.clock.now();
-        let view = self.runtime(&plan);
-        let decision = decide(&Snapshot {
-            config,
-            plan: plan.clone(),
-            state: &state,
-            observations: &view.observations,
-            results: &view.results,
-            in_flight: &view.in_flight,
-            leadership,
-            now,
-        });
+        // The plan's view is read in place, under the runtime lock, not copied: a decision
+        // runs for every plan on every tick and every result, and copying its readings and
+        // results was the idle orchestrator's largest cost at 1,000 plans.
+        let (decision, acted, changed) = {
+            let mut all = inner.runtime();
+            if !all.contains_key(&plan) {
+                all.insert(plan.clone(), PlanRuntime::default());
+            }
+            let view = all.get_mut(&plan).expect("inserted above");
+            let decision = decide(&Snapshot {
+                config,
+                plan: plan.clone(),
+                state: &state,
+                observations: &view.observations,
+                results: &view.results,
+                in_flight: &view.in_flight,
+                leadership,
+                now,
+            });
+            // Routine checks are not news: a decision is recorded when it changes the state,
+            // acts beyond checking, or says something new (times of day aside).
+            let acted = decision.state_change.is_some()
+                || decision
+                    .commands
+                    .iter()
+                    .any(|c| !matches!(c.action, qfence_core::Action::Check { .. }));
+            let gist = without_times(&decision.reason.gist());
+            let changed = view.last_recorded.as_deref() != Some(gist.as_str());
+            view.last_reason = Some(decision.reason.to_string());
+            view.last_sites = decision.sites.clone();
+            if acted || changed {
+                view.last_recorded = Some(gist);
+            }
+            prune(view, &state, now, config.plan(plan.as_str()));
+            (decision, acted, changed)
+        };
         inner.metrics.decision(plan.as_str());
-        // Routine checks are not news: a decision is recorded when it changes the state, acts
-        // beyond checking, or says something new (times of day aside).
-        let acted = decision.state_change.is_some()
-            || decision
-                .commands
-                .iter()
-                .any(|c| !matches!(c.action, qfence_core::Action::Check { .. }));
-        let gist = without_times(&decision.reason.gist());
-        let changed = view.last_recorded.as_deref() != Some(gist.as_str());
         if acted || changed {
             tracing::info!(plan = %plan, term = %leadership.term, generation = %state.generation,
                 "{}", crate::capitalised(&decision.reason));
@@ -437,16 +453,6 @@ impl Engine {
                         "state_change": decision.state_change.is_some(),
                     })),
             );
-        }
-        {
-            let mut all = inner.runtime();
-            let entry = all.entry(plan.clone()).or_default();
-            entry.last_reason = Some(decision.reason.to_string());
-            entry.last_sites = decision.sites.clone();
-            if acted || changed {
-                entry.last_recorded = Some(gist);
-            }
-            prune(entry, &state, now, config.plan(plan.as_str()));
         }
         Decided {
             plan,

@@ -107,8 +107,14 @@ impl Engine {
         let inner = &self.inner;
         let cfg = config.plan(plan.as_str())?;
         let now = inner.clock.now();
-        let view = self.runtime(plan);
-        let sites = site_verdicts(config, cfg, state, &view, now);
+        // Read in place under the runtime lock (no copy of the plan's readings and results).
+        let (sites, last_published) = {
+            let all = inner.runtime();
+            let empty = PlanRuntime::default();
+            let view = all.get(plan).unwrap_or(&empty);
+            let sites = site_verdicts(config, cfg, state, view, now);
+            (sites, view.last_published.clone())
+        };
         // The same verdicts, beside the same sentence, go to the metrics, with what cannot
         // work (a binding to a capability graded failed) before it is needed.
         let unworkable = inner.registered().unworkable(plan, cfg);
@@ -130,7 +136,7 @@ impl Engine {
         } else {
             PUBLISH_WHEN_STEADY
         };
-        if let Some((last, at)) = &view.last_published
+        if let Some((last, at)) = &last_published
             && *last == gist
             && now.since(*at) < every
         {

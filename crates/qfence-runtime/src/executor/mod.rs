@@ -28,6 +28,7 @@ use self::classify::{classify, is_dead_man, routine, undo_failed, undo_read_back
 use self::resolve::Resolved;
 use crate::capitalised;
 use crate::drivers::Read;
+use crate::effective::EffectiveConfig;
 use crate::events::{EventKind, NewEvent};
 use crate::metrics::Direction;
 use crate::shared::Inner;
@@ -102,24 +103,25 @@ impl Executor {
             }
             plan.in_flight.insert(command.op.clone(), key.clone());
         }
-        let mut event = NewEvent::new(EventKind::Command, inner.me.as_str(), command.to_string())
-            .plan(command.plan.as_str())
-            .term(command.term.0)
-            .generation(command.generation.0)
-            .data(serde_json::json!({"op": command.op, "binding": key.to_string()}));
-        if let Some(s) = &key.site {
-            event = event.site(s.as_str());
-        }
         // Routine checks and renewals go to the log only when their reading changes (see
-        // `finish`).
+        // `finish`); their start record is not even built (thousands a second at scale).
         if !routine(&command.action) {
+            let mut event =
+                NewEvent::new(EventKind::Command, inner.me.as_str(), command.to_string())
+                    .plan(command.plan.as_str())
+                    .term(command.term.0)
+                    .generation(command.generation.0)
+                    .data(serde_json::json!({"op": command.op, "binding": key.to_string()}));
+            if let Some(s) = &key.site {
+                event = event.site(s.as_str());
+            }
             tracing::info!(plan = %command.plan, site = key.site.as_ref().map_or("-", |s| s.as_str()), term = %command.term,
                 generation = %command.generation, op = %command.op, "Started {command}");
             inner.record(event);
         }
         // Resolved once, here: the call, its answer and its result all use this value.
         let resolved = self.resolve(&command, &key);
-        let binding = self.binding_now(&command, &key);
+        let taken_from = self.inner.config();
         let token = leadership.child_token();
         let this = self.clone();
         tokio::spawn(async move {
@@ -131,18 +133,11 @@ impl Executor {
             let done = Done {
                 command: &command,
                 key,
-                binding,
+                taken_from,
                 resolved: resolved.as_ref().ok(),
             };
             this.finish(&done, finished, started.elapsed());
         });
-    }
-
-    /// The binding `key` names in the configuration in force now, if any.
-    fn binding_now(&self, command: &Command, key: &BindingKey) -> Option<Binding> {
-        let config = self.inner.config();
-        let plan = config.plan(command.plan.as_str())?;
-        rules::binding(plan, key).cloned()
     }
 
     /// Runs one resolved command: the call, an undo's read-back, and what it came to.
@@ -275,7 +270,10 @@ impl Executor {
         // filed against the old configuration is cleared by the reset, one filed after it
         // was judged against the new one.
         let mut all = self.inner.runtime();
-        let current = self.binding_now(command, key) == done.binding;
+        let now = self.inner.config();
+        // The same configuration (the common case) names the same binding; no copy is made.
+        let current = Arc::ptr_eq(&now, &done.taken_from)
+            || binding_in(&now, command, key) == binding_in(&done.taken_from, command, key);
         if !current {
             tracing::info!(plan = %command.plan, binding = %key, op = %command.op,
                 "Dropped a result: its binding is not in the plan's configuration as it was");
@@ -407,13 +405,22 @@ pub fn answer_within(call: &Call) -> Duration {
     outer
 }
 
+/// The binding `key` names in `config`, if any.
+fn binding_in<'a>(
+    config: &'a EffectiveConfig,
+    command: &Command,
+    key: &BindingKey,
+) -> Option<&'a Binding> {
+    rules::binding(config.plan(command.plan.as_str())?, key)
+}
+
 /// A command whose call has ended, with what it was resolved to when it was taken.
 struct Done<'a> {
     command: &'a Command,
     key: BindingKey,
-    /// The binding the key named when the command was taken (`None`: none). Its result is
-    /// filed only while the key still names the same.
-    binding: Option<Binding>,
+    /// The configuration in force when the command was taken: its result is filed only while
+    /// the key still names the binding it named there.
+    taken_from: Arc<EffectiveConfig>,
     /// `None` when the binding could not be resolved (nothing was called).
     resolved: Option<&'a Resolved>,
 }
