@@ -93,6 +93,34 @@ pub struct SiteVerdict {
 }
 
 impl SiteVerdict {
+    /// The verdict `readings` give `site`: FAILED when one reads FAILED; FENCED on `proven`
+    /// when there are some and all read FENCED, or else on `evidence` when there is some;
+    /// UNKNOWN otherwise (on [`Basis::NothingToProve`] when there is no reading at all).
+    fn judged(
+        site: &SiteId,
+        readings: Vec<FenceReading>,
+        proven: Basis,
+        evidence: Option<Basis>,
+    ) -> Self {
+        let (verdict, basis) = if readings.iter().any(|r| r.verdict == Verdict::Failed) {
+            (Verdict::Failed, Basis::Readings)
+        } else if !readings.is_empty() && readings.iter().all(|r| r.verdict == Verdict::Fenced) {
+            (Verdict::Fenced, proven)
+        } else if let Some(e) = evidence {
+            (Verdict::Fenced, e)
+        } else if readings.is_empty() {
+            (Verdict::Unknown, Basis::NothingToProve)
+        } else {
+            (Verdict::Unknown, Basis::Readings)
+        };
+        Self {
+            site: site.clone(),
+            verdict,
+            basis,
+            readings,
+        }
+    }
+
     /// What a status shows beside the verdict when its basis is not a fence's reading:
     /// "resource stopped", what a hot standby's readings say ("standby, replicating from
     /// 10.0.1.5:5432, lag 0 bytes"), "not a standby: 10.0.2.5:5432 is writable: ...".
@@ -266,23 +294,8 @@ impl Rules {
                 return h;
             }
         }
-        let (verdict, basis) = if readings.iter().any(|r| r.verdict == Verdict::Failed) {
-            (Verdict::Failed, Basis::Readings)
-        } else if !readings.is_empty() && readings.iter().all(|r| r.verdict == Verdict::Fenced) {
-            (Verdict::Fenced, Basis::Readings)
-        } else if let Some(e) = evidence {
-            (Verdict::Fenced, Basis::Evidence(e.kind.clone()))
-        } else if readings.is_empty() {
-            (Verdict::Unknown, Basis::NothingToProve)
-        } else {
-            (Verdict::Unknown, Basis::Readings)
-        };
-        SiteVerdict {
-            site: site.clone(),
-            verdict,
-            basis,
-            readings,
-        }
+        let evidence = evidence.map(|e| Basis::Evidence(e.kind.clone()));
+        SiteVerdict::judged(site, readings, Basis::Readings, evidence)
     }
 
     /// Whether `site`'s resource is proven stopped by its resource-level fences
@@ -313,21 +326,7 @@ impl Rules {
                 r.verdict = Verdict::Fenced;
             }
         }
-        let (verdict, basis) = if readings.is_empty() {
-            (Verdict::Unknown, Basis::NothingToProve)
-        } else if readings.iter().any(|r| r.verdict == Verdict::Failed) {
-            (Verdict::Failed, Basis::Readings)
-        } else if readings.iter().all(|r| r.verdict == Verdict::Fenced) {
-            (Verdict::Fenced, Basis::ResourceStopped)
-        } else {
-            (Verdict::Unknown, Basis::Readings)
-        };
-        SiteVerdict {
-            site: site.clone(),
-            verdict,
-            basis,
-            readings,
-        }
+        SiteVerdict::judged(site, readings, Basis::ResourceStopped, None)
     }
 
     /// The verdict of a site that does not own the plan, as the fence watch and a status show
