@@ -145,6 +145,33 @@ impl RuntimeBackend {
         node.leadership().await.is_err() && node.leader().is_some_and(|l| l != self.inner.me)
     }
 
+    /// Runs `write` here, or on the leader when this node forwards (see [`Self::forwards`]).
+    pub(super) async fn write(
+        &self,
+        caller: &Caller,
+        write: ApiWrite,
+    ) -> Result<WriteResult, BackendError> {
+        if self.forwards().await {
+            self.to_leader(caller, write).await
+        } else {
+            self.run_here(caller, write).await
+        }
+    }
+
+    /// The leader's answer to the write `write` makes, when this node forwards; `None` when
+    /// the caller runs it here (a checked plan or controller needs no second validation).
+    pub(super) async fn forward_if_follower(
+        &self,
+        caller: &Caller,
+        write: impl FnOnce() -> ApiWrite,
+    ) -> Option<Result<WriteResult, BackendError>> {
+        if self.forwards().await {
+            Some(self.to_leader(caller, write()).await)
+        } else {
+            None
+        }
+    }
+
     /// Sends `write` to the leader and returns its answer, its errors included.
     pub(super) async fn to_leader(
         &self,
@@ -239,22 +266,14 @@ impl RuntimeBackend {
         name: &PlanId,
         spec: serde_json::Value,
     ) -> Result<CheckedPlan, BackendError> {
-        match plan_api::check_plan(&self.cfg().text, name.as_str(), &spec) {
-            Ok(c) => Ok(CheckedPlan {
-                name: name.clone(),
-                spec,
-                config: c.value,
-                warnings: c.warnings,
-            }),
-            Err(issues) => Err(BackendError::Invalid {
-                message: format!(
-                    "plan {:?} is not valid: {} error(s); nothing was changed",
-                    name.as_str(),
-                    issues.iter().filter(|i| i.is_error()).count()
-                ),
-                issues,
-            }),
-        }
+        let c = plan_api::check_plan(&self.cfg().text, name.as_str(), &spec)
+            .map_err(|issues| invalid("plan", name.as_str(), issues))?;
+        Ok(CheckedPlan {
+            name: name.clone(),
+            spec,
+            config: c.value,
+            warnings: c.warnings,
+        })
     }
 
     /// A forwarded controller, validated against the leader's configuration as the API does.
@@ -263,22 +282,25 @@ impl RuntimeBackend {
         name: &ControllerId,
         spec: serde_json::Value,
     ) -> Result<CheckedController, BackendError> {
-        match plan_api::check_controller(&self.cfg().text, name.as_str(), &spec) {
-            Ok(c) => Ok(CheckedController {
-                name: name.clone(),
-                spec,
-                config: c.value,
-                warnings: c.warnings,
-            }),
-            Err(issues) => Err(BackendError::Invalid {
-                message: format!(
-                    "controller {:?} is not valid: {} error(s); nothing was changed",
-                    name.as_str(),
-                    issues.iter().filter(|i| i.is_error()).count()
-                ),
-                issues,
-            }),
-        }
+        let c = plan_api::check_controller(&self.cfg().text, name.as_str(), &spec)
+            .map_err(|issues| invalid("controller", name.as_str(), issues))?;
+        Ok(CheckedController {
+            name: name.clone(),
+            spec,
+            config: c.value,
+            warnings: c.warnings,
+        })
+    }
+}
+
+/// A forwarded spec the leader's configuration refuses, as the API words it.
+fn invalid(kind: &str, name: &str, issues: Vec<qfence_model::config::Issue>) -> BackendError {
+    BackendError::Invalid {
+        message: format!(
+            "{kind} {name:?} is not valid: {} error(s); nothing was changed",
+            issues.iter().filter(|i| i.is_error()).count()
+        ),
+        issues,
     }
 }
 

@@ -555,17 +555,14 @@ impl Backend for RuntimeBackend {
         caller: &Caller,
         plan: CheckedPlan,
     ) -> Result<PlanView, BackendError> {
-        if self.forwards().await {
-            return self
-                .to_leader(
-                    caller,
-                    ApiWrite::CreatePlan {
-                        name: plan.name,
-                        spec: plan.spec,
-                    },
-                )
-                .await?
-                .plan();
+        if let Some(r) = self
+            .forward_if_follower(caller, || ApiWrite::CreatePlan {
+                name: plan.name.clone(),
+                spec: plan.spec.clone(),
+            })
+            .await
+        {
+            return r?.plan();
         }
         plans::create_plan(self, caller, plan).await
     }
@@ -575,17 +572,14 @@ impl Backend for RuntimeBackend {
         caller: &Caller,
         plan: CheckedPlan,
     ) -> Result<PlanView, BackendError> {
-        if self.forwards().await {
-            return self
-                .to_leader(
-                    caller,
-                    ApiWrite::StagePlan {
-                        name: plan.name,
-                        spec: plan.spec,
-                    },
-                )
-                .await?
-                .plan();
+        if let Some(r) = self
+            .forward_if_follower(caller, || ApiWrite::StagePlan {
+                name: plan.name.clone(),
+                spec: plan.spec.clone(),
+            })
+            .await
+        {
+            return r?.plan();
         }
         plans::stage_plan(self, caller, plan).await
     }
@@ -595,11 +589,11 @@ impl Backend for RuntimeBackend {
         caller: &Caller,
         name: &PlanId,
     ) -> Result<PlanView, BackendError> {
-        if self.forwards().await {
-            return self
-                .to_leader(caller, ApiWrite::DiscardStaged { name: name.clone() })
-                .await?
-                .plan();
+        if let Some(r) = self
+            .forward_if_follower(caller, || ApiWrite::DiscardStaged { name: name.clone() })
+            .await
+        {
+            return r?.plan();
         }
         plans::discard_staged(self, caller, name).await
     }
@@ -610,17 +604,14 @@ impl Backend for RuntimeBackend {
         name: &PlanId,
         expected: u64,
     ) -> Result<PlanView, BackendError> {
-        if self.forwards().await {
-            return self
-                .to_leader(
-                    caller,
-                    ApiWrite::ApplyStaged {
-                        name: name.clone(),
-                        expected,
-                    },
-                )
-                .await?
-                .plan();
+        if let Some(r) = self
+            .forward_if_follower(caller, || ApiWrite::ApplyStaged {
+                name: name.clone(),
+                expected,
+            })
+            .await
+        {
+            return r?.plan();
         }
         plans::apply_staged(self, caller, name, expected).await
     }
@@ -631,17 +622,14 @@ impl Backend for RuntimeBackend {
         name: &PlanId,
         expected: u64,
     ) -> Result<(), BackendError> {
-        if self.forwards().await {
-            return self
-                .to_leader(
-                    caller,
-                    ApiWrite::DeletePlan {
-                        name: name.clone(),
-                        expected,
-                    },
-                )
-                .await?
-                .deleted();
+        if let Some(r) = self
+            .forward_if_follower(caller, || ApiWrite::DeletePlan {
+                name: name.clone(),
+                expected,
+            })
+            .await
+        {
+            return r?.deleted();
         }
         plans::delete_plan(self, caller, name, expected).await
     }
@@ -659,17 +647,14 @@ impl Backend for RuntimeBackend {
         caller: &Caller,
         c: CheckedController,
     ) -> Result<ControllerView, BackendError> {
-        if self.forwards().await {
-            return self
-                .to_leader(
-                    caller,
-                    ApiWrite::RegisterController {
-                        name: c.name,
-                        spec: c.spec,
-                    },
-                )
-                .await?
-                .controller();
+        if let Some(r) = self
+            .forward_if_follower(caller, || ApiWrite::RegisterController {
+                name: c.name.clone(),
+                spec: c.spec.clone(),
+            })
+            .await
+        {
+            return r?.controller();
         }
         controllers::register_controller(self, caller, c).await
     }
@@ -704,19 +689,15 @@ impl Backend for RuntimeBackend {
         plan: &PlanId,
         req: &SwitchoverRequest,
     ) -> Result<OperationAccepted, BackendError> {
-        if self.forwards().await {
-            return self
-                .to_leader(
-                    caller,
-                    ApiWrite::Switchover {
-                        plan: plan.clone(),
-                        req: req.clone(),
-                    },
-                )
-                .await?
-                .accepted();
-        }
-        intents::switchover(self, caller, plan, req).await
+        self.write(
+            caller,
+            ApiWrite::Switchover {
+                plan: plan.clone(),
+                req: req.clone(),
+            },
+        )
+        .await?
+        .accepted()
     }
 
     async fn failover(
@@ -725,19 +706,15 @@ impl Backend for RuntimeBackend {
         plan: &PlanId,
         req: &FailoverRequest,
     ) -> Result<OperationAccepted, BackendError> {
-        if self.forwards().await {
-            return self
-                .to_leader(
-                    caller,
-                    ApiWrite::Failover {
-                        plan: plan.clone(),
-                        req: req.clone(),
-                    },
-                )
-                .await?
-                .accepted();
-        }
-        intents::failover(self, caller, plan, req).await
+        self.write(
+            caller,
+            ApiWrite::Failover {
+                plan: plan.clone(),
+                req: req.clone(),
+            },
+        )
+        .await?
+        .accepted()
     }
 
     async fn confirm_fenced(
@@ -747,20 +724,16 @@ impl Backend for RuntimeBackend {
         site: &SiteId,
         req: &ConfirmFencedRequest,
     ) -> Result<OperationAccepted, BackendError> {
-        if self.forwards().await {
-            return self
-                .to_leader(
-                    caller,
-                    ApiWrite::ConfirmFenced {
-                        plan: plan.clone(),
-                        site: site.clone(),
-                        req: req.clone(),
-                    },
-                )
-                .await?
-                .accepted();
-        }
-        intents::confirm_fenced(self, caller, plan, site, req).await
+        self.write(
+            caller,
+            ApiWrite::ConfirmFenced {
+                plan: plan.clone(),
+                site: site.clone(),
+                req: req.clone(),
+            },
+        )
+        .await?
+        .accepted()
     }
 
     async fn pause(
@@ -769,19 +742,15 @@ impl Backend for RuntimeBackend {
         plan: &PlanId,
         req: &PauseRequest,
     ) -> Result<OperationAccepted, BackendError> {
-        if self.forwards().await {
-            return self
-                .to_leader(
-                    caller,
-                    ApiWrite::Pause {
-                        plan: plan.clone(),
-                        req: req.clone(),
-                    },
-                )
-                .await?
-                .accepted();
-        }
-        intents::pause(self, caller, plan, req).await
+        self.write(
+            caller,
+            ApiWrite::Pause {
+                plan: plan.clone(),
+                req: req.clone(),
+            },
+        )
+        .await?
+        .accepted()
     }
 
     async fn resume(
@@ -790,19 +759,15 @@ impl Backend for RuntimeBackend {
         plan: &PlanId,
         req: &PauseRequest,
     ) -> Result<OperationAccepted, BackendError> {
-        if self.forwards().await {
-            return self
-                .to_leader(
-                    caller,
-                    ApiWrite::Resume {
-                        plan: plan.clone(),
-                        req: req.clone(),
-                    },
-                )
-                .await?
-                .accepted();
-        }
-        intents::resume(self, caller, plan, req).await
+        self.write(
+            caller,
+            ApiWrite::Resume {
+                plan: plan.clone(),
+                req: req.clone(),
+            },
+        )
+        .await?
+        .accepted()
     }
 
     /// A compare-and-set on the generation the operator saw, checked by the core's own rule
@@ -815,20 +780,16 @@ impl Backend for RuntimeBackend {
         site: &SiteId,
         req: &MaintenanceRequest,
     ) -> Result<OperationAccepted, BackendError> {
-        if self.forwards().await {
-            return self
-                .to_leader(
-                    caller,
-                    ApiWrite::SetMaintenance {
-                        plan: plan.clone(),
-                        site: site.clone(),
-                        req: req.clone(),
-                    },
-                )
-                .await?
-                .accepted();
-        }
-        intents::set_maintenance(self, caller, plan, site, req).await
+        self.write(
+            caller,
+            ApiWrite::SetMaintenance {
+                plan: plan.clone(),
+                site: site.clone(),
+                req: req.clone(),
+            },
+        )
+        .await?
+        .accepted()
     }
 
     async fn secrets(&self) -> Result<Vec<SecretRefView>, BackendError> {
