@@ -41,6 +41,9 @@ pub struct PlanRuntime {
     /// What this orchestrator last published as the plan's status (term, verdicts and the
     /// sentence with times masked) and when.
     pub last_published: Option<(String, Millis)>,
+    /// The last decision saw a move under way or started one: every result wakes the plan
+    /// (a steady plan wakes only on news).
+    pub moving: bool,
 }
 
 impl PlanRuntime {

@@ -433,6 +433,7 @@ impl Engine {
             let changed = view.last_recorded.as_deref() != Some(gist.as_str());
             view.last_reason = Some(decision.reason.to_string());
             view.last_sites = decision.sites.clone();
+            view.moving = state.transition().is_some() || decision.state_change.is_some();
             if acted || changed {
                 view.last_recorded = Some(gist);
             }
