@@ -589,13 +589,9 @@ impl Backend for RuntimeBackend {
         caller: &Caller,
         name: &PlanId,
     ) -> Result<PlanView, BackendError> {
-        if let Some(r) = self
-            .forward_if_follower(caller, || ApiWrite::DiscardStaged { name: name.clone() })
-            .await
-        {
-            return r?.plan();
-        }
-        plans::discard_staged(self, caller, name).await
+        self.write(caller, ApiWrite::DiscardStaged { name: name.clone() })
+            .await?
+            .plan()
     }
 
     async fn apply_staged(
@@ -604,16 +600,15 @@ impl Backend for RuntimeBackend {
         name: &PlanId,
         expected: u64,
     ) -> Result<PlanView, BackendError> {
-        if let Some(r) = self
-            .forward_if_follower(caller, || ApiWrite::ApplyStaged {
+        self.write(
+            caller,
+            ApiWrite::ApplyStaged {
                 name: name.clone(),
                 expected,
-            })
-            .await
-        {
-            return r?.plan();
-        }
-        plans::apply_staged(self, caller, name, expected).await
+            },
+        )
+        .await?
+        .plan()
     }
 
     async fn delete_plan(
@@ -622,16 +617,15 @@ impl Backend for RuntimeBackend {
         name: &PlanId,
         expected: u64,
     ) -> Result<(), BackendError> {
-        if let Some(r) = self
-            .forward_if_follower(caller, || ApiWrite::DeletePlan {
+        self.write(
+            caller,
+            ApiWrite::DeletePlan {
                 name: name.clone(),
                 expected,
-            })
-            .await
-        {
-            return r?.deleted();
-        }
-        plans::delete_plan(self, caller, name, expected).await
+            },
+        )
+        .await?
+        .deleted()
     }
 
     async fn dry_run(&self, name: &PlanId, what: &DryRun) -> Result<DryRunResult, BackendError> {
