@@ -112,6 +112,17 @@ pub enum Note {
         owner: SiteId,
         what: String,
     },
+    /// An old owner waiting to rejoin is let rejoin: by an operator, or (`by: None`) by
+    /// `rejoin: auto` once it answered again.
+    RejoinLet {
+        site: SiteId,
+        by: Option<String>,
+    },
+    /// A rejoin of an old owner was read back done: a replica of the owner.
+    Rejoined {
+        site: SiteId,
+        owner: SiteId,
+    },
     ServiceElsewhere {
         what: String,
         detail: String,
@@ -222,6 +233,7 @@ fn intent_name(i: &IntentKind) -> String {
         IntentKind::Resume => "resume".into(),
         IntentKind::Retry => "retry".into(),
         IntentKind::Abort => "abort".into(),
+        IntentKind::Rejoin { site } => format!("rejoin of {site}"),
     }
 }
 
@@ -341,6 +353,8 @@ fn render(plan: &PlanId, n: &Note) -> String {
         | Note::DeadManTrouble { .. }
         | Note::ServiceElsewhere { .. }
         | Note::Rejoining { .. }
+        | Note::RejoinLet { .. }
+        | Note::Rejoined { .. }
         | Note::ServiceRetry { .. }
         | Note::EvidenceContradicted { .. } => render_steady(plan, n),
         Note::Starting { .. }
@@ -503,6 +517,13 @@ fn render_steady(plan: &PlanId, n: &Note) -> String {
         }
         Note::Rejoining { site, owner, what } => {
             format!("rejoining {site} as a replica of {owner} ({what})")
+        }
+        Note::RejoinLet { site, by: Some(by) } => format!("{by} lets {site} rejoin {plan}"),
+        Note::RejoinLet { site, by: None } => {
+            format!("{site} answers again: {plan} rejoins it (rejoin: auto)")
+        }
+        Note::Rejoined { site, owner } => {
+            format!("{site} rejoined {plan} as a replica of {owner}")
         }
         Note::ServiceRetry {
             why,
