@@ -118,6 +118,12 @@ pub enum Note {
         site: SiteId,
         by: Option<String>,
     },
+    /// Old owners still waiting to rejoin (none of their rejoins under way), said after the
+    /// steady clause so an operator sees what `qfence plan rejoin` is for.
+    AwaitingRejoin {
+        sites: Vec<SiteId>,
+        owner: SiteId,
+    },
     /// A rejoin of an old owner was read back done: a replica of the owner.
     Rejoined {
         site: SiteId,
@@ -354,6 +360,7 @@ fn render(plan: &PlanId, n: &Note) -> String {
         | Note::ServiceElsewhere { .. }
         | Note::Rejoining { .. }
         | Note::RejoinLet { .. }
+        | Note::AwaitingRejoin { .. }
         | Note::Rejoined { .. }
         | Note::ServiceRetry { .. }
         | Note::EvidenceContradicted { .. } => render_steady(plan, n),
@@ -521,6 +528,17 @@ fn render_steady(plan: &PlanId, n: &Note) -> String {
         Note::RejoinLet { site, by: Some(by) } => format!("{by} lets {site} rejoin {plan}"),
         Note::RejoinLet { site, by: None } => {
             format!("{site} answers again: {plan} rejoins it (rejoin: auto)")
+        }
+        Note::AwaitingRejoin { sites, owner } => {
+            let names: Vec<&str> = sites.iter().map(SiteId::as_str).collect();
+            let (verb, what, site) = match names.as_slice() {
+                [one] => ("waits", "a replica", *one),
+                _ => ("wait", "replicas", "SITE"),
+            };
+            format!(
+                "{} {verb} to rejoin as {what} of {owner} (qfence plan rejoin {plan} {site})",
+                names.join(", ")
+            )
         }
         Note::Rejoined { site, owner } => {
             format!("{site} rejoined {plan} as a replica of {owner}")

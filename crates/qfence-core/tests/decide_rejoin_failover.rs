@@ -73,9 +73,16 @@ fn a_failover_leaves_the_old_owner_fenced_until_an_operator_lets_it_rejoin() {
     for d in host_back(&mut b) {
         assert!(rejoins(&d).is_empty(), "{d:?}");
     }
+    let mut said = String::new();
     for _ in 0..30 {
-        assert!(rejoins(&b.step()).is_empty());
+        let d = b.step();
+        assert!(rejoins(&d).is_empty());
+        said = d.reason.to_string();
     }
+    assert!(
+        said.contains("; dc1 waits to rejoin as a replica of dc2 (qfence plan rejoin erp-db dc1)"),
+        "{said}"
+    );
     b.intent(IntentKind::Rejoin { site: site("dc1") });
     let d = b.step();
     assert_eq!(
@@ -102,8 +109,22 @@ fn a_failover_leaves_the_old_owner_fenced_until_an_operator_lets_it_rejoin() {
     );
     assert!(b.state.awaiting_rejoin.is_empty());
     for _ in 0..30 {
-        assert!(rejoins(&b.step()).is_empty(), "one rejoin only");
+        let d = b.step();
+        assert!(rejoins(&d).is_empty(), "one rejoin only");
+        assert!(!d.reason.contains("waits to rejoin"), "{}", d.reason);
     }
+}
+
+#[test]
+fn a_site_whose_rejoin_binding_is_taken_away_no_longer_waits() {
+    let (mut b, at) = failed_over(RejoinPolicy::Manual);
+    assert!(b.state.awaiting_rejoin.contains_key(&site("dc1")));
+    // The operator rebuilt dc1 by hand and removed its db.rejoin binding.
+    let mut plan = b.plan().clone();
+    plan.instances.get_mut(&site("dc1")).unwrap().remove(at);
+    b.cfg = fixtures::config_with(vec![("erp-db", plan)]);
+    b.step();
+    assert!(b.state.awaiting_rejoin.is_empty());
 }
 
 /// The sentence of the decision that took alice's `rejoin` of `s`, which must issue nothing.

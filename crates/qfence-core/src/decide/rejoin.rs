@@ -5,15 +5,15 @@
 //! `PlanState::rejoin` from the commit. After a failover (or an escalated switchover) the
 //! site's copy may have diverged and its site was not trusted: it waits in
 //! `PlanState::awaiting_rejoin`, fenced, until an operator lets it rejoin
-//! ([`IntentKind::Rejoin`]) or, with `rejoin: auto`, once it answers again (a fresh reading
-//! of its resource-level fences since the commit: `db.demote` read the server stopped or
-//! running). qfence never powers it on
-//! itself: a booted host may start its database as a primary before anything reads it, so
-//! bringing it up (with the database not started at boot) is the operator's, and the rejoin
-//! binding is what starts the database, as a replica. Only in steady state, so only after a
-//! commit, which follows the new owner's promotion read back; never at the owner; never while
-//! paused; one rejoin at a time per site. A site leaves `awaiting_rejoin` once a rejoin of it
-//! is done (the driver read it back a replica of the owner).
+//! ([`IntentKind::Rejoin`]) or, with `rejoin: auto`, once it answers again (a fresh reading of
+//! its resource-level fences since the commit: `db.demote` read the server stopped or
+//! running). qfence never powers it on itself: a booted host may start its database as a
+//! primary before anything reads it, so bringing it up (with the database not started at
+//! boot) is the operator's, and the rejoin binding is what starts the database, as a replica.
+//! Only in steady state, so only after a commit, which follows the new owner's promotion read
+//! back; never at the owner; never while paused; one rejoin at a time per site. A site leaves
+//! `awaiting_rejoin` once a rejoin of it is done (the driver read it back a replica of the
+//! owner), or once the plan binds no rejoin for it.
 
 use qfence_model::config::RejoinPolicy;
 use qfence_model::{Role, SiteId};
@@ -30,6 +30,7 @@ impl Cx<'_, '_> {
             return;
         }
         self.rejoined(owner);
+        self.forget_unbound();
         if self.plan.rejoin == RejoinPolicy::Auto {
             self.auto_rejoin();
         }
@@ -58,6 +59,27 @@ impl Cx<'_, '_> {
                 site,
                 owner: owner.clone(),
                 what,
+            });
+        }
+    }
+
+    /// Says which old owners still wait to rejoin, leaving out those a rejoin runs for now.
+    pub(super) fn awaiting_rejoin_note(&mut self) {
+        let sites: Vec<SiteId> = self
+            .state
+            .awaiting_rejoin
+            .keys()
+            .filter(|s| {
+                !rules::keys(self.plan, s, Role::Rejoin)
+                    .iter()
+                    .any(|k| self.busy(k))
+            })
+            .cloned()
+            .collect();
+        if !sites.is_empty() {
+            self.notes.push(Note::AwaitingRejoin {
+                sites,
+                owner: self.state.owner.clone(),
             });
         }
     }
@@ -205,6 +227,22 @@ impl Cx<'_, '_> {
                 site,
                 owner: owner.clone(),
             });
+        }
+    }
+
+    /// Drops the waiting sites the plan no longer binds a rejoin for (or no longer has): an
+    /// operator who takes the binding away takes the rejoin in hand, and the site may be a
+    /// failover target again (its readiness still decides).
+    fn forget_unbound(&mut self) {
+        let gone: Vec<SiteId> = self
+            .state
+            .awaiting_rejoin
+            .keys()
+            .filter(|s| rules::keys(self.plan, s, Role::Rejoin).is_empty())
+            .cloned()
+            .collect();
+        for site in gone {
+            self.change().awaiting_rejoin.remove(&site);
         }
     }
 
