@@ -112,6 +112,23 @@ pub enum Note {
         owner: SiteId,
         what: String,
     },
+    /// An old owner waiting to rejoin is let rejoin: by an operator, or (`by: None`) by
+    /// `rejoin: auto` once it answered again.
+    RejoinLet {
+        site: SiteId,
+        by: Option<String>,
+    },
+    /// Old owners still waiting to rejoin (none of their rejoins under way), said after the
+    /// steady clause so an operator sees what `qfence plan rejoin` is for.
+    AwaitingRejoin {
+        sites: Vec<SiteId>,
+        owner: SiteId,
+    },
+    /// A rejoin of an old owner was read back done: a replica of the owner.
+    Rejoined {
+        site: SiteId,
+        owner: SiteId,
+    },
     ServiceElsewhere {
         what: String,
         detail: String,
@@ -222,6 +239,7 @@ fn intent_name(i: &IntentKind) -> String {
         IntentKind::Resume => "resume".into(),
         IntentKind::Retry => "retry".into(),
         IntentKind::Abort => "abort".into(),
+        IntentKind::Rejoin { site } => format!("rejoin of {site}"),
     }
 }
 
@@ -341,6 +359,9 @@ fn render(plan: &PlanId, n: &Note) -> String {
         | Note::DeadManTrouble { .. }
         | Note::ServiceElsewhere { .. }
         | Note::Rejoining { .. }
+        | Note::RejoinLet { .. }
+        | Note::AwaitingRejoin { .. }
+        | Note::Rejoined { .. }
         | Note::ServiceRetry { .. }
         | Note::EvidenceContradicted { .. } => render_steady(plan, n),
         Note::Starting { .. }
@@ -503,6 +524,24 @@ fn render_steady(plan: &PlanId, n: &Note) -> String {
         }
         Note::Rejoining { site, owner, what } => {
             format!("rejoining {site} as a replica of {owner} ({what})")
+        }
+        Note::RejoinLet { site, by: Some(by) } => format!("{by} lets {site} rejoin {plan}"),
+        Note::RejoinLet { site, by: None } => {
+            format!("{site} answers again: {plan} rejoins it (rejoin: auto)")
+        }
+        Note::AwaitingRejoin { sites, owner } => {
+            let names: Vec<&str> = sites.iter().map(SiteId::as_str).collect();
+            let (verb, what, site) = match names.as_slice() {
+                [one] => ("waits", "a replica", *one),
+                _ => ("wait", "replicas", "SITE"),
+            };
+            format!(
+                "{} {verb} to rejoin as {what} of {owner} (qfence plan rejoin {plan} {site})",
+                names.join(", ")
+            )
+        }
+        Note::Rejoined { site, owner } => {
+            format!("{site} rejoined {plan} as a replica of {owner}")
         }
         Note::ServiceRetry {
             why,

@@ -40,6 +40,9 @@ pub enum Mutation {
     /// A hot standby's reading (in recovery, not writable, following the owner) counts as
     /// the site's fence in every verdict, a failover's proof included.
     HotStandbyIsAFence,
+    /// Forget which old owners still wait to rejoin: one may be chosen as a failover target
+    /// or switched over to, its diverged copy promoted.
+    RejoinIgnored,
 }
 
 /// The rules `decide` applies. [`Rules::default`] is the only one production uses.

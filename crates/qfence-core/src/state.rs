@@ -94,6 +94,24 @@ pub struct PlanState {
     /// Never the owner; a failover sets none (ADR 0023).
     #[serde(default)]
     pub rejoin: BTreeSet<SiteId>,
+    /// Old owners given up by a commit whose copy is not yet proven a replica of the owner:
+    /// each site a transition gave up that has `rejoin` bindings. A failover's (or an
+    /// escalated switchover's) stays fenced until an operator lets it rejoin
+    /// ([`IntentKind::Rejoin`]) or, with `rejoin: auto`, once its host reads up again; a
+    /// site leaves when a rejoin of it is done (read back a replica of the owner). Never the
+    /// owner; never chosen as a failover target while here (its copy may have diverged).
+    #[serde(default)]
+    pub awaiting_rejoin: BTreeMap<SiteId, AwaitingRejoin>,
+}
+
+/// An old owner whose copy is still to rejoin (see [`PlanState::awaiting_rejoin`]).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct AwaitingRejoin {
+    /// When it was given up (the commit): readings and results before it say nothing of the
+    /// copy left behind.
+    pub since: Millis,
+    /// Rejoins issued for it since: `rejoin: auto` tries once, an operator may ask again.
+    pub attempts: u32,
 }
 
 impl PlanState {
@@ -117,6 +135,7 @@ impl PlanState {
             intents: Vec::new(),
             maintenance: BTreeSet::new(),
             rejoin: BTreeSet::new(),
+            awaiting_rejoin: BTreeMap::new(),
         }
     }
 
@@ -414,6 +433,13 @@ pub enum IntentKind {
     Resume,
     /// Retry a halted transition's step from scratch.
     Retry,
+    /// Let `site`, an old owner waiting to rejoin, run its `rejoin` bindings now (pg_rewind
+    /// or a re-clone, then a start as a replica of the owner). Refused unless the plan is
+    /// steady and not paused, `site` awaits a rejoin, has `rejoin` bindings and its host does
+    /// not read powered off (ADR 0023, "After a failover").
+    Rejoin {
+        site: SiteId,
+    },
     /// Give up a transition before anything irreversible: back to steady at the old owner,
     /// undoing the fences this transition took there when that is safe. Refused from the
     /// switchover on (the move can only roll forward). See the decision-core spec's table.

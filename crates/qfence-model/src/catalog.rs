@@ -558,13 +558,14 @@ static POSTGRES: &[CapabilitySpec] = &[
 const PG_DATA_DIR: ParamSpec = ParamSpec {
     name: "data_dir",
     meaning: "the server's data directory, on the orchestrator's host: db.demote is then \
-              a clean stop read back by pg_controldata, and db.rejoin rewinds it",
+              a clean stop read back by pg_controldata, and db.rejoin rewinds it (or \
+              re-clones it when pg_rewind fails)",
     default: None,
     ty: ParamType::Text { max: 1000 },
 };
 const PG_BIN_DIR: ParamSpec = ParamSpec {
     name: "bin_dir",
-    meaning: "where pg_ctl, pg_controldata and pg_rewind are",
+    meaning: "where pg_ctl, pg_controldata, pg_rewind and pg_basebackup are",
     default: Some("/usr/lib/postgresql/15/bin"),
     ty: ParamType::Text { max: 1000 },
 };

@@ -492,6 +492,18 @@ pub struct ConfirmFencedRequest {
     pub reason: String,
 }
 
+/// `POST /api/v1/plans/{plan}/sites/{site}/rejoin`: let an old owner a failover gave up
+/// rejoin as a replica of the owner (its `rejoin` bindings: pg_rewind, or a re-clone when
+/// that fails). The core refuses it when unsafe (ADR 0023, "After a failover").
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
+#[serde(deny_unknown_fields)]
+pub struct RejoinRequest {
+    pub expected_generation: u64,
+    /// Why, for the event log.
+    pub reason: Option<String>,
+}
+
 /// `PUT /api/v1/plans/{plan}/sites/{site}/maintenance`: take a site in or out of maintenance.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
@@ -526,7 +538,7 @@ pub struct PauseRequest {
 #[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 pub struct OperationAccepted {
     pub plan: String,
-    /// `switchover`, `failover`, `confirm_fenced`, `pause`, `resume`, `maintenance`.
+    /// `switchover`, `failover`, `confirm_fenced`, `rejoin`, `pause`, `resume`, `maintenance`.
     pub operation: String,
     /// The plan's generation after the change.
     pub generation: u64,

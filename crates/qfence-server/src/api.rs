@@ -146,6 +146,7 @@ fn api_router() -> OpenApiRouter<AppState> {
         .routes(routes!(switchover))
         .routes(routes!(failover))
         .routes(routes!(confirm_fenced))
+        .routes(routes!(rejoin))
         .routes(routes!(pause))
         .routes(routes!(resume))
         .routes(routes!(maintenance))
@@ -708,6 +709,27 @@ async fn confirm_fenced(
     Ok(Json(
         s.backend.confirm_fenced(&c, &plan, &site, &req).await?,
     ))
+}
+
+/// Lets `site`, an old owner a failover gave up, rejoin as a replica of the owner (its
+/// `rejoin` bindings: pg_rewind, or a re-clone when that fails). Refused at once for a site
+/// that does not wait to rejoin; the next decision takes it or says why not. Operator.
+#[utoipa::path(post, path = "/api/v1/plans/{plan}/sites/{site}/rejoin", tag = "operations",
+    security(("bearer" = [])),
+    params(PlanSitePath),
+    request_body = RejoinRequest,
+    responses(
+        (status = 200, body = OperationAccepted),
+        responses::PlanWrite,
+        responses::RefusedSiteOwns))]
+async fn rejoin(
+    Operator(c): Operator,
+    State(s): State<AppState>,
+    ApiPath((plan, site)): ApiPath<(String, String)>,
+    ApiJson(req): ApiJson<RejoinRequest>,
+) -> Result<Json<OperationAccepted>, ApiError> {
+    let (plan, site) = (plan_id(&plan)?, site_id(&site)?);
+    Ok(Json(s.backend.rejoin(&c, &plan, &site, &req).await?))
 }
 
 /// Pauses automatic actions on the plan (operator actions still work). Operator.

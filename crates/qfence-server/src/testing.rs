@@ -390,6 +390,15 @@ impl Backend for FaultyBackend {
     ) -> Result<OperationAccepted, BackendError> {
         self.inner.confirm_fenced(caller, plan, site, req).await
     }
+    async fn rejoin(
+        &self,
+        caller: &Caller,
+        plan: &PlanId,
+        site: &SiteId,
+        req: &RejoinRequest,
+    ) -> Result<OperationAccepted, BackendError> {
+        self.inner.rejoin(caller, plan, site, req).await
+    }
     async fn pause(
         &self,
         caller: &Caller,

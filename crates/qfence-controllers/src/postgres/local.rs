@@ -284,11 +284,14 @@ impl PostgresDriver {
             }
         }
         match self.local(REJOIN, target) {
-            Ok(Some(l)) if !l.bin.join("pg_rewind").exists() => problems.push(format!(
-                "params.bin_dir: no pg_rewind in {}",
-                l.bin.display()
-            )),
-            Ok(Some(_)) => {}
+            Ok(Some(l)) => {
+                // pg_basebackup re-clones the copy when pg_rewind fails.
+                for bin in ["pg_rewind", "pg_basebackup"] {
+                    if !l.bin.join(bin).exists() {
+                        problems.push(format!("params.bin_dir: no {bin} in {}", l.bin.display()));
+                    }
+                }
+            }
             Ok(None) => problems.push("params.data_dir: db.rejoin needs it".to_owned()),
             Err(e) => problems.push(e.to_string()),
         }
@@ -362,21 +365,7 @@ impl PostgresDriver {
         if !ok {
             return Err(self.err(ErrorKind::Rejected, "CHECKPOINT at the owner", text, false));
         }
-        let saved = self.save_config(&l)?;
-        let source = format!("--source-server={rewind}");
-        let ran = self
-            .run_pg(
-                &l,
-                "pg_rewind",
-                &["-D".as_ref(), l.data.as_os_str(), source.as_ref()],
-            )
-            .await;
-        self.restore_config(&l, &saved)?;
-        let (ok, text) = ran?;
-        if !ok {
-            return Err(self.err(ErrorKind::Rejected, "pg_rewind", text, true));
-        }
-        tracing::info!(controller = %self.id, output = %text, "Ran pg_rewind for db.rejoin");
+        let how = self.rewind_or_reclone(&l, primary, rewind).await?;
         self.write_standby(&l, primary)?;
         let log = l.data.join("qfence-rejoin.log");
         let (ok, text) = self
@@ -398,12 +387,129 @@ impl PostgresDriver {
         }
         // Streaming starts a moment after the server accepts connections.
         loop {
-            let r = self.rejoin_reading(ctx, target).await?;
+            let mut r = self.rejoin_reading(ctx, target).await?;
             if r.holds {
+                r.detail = format!("{how}: {}", r.detail);
                 return Ok(r);
             }
             tokio::time::sleep(Duration::from_millis(100)).await;
         }
+    }
+
+    /// pg_rewind from the owner (a no-op when the timelines did not diverge), this server's
+    /// own configuration put back. When pg_rewind fails (neither `wal_log_hints` nor data
+    /// checksums, the WAL it needs is gone, a rewind cut short) the copy cannot be trusted
+    /// as it is: a re-clone of the owner replaces it. Says which, in words.
+    async fn rewind_or_reclone(
+        &self,
+        l: &Local,
+        primary: &str,
+        rewind: &str,
+    ) -> Result<String, DriverError> {
+        let saved = self.save_config(l)?;
+        let source = format!("--source-server={rewind}");
+        let ran = self
+            .run_pg(
+                l,
+                "pg_rewind",
+                &["-D".as_ref(), l.data.as_os_str(), source.as_ref()],
+            )
+            .await;
+        self.restore_config(l, &saved)?;
+        let (ok, text) = ran?;
+        if ok {
+            tracing::info!(controller = %self.id, output = %text, "Ran pg_rewind for db.rejoin");
+            return Ok("rewound".to_owned());
+        }
+        // pg_rewind's "error:" line says why; its last line is often only a detail.
+        let why = text
+            .lines()
+            .find(|l| l.contains("error:"))
+            .or_else(|| text.lines().last())
+            .unwrap_or("no output")
+            .to_owned();
+        tracing::warn!(
+            controller = %self.id, output = %text,
+            "pg_rewind failed for db.rejoin: re-cloning from the owner"
+        );
+        let kept = self.reclone(l, primary, &saved).await.map_err(|e| {
+            self.err(
+                e.kind,
+                REJOIN,
+                format!(
+                    "pg_rewind failed ({why}), and so did the re-clone: {}: {}",
+                    e.call, e.message
+                ),
+                true,
+            )
+        })?;
+        Ok(format!(
+            "pg_rewind failed ({why}); re-cloned from the owner, the old copy kept at {}",
+            kept.display()
+        ))
+    }
+
+    /// A fresh copy of the owner by pg_basebackup over `primary` (the replication
+    /// connection), made beside the data directory and swapped in once complete, with this
+    /// server's own configuration. The old directory is kept (`DATA.diverged`, then
+    /// `DATA.diverged.1`, ...), not deleted: it may hold writes the owner never got, which
+    /// only an operator can judge. Returns where it was kept.
+    async fn reclone(
+        &self,
+        l: &Local,
+        primary: &str,
+        saved: &[(PathBuf, Vec<u8>)],
+    ) -> Result<PathBuf, DriverError> {
+        let beside = |suffix: &str| {
+            let mut p = l.data.clone().into_os_string();
+            p.push(suffix);
+            PathBuf::from(p)
+        };
+        let clone = beside(".qfence-clone");
+        // Only ever ours: a clone an earlier attempt did not finish.
+        if clone.exists() {
+            std::fs::remove_dir_all(&clone).map_err(|e| self.io_err("remove", &clone, e))?;
+        }
+        let (ok, text) = self
+            .run_pg(
+                l,
+                "pg_basebackup",
+                &[
+                    "-D".as_ref(),
+                    clone.as_os_str(),
+                    "-d".as_ref(),
+                    primary.as_ref(),
+                    "-X".as_ref(),
+                    "stream".as_ref(),
+                    "-c".as_ref(),
+                    "fast".as_ref(),
+                    "-w".as_ref(),
+                ],
+            )
+            .await?;
+        if !ok {
+            let _ = std::fs::remove_dir_all(&clone);
+            return Err(self.err(ErrorKind::Rejected, "pg_basebackup", text, false));
+        }
+        let kept = (0..)
+            .map(|n| match n {
+                0 => beside(".diverged"),
+                n => beside(&format!(".diverged.{n}")),
+            })
+            .find(|p| !p.exists())
+            .expect("some name is free");
+        std::fs::rename(&l.data, &kept).map_err(|e| self.io_err("rename", &l.data, e))?;
+        if let Err(e) = std::fs::rename(&clone, &l.data) {
+            // Put the old directory back: a server with no data directory is worse.
+            let _ = std::fs::rename(&kept, &l.data);
+            return Err(self.io_err("rename", &clone, e));
+        }
+        self.restore_config(l, saved)?;
+        tracing::info!(
+            controller = %self.id, kept = %kept.display(),
+            "Re-cloned the data directory from the owner for db.rejoin"
+        );
+        Ok(kept)
     }
 
     fn io_err(&self, call: &str, path: &Path, e: std::io::Error) -> DriverError {

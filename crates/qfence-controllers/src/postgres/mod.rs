@@ -29,9 +29,11 @@
 //!   `CHECKPOINT`, `pg_ctl stop -m fast`, read back by `pg_ctl status` and `pg_controldata`
 //!   ("shut down"). There is no undo: `db.rejoin` brings the copy back as a replica.
 //! - `db.rejoin` (rejoin, at a site that is not the owner; needs `data_dir`,
-//!   `primary_conninfo`, `rewind_conninfo`): pg_rewind from the owner, a fresh
-//!   `standby.signal` and `primary_conninfo`, start; holds when the server is in recovery and
-//!   streaming from `primary_conninfo`'s host and port. Never promotes (ADR 0023).
+//!   `primary_conninfo`, `rewind_conninfo`): pg_rewind from the owner (or, when it fails, a
+//!   re-clone by pg_basebackup over `primary_conninfo`, the old directory kept as
+//!   `DATA.diverged`), a fresh `standby.signal` and `primary_conninfo`, start; holds when the
+//!   server is in recovery and streaming from `primary_conninfo`'s host and port. Never
+//!   promotes (ADR 0023).
 //!
 //! - `db.standby` (standby, in a plan with `standby: hot`): in recovery, read-only, and its
 //!   WAL receiver streams from the owner's address (the binding's param for the site the

@@ -18,6 +18,7 @@ mod nova_real;
 mod nova_sim;
 mod postgres;
 mod postgres_rejoin;
+mod postgres_rejoin_failover;
 mod proxmox;
 mod proxmox_listing;
 mod proxmox_replication;

@@ -12,7 +12,7 @@ use qfence_model::Verdict;
 use crate::postgres::{Pair, ctx, driver, target};
 
 /// A pgpass file owned by the data directory's owner, mode 0600 (libpq ignores a wider one).
-fn passfile(pair: &Pair) -> String {
+pub(crate) fn passfile(pair: &Pair) -> String {
     let data = pair.emu.var("PG_PRIMARY_DATA").to_owned();
     let owner = std::fs::metadata(&data).unwrap();
     let path = pair.emu.run_dir().join("pg/pgpass");
@@ -27,14 +27,14 @@ fn passfile(pair: &Pair) -> String {
 }
 
 /// The `db.rejoin` binding of the old primary (dc1), naming the new owner dc2.
-struct Rejoin {
-    data: String,
+pub(crate) struct Rejoin {
+    pub(crate) data: String,
     primary: String,
     rewind: String,
 }
 
 impl Rejoin {
-    fn new(pair: &Pair) -> Rejoin {
+    pub(crate) fn new(pair: &Pair) -> Rejoin {
         let pass = passfile(pair);
         let p2 = pair.replica;
         Rejoin {
@@ -46,7 +46,7 @@ impl Rejoin {
         }
     }
 
-    fn target(&self) -> qfence_controllers::Target {
+    pub(crate) fn target(&self) -> qfence_controllers::Target {
         target(
             "db.rejoin",
             &[
@@ -57,12 +57,12 @@ impl Rejoin {
         )
     }
 
-    fn demote(&self) -> qfence_controllers::Target {
+    pub(crate) fn demote(&self) -> qfence_controllers::Target {
         target("db.demote", &[("data_dir", &self.data)])
     }
 }
 
-async fn count(port: u16) -> i64 {
+pub(crate) async fn count(port: u16) -> i64 {
     let c = Pair::client(port).await.unwrap();
     c.query_one("SELECT count(*) FROM t", &[])
         .await
@@ -70,7 +70,7 @@ async fn count(port: u16) -> i64 {
         .get(0)
 }
 
-async fn in_recovery(port: u16) -> bool {
+pub(crate) async fn in_recovery(port: u16) -> bool {
     let c = Pair::client(port).await.unwrap();
     c.query_one("SELECT pg_is_in_recovery()", &[])
         .await
@@ -80,7 +80,7 @@ async fn in_recovery(port: u16) -> bool {
 
 /// Waits until the replica at `port` has `n` rows of `t` (the table itself may not be there
 /// yet).
-async fn wait_rows(port: u16, n: i64) -> i64 {
+pub(crate) async fn wait_rows(port: u16, n: i64) -> i64 {
     let mut last = 0;
     for _ in 0..100 {
         let c = Pair::client(port).await.unwrap();
@@ -95,7 +95,7 @@ async fn wait_rows(port: u16, n: i64) -> i64 {
     last
 }
 
-fn no_secret_in(path: &Path) {
+pub(crate) fn no_secret_in(path: &Path) {
     let text = std::fs::read_to_string(path).unwrap();
     for secret in ["replpass", "password"] {
         assert!(

@@ -89,6 +89,7 @@ fn config(s: &Sushy) -> ValidatedConfig {
         unfence_on_promote: false,
         auto_failover: true,
         standby: Default::default(),
+        rejoin: Default::default(),
         instances,
         service: vec![],
     };

@@ -3,6 +3,7 @@
 
 use super::Cx;
 use crate::reason::Note;
+use crate::rules::Mutation;
 use crate::state::{Evidence, EvidenceKind, IntentKind, Phase, TransitionKind};
 
 impl Cx<'_, '_> {
@@ -74,6 +75,16 @@ impl Cx<'_, '_> {
                         Some(format!(
                             "{to} is in maintenance: take it out of maintenance first"
                         ))
+                    } else if matches!(i.kind, IntentKind::Switchover { .. })
+                        && self.state.awaiting_rejoin.contains_key(&to)
+                        && self.rules.mutation != Mutation::RejoinIgnored
+                    {
+                        // Its copy may have diverged: a planned move there would drop what
+                        // the owner accepted since. A failover there stays the last resort.
+                        Some(format!(
+                            "{to}'s copy is still to rejoin as a replica of {}: rejoin it first",
+                            self.state.owner
+                        ))
                     } else {
                         None
                     };
@@ -107,6 +118,7 @@ impl Cx<'_, '_> {
                     }),
                 },
                 IntentKind::Abort => self.abort(i.kind, by),
+                IntentKind::Rejoin { site } => self.rejoin_intent(site, by),
             }
         }
     }

@@ -32,6 +32,7 @@ impl Cx<'_, '_> {
             ready,
             maintenance: self.state.maintenance.clone(),
         });
+        self.awaiting_rejoin_note();
     }
 
     /// Re-checks every fence of every site that does not own the plan (and, in a hot plan,

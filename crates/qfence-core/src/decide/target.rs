@@ -13,8 +13,9 @@ use crate::state::{HealthTrack, Phase, PlanState, Stage, Transition, TransitionK
 use crate::types::{Action, Observed};
 
 /// The sites a failover may go to, in the order the core tries them: the plan's priority list
-/// first, then the other sites by name; never the owner, and never a site in maintenance (it
-/// is not even asked for its readiness). The core takes the first that reads ready; the API
+/// first, then the other sites by name; never the owner, never a site in maintenance (it
+/// is not even asked for its readiness), and never an old owner still waiting to rejoin (its
+/// copy may have diverged: promoting it would drop what the owner accepted since). The core takes the first that reads ready; the API
 /// names the first when an operator asks for a failover without a target.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct FailoverOrder {
@@ -22,6 +23,9 @@ pub struct FailoverOrder {
     pub candidates: Vec<SiteId>,
     /// The sites left out because they are in maintenance, in the same order.
     pub in_maintenance: Vec<SiteId>,
+    /// The sites left out because they wait to rejoin (`PlanState::awaiting_rejoin`), in the
+    /// same order. An operator may still name one in a failover, as a last resort.
+    pub awaiting_rejoin: Vec<SiteId>,
 }
 
 /// Where a failover of `plan`, in `state`, may go, in order (see [`FailoverOrder`]).
@@ -42,12 +46,16 @@ fn order(plan: &PlanConfig, state: &PlanState, rules: &Rules) -> FailoverOrder {
             order.push(s.clone());
         }
     }
-    let (in_maintenance, candidates) = order
+    let (in_maintenance, order): (Vec<SiteId>, Vec<SiteId>) = order
         .into_iter()
         .partition(|s| state.in_maintenance(s) && rules.mutation != Mutation::MaintenanceIgnored);
+    let (awaiting_rejoin, candidates) = order.into_iter().partition(|s| {
+        state.awaiting_rejoin.contains_key(s) && rules.mutation != Mutation::RejoinIgnored
+    });
     FailoverOrder {
         candidates,
         in_maintenance,
+        awaiting_rejoin,
     }
 }
 
@@ -58,17 +66,30 @@ impl Cx<'_, '_> {
         let FailoverOrder {
             candidates: order,
             in_maintenance: maintenance,
+            awaiting_rejoin,
         } = order(self.plan, &self.state, self.rules);
-        let in_maintenance = || {
-            let names: Vec<&str> = maintenance.iter().map(SiteId::as_str).collect();
-            let verb = if names.len() == 1 { "is" } else { "are" };
-            format!("{} {verb} in maintenance", names.join(", "))
+        let left_out = || {
+            let names = |v: &[SiteId]| {
+                let n: Vec<&str> = v.iter().map(SiteId::as_str).collect();
+                let verb = if n.len() == 1 { "is" } else { "are" };
+                (n.join(", "), verb)
+            };
+            let mut out = Vec::new();
+            if !maintenance.is_empty() {
+                let (n, verb) = names(&maintenance);
+                out.push(format!("{n} {verb} in maintenance"));
+            }
+            if !awaiting_rejoin.is_empty() {
+                let (n, verb) = names(&awaiting_rejoin);
+                out.push(format!("{n} {verb} still to rejoin"));
+            }
+            out.join(" and ")
         };
         if order.is_empty() {
-            return Err(if maintenance.is_empty() {
+            return Err(if maintenance.is_empty() && awaiting_rejoin.is_empty() {
                 "no site to fail over to".to_owned()
             } else {
-                format!("no site to fail over to: {}", in_maintenance())
+                format!("no site to fail over to: {}", left_out())
             });
         }
         let mut why = Vec::new();
@@ -104,9 +125,9 @@ impl Cx<'_, '_> {
             }
         }
         let mut why = format!("no site is ready ({})", why.join(", "));
-        if !maintenance.is_empty() {
+        if !maintenance.is_empty() || !awaiting_rejoin.is_empty() {
             why.push_str(", and ");
-            why.push_str(&in_maintenance());
+            why.push_str(&left_out());
         }
         Err(why)
     }

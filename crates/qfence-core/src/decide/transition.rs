@@ -445,7 +445,23 @@ impl Cx<'_, '_> {
             } else {
                 Default::default()
             };
+        // Every site given up that can rejoin waits to be proven a replica of the new owner.
+        let awaiting: Vec<qfence_model::SiteId> = self
+            .other_sites(&target)
+            .into_iter()
+            .filter(|s| !rules::keys(self.plan, s, Role::Rejoin).is_empty())
+            .collect();
         let st = self.change();
+        for s in awaiting {
+            st.awaiting_rejoin.insert(
+                s,
+                crate::state::AwaitingRejoin {
+                    since: now,
+                    attempts: 0,
+                },
+            );
+        }
+        st.awaiting_rejoin.remove(&target);
         // Evidence that proved the other sites fenced carries into the new generation: it
         // is what the new owner stands on.
         for e in &mut st.evidence {

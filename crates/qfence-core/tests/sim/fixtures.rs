@@ -72,6 +72,7 @@ fn base_plan(owner: &str) -> PlanConfig {
         unfence_on_promote: true,
         auto_failover: true,
         standby: Default::default(),
+        rejoin: Default::default(),
         instances: BTreeMap::new(),
         service: Vec::new(),
     }

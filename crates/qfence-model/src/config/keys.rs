@@ -82,6 +82,7 @@ pub const PLAN: &[&str] = &[
     "unfence_on_promote",
     "auto_failover",
     "standby",
+    "rejoin",
     "instances",
     "service",
 ];

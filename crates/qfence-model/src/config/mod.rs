@@ -412,6 +412,29 @@ impl StandbyPosture {
     }
 }
 
+/// `plans.NAME.rejoin`: how a failover's old owner comes back as a replica (ADR 0023).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum RejoinPolicy {
+    /// Only when an operator asks (`qfence plan rejoin PLAN SITE`): the default, since the
+    /// copy may have diverged and its site was not trusted.
+    #[default]
+    Manual,
+    /// Once, on its own, when the old owner's host reads up again (its required fences read
+    /// not holding); a failed attempt waits for an operator.
+    Auto,
+}
+
+impl RejoinPolicy {
+    /// The policy as written in configuration.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            RejoinPolicy::Manual => "manual",
+            RejoinPolicy::Auto => "auto",
+        }
+    }
+}
+
 /// `plans.NAME:`
 #[derive(Debug, Clone, PartialEq, Serialize)]
 pub struct PlanConfig {
@@ -457,6 +480,10 @@ pub struct PlanConfig {
     /// writable, following the owner). Its required fences still prove it stopped in a
     /// failover: a standby reading never does.
     pub standby: StandbyPosture,
+    /// How a failover's old owner rejoins as a replica of the new owner (`rejoin`, `manual`
+    /// or `auto`, default `manual`). Either way its `rejoin` bindings run only in steady
+    /// state, never at the owner, and never promote.
+    pub rejoin: RejoinPolicy,
     /// Each site's instance: its bindings, in order.
     pub instances: BTreeMap<SiteId, Vec<Binding>>,
     /// Bindings that follow the owner (a VIP).

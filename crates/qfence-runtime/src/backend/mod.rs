@@ -18,7 +18,7 @@ use crate::auth::Caller;
 use crate::dto::{
     ConfirmFencedRequest, ControllerTest, ControllerView, DiscoveredResource, DryRun, DryRunResult,
     FailoverRequest, LeaderInfo, MaintenanceRequest, OperationAccepted, OrchestratorView,
-    PauseRequest, PlanView, SecretRefView, StatusResponse, SwitchoverRequest,
+    PauseRequest, PlanView, RejoinRequest, SecretRefView, StatusResponse, SwitchoverRequest,
 };
 use crate::events::{EventPage, EventQuery};
 
@@ -204,6 +204,15 @@ pub trait Backend: Send + Sync + 'static {
         plan: &PlanId,
         site: &SiteId,
         req: &ConfirmFencedRequest,
+    ) -> Result<OperationAccepted, BackendError>;
+    /// Lets `site`, an old owner waiting to rejoin, run its `rejoin` bindings, if the plan
+    /// is still at `req.expected_generation`.
+    async fn rejoin(
+        &self,
+        caller: &Caller,
+        plan: &PlanId,
+        site: &SiteId,
+        req: &RejoinRequest,
     ) -> Result<OperationAccepted, BackendError>;
     async fn pause(
         &self,

@@ -11,6 +11,7 @@ mod follower;
 mod fuzz;
 mod input;
 mod openapi;
+mod rejoin;
 mod roles;
 mod tls;
 

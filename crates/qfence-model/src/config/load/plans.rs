@@ -7,7 +7,7 @@ use std::time::Duration;
 use super::read::Fields;
 use super::{Decoder, child, index, list_names, secs};
 use crate::config::tree::{Node, Value};
-use crate::config::{Binding, ControllerConfig, PlanConfig, StandbyPosture, keys};
+use crate::config::{Binding, ControllerConfig, PlanConfig, RejoinPolicy, StandbyPosture, keys};
 use crate::domain::Role;
 use crate::ids::{ControllerId, PlanId, SiteId};
 
@@ -59,6 +59,13 @@ impl Decoder {
         let standby = self.opt(&f, "standby", StandbyPosture::Cold, |d, n, p| {
             d.word(n, p, "standby posture", &postures)
         });
+        let policies = [
+            (RejoinPolicy::Manual.as_str(), RejoinPolicy::Manual),
+            (RejoinPolicy::Auto.as_str(), RejoinPolicy::Auto),
+        ];
+        let rejoin = self.opt(&f, "rejoin", RejoinPolicy::Manual, |d, n, p| {
+            d.word(n, p, "rejoin policy", &policies)
+        });
 
         let mut instances = BTreeMap::new();
         let mut bindings_ok = true;
@@ -96,6 +103,7 @@ impl Decoder {
             unfence_on_promote: unfence_on_promote?,
             auto_failover: auto_failover?,
             standby: standby?,
+            rejoin: rejoin?,
             instances,
             service: service?,
         };
@@ -316,6 +324,7 @@ impl Decoder {
         controllers: &BTreeMap<ControllerId, ControllerConfig>,
     ) {
         self.check_standby(path, plan);
+        self.check_rejoin(path, plan);
         for (site, bindings) in &plan.instances {
             let sp = child(&child(path, "instances"), site.as_str());
             let required: Vec<&Binding> = bindings
@@ -478,6 +487,23 @@ impl Decoder {
                 ),
                 _ => {}
             }
+        }
+    }
+
+    /// `rejoin: auto` acts through the old owner's `rejoin` bindings: a plan with none would
+    /// say it rejoins and never could.
+    fn check_rejoin(&mut self, path: &str, plan: &PlanConfig) {
+        let any = plan
+            .instances
+            .values()
+            .flatten()
+            .any(|b| b.role == Role::Rejoin);
+        if plan.rejoin == RejoinPolicy::Auto && !any {
+            self.error(
+                &child(path, "rejoin"),
+                "auto rejoins a failover's old owner through its rejoin bindings (db.rejoin), \
+                 and no site has one: bind db.rejoin with role rejoin, or set rejoin: manual",
+            );
         }
     }
 }

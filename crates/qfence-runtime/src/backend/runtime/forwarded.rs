@@ -57,6 +57,11 @@ pub enum ApiWrite {
         site: SiteId,
         req: ConfirmFencedRequest,
     },
+    Rejoin {
+        plan: PlanId,
+        site: SiteId,
+        req: RejoinRequest,
+    },
     Pause {
         plan: PlanId,
         req: PauseRequest,
@@ -79,6 +84,7 @@ impl ApiWrite {
             ApiWrite::Switchover { .. }
             | ApiWrite::Failover { .. }
             | ApiWrite::ConfirmFenced { .. }
+            | ApiWrite::Rejoin { .. }
             | ApiWrite::Pause { .. }
             | ApiWrite::Resume { .. }
             | ApiWrite::SetMaintenance { .. } => Access::Operator,
@@ -248,6 +254,9 @@ impl RuntimeBackend {
             ApiWrite::ConfirmFenced { plan, site, req } => WriteResult::Accepted(
                 intents::confirm_fenced(self, caller, &plan, &site, &req).await?,
             ),
+            ApiWrite::Rejoin { plan, site, req } => {
+                WriteResult::Accepted(intents::rejoin(self, caller, &plan, &site, &req).await?)
+            }
             ApiWrite::Pause { plan, req } => {
                 WriteResult::Accepted(intents::pause(self, caller, &plan, &req).await?)
             }

@@ -1,5 +1,7 @@
-//! Operators' intents (switchover, failover, confirm fenced, pause, resume, maintenance):
+//! Operators' intents (switchover, failover, confirm fenced, rejoin, pause, resume, maintenance):
 //! written into the replicated plan state for the core to act on at the next tick.
+
+use qfence_model::Role;
 
 use super::*;
 
@@ -75,6 +77,44 @@ pub(super) async fn confirm_fenced(
         IntentKind::ConfirmFenced { site: site.clone() },
         req.reason.clone(),
         "confirm_fenced",
+    )
+    .await
+}
+
+/// Refused at once for what the request alone shows (a site this plan does not have, the
+/// owner, no `rejoin` binding, not an old owner waiting to rejoin); the core decides the
+/// rest on the state it acts on (steady, not paused, the site answering).
+pub(super) async fn rejoin(
+    b: &RuntimeBackend,
+    caller: &Caller,
+    plan: &PlanId,
+    site: &SiteId,
+    req: &RejoinRequest,
+) -> Result<OperationAccepted, BackendError> {
+    let cfg = b.plan_config(plan)?;
+    if cfg.instance(site).is_none() {
+        return Err(not_found("site", site.as_str()));
+    }
+    b.refuse_owner(plan, site)?;
+    if cfg.bindings(site, Role::Rejoin).next().is_none() {
+        return Err(BackendError::Refused(format!(
+            "{site} has no rejoin binding (db.rejoin with role rejoin) in {plan}"
+        )));
+    }
+    if !b.state(plan)?.awaiting_rejoin.contains_key(site) {
+        return Err(BackendError::Refused(format!(
+            "{site} is not an old owner of {plan} waiting to rejoin: its copy was not given \
+             up by a move, or it rejoined already"
+        )));
+    }
+    let why = req.reason.clone().unwrap_or_else(|| "rejoin".into());
+    b.intend(
+        caller,
+        plan,
+        Some(req.expected_generation),
+        IntentKind::Rejoin { site: site.clone() },
+        why,
+        "rejoin",
     )
     .await
 }

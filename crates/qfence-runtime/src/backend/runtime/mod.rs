@@ -29,8 +29,8 @@ use crate::dto::{
     CapabilityGrade, ConfirmFencedRequest, ControllerTest, ControllerView, DiscoveredResource,
     DryRun, DryRunResult, FailoverRequest, IssueDto, LeaderInfo, MaintenanceRequest,
     OperationAccepted, OrchestratorView, PauseRequest, PlanSource, PlanStatus, PlanView,
-    RegistrationStep, SecretRefView, SiteRole, SiteStatus, StagedPlan, StatusResponse,
-    SwitchoverRequest,
+    RegistrationStep, RejoinRequest, SecretRefView, SiteRole, SiteStatus, StagedPlan,
+    StatusResponse, SwitchoverRequest,
 };
 use crate::effective::{
     API_SOURCE, ApiControllerRecord, ApiPlanRecord, EffectiveConfig, StagedRecord,
@@ -728,6 +728,29 @@ impl Backend for RuntimeBackend {
         )
         .await?
         .accepted()
+    }
+
+    async fn rejoin(
+        &self,
+        caller: &Caller,
+        plan: &PlanId,
+        site: &SiteId,
+        req: &RejoinRequest,
+    ) -> Result<OperationAccepted, BackendError> {
+        if self.forwards().await {
+            return self
+                .to_leader(
+                    caller,
+                    ApiWrite::Rejoin {
+                        plan: plan.clone(),
+                        site: site.clone(),
+                        req: req.clone(),
+                    },
+                )
+                .await?
+                .accepted();
+        }
+        intents::rejoin(self, caller, plan, site, req).await
     }
 
     async fn pause(

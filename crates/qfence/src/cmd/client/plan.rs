@@ -11,7 +11,8 @@ use std::time::Duration;
 use clap::{Args, Subcommand};
 use qfence_runtime::dto::{
     ConfirmFencedRequest, DryRun, DryRunResult, FailoverRequest, MaintenanceRequest,
-    OperationAccepted, PauseRequest, PlanSource, PlanView, StatusResponse, SwitchoverRequest,
+    OperationAccepted, PauseRequest, PlanSource, PlanView, RejoinRequest, StatusResponse,
+    SwitchoverRequest,
 };
 use serde_json::json;
 
@@ -78,6 +79,22 @@ pub enum PlanCmd {
         /// How you know. Required.
         #[arg(long)]
         reason: String,
+        #[command(flatten)]
+        api: ApiArgs,
+    },
+    /// Let SITE, an old owner a failover gave up (fenced since), rejoin as a replica of the
+    /// owner: its rejoin bindings run (db.rejoin: pg_rewind, or a re-clone when that fails)
+    /// and start it as a replica. Bring its host up first, with the database not started at
+    /// boot. Refused unless SITE waits to rejoin and the plan is steady and not paused.
+    Rejoin {
+        plan: String,
+        site: String,
+        /// The plan's generation as you saw it (qfence status): refused if it changed since.
+        #[arg(long, value_name = "N")]
+        generation: u64,
+        /// Why, for the event log.
+        #[arg(long)]
+        reason: Option<String>,
         #[command(flatten)]
         api: ApiArgs,
     },
@@ -215,6 +232,24 @@ pub fn run(cmd: PlanCmd, format: Format) -> anyhow::Result<ExitCode> {
             Ok(super::run(
                 format,
                 "plan confirm-fenced",
+                site_operation(api, path, req, false, format),
+            ))
+        }
+        PlanCmd::Rejoin {
+            plan,
+            site,
+            generation,
+            reason,
+            api,
+        } => {
+            let req = RejoinRequest {
+                expected_generation: generation,
+                reason,
+            };
+            let path = format!("/api/v1/plans/{}/sites/{}/rejoin", seg(&plan), seg(&site));
+            Ok(super::run(
+                format,
+                "plan rejoin",
                 site_operation(api, path, req, false, format),
             ))
         }
