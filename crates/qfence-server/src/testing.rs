@@ -121,10 +121,14 @@ impl LabRuntime {
     }
 
     /// The lab's plan `n` times over (`p00000`, `p00001`, ... from the configuration file,
-    /// as the runtime's scale tests run them), with `plan_lines` as each plan's timings, and
-    /// `dc1-a` alone, leading.
-    pub async fn start_scaled(n: usize, plan_lines: &str) -> anyhow::Result<Self> {
-        let scenario = qfence_lab::lab::Scenario::scaled(n, Duration::from_secs(2));
+    /// as the runtime's scale tests run them), with `plan_lines` as each plan's timings, the
+    /// simulated replication running every `sync_every`, and `dc1-a` alone, leading.
+    pub async fn start_scaled(
+        n: usize,
+        plan_lines: &str,
+        sync_every: Duration,
+    ) -> anyhow::Result<Self> {
+        let scenario = qfence_lab::lab::Scenario::scaled(n, sync_every);
         let sims = lab::Sims::start_scenario(&scenario).await?;
         let config_text = sims.scaled_config(&scenario.plans, plan_lines);
         let o = lab::Orchestrator::start(&config_text, true).await?;

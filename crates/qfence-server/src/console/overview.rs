@@ -279,13 +279,11 @@ pub(super) async fn overview(
                 .into_response();
         }
     };
-    let mut live_q = q.clone();
-    live_q.page = page_no.to_string();
     let t = OverviewPage {
         who: Some(session.caller),
         title: "Overview".into(),
         rows_html,
-        live: format!("/live/overview{}", live_q.link(page_no)),
+        live: format!("/live/overview{}", q.link(page_no)),
         query: q,
         owners,
         phases,
