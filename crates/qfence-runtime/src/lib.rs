@@ -8,7 +8,7 @@
 //!   reaches into the other.
 //! - [`effective`] is the effective configuration (the file plus records registered at run
 //!   time); [`registered`] the controllers' latest tests.
-//! - [`events`] is the hash-chained event log, [`metrics`] the Prometheus handle ([`gauges`]
+//! - [`events`] is the hash-chained event log ([`timeline`] reads a plan's moves from it), [`metrics`] the Prometheus handle ([`gauges`]
 //!   feeds it after each decision), [`systemd`] the service manager's readiness and watchdog.
 //! - [`backend`] is what the API asks of the running orchestrator ([`Backend`], its errors
 //!   and wire types in [`dto`], callers and roles in [`auth`]) and [`RuntimeBackend`], the
@@ -60,6 +60,7 @@ pub mod orchestrator;
 pub mod registered;
 pub mod shared;
 pub mod systemd;
+pub mod timeline;
 
 use std::time::Duration;
 

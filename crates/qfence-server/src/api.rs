@@ -38,6 +38,7 @@ use qfence_runtime::backend::{Backend, CheckedController, CheckedPlan};
 use qfence_runtime::dto::*;
 use qfence_runtime::events::{EventPage, EventQuery};
 use qfence_runtime::metrics::Metrics;
+use qfence_runtime::timeline::PlanTimeline;
 
 /// The largest request body accepted, in bytes. A plan is a few kilobytes.
 pub const BODY_LIMIT: usize = 64 * 1024;
@@ -140,6 +141,7 @@ fn api_router() -> OpenApiRouter<AppState> {
         .routes(routes!(status))
         .routes(routes!(list_plans, create_plan))
         .routes(routes!(get_plan, delete_plan))
+        .routes(routes!(plan_timeline))
         .routes(routes!(stage_plan, discard_staged))
         .routes(routes!(apply_staged))
         .routes(routes!(dry_run))
@@ -541,6 +543,28 @@ async fn get_plan(
     ApiPath(plan): ApiPath<String>,
 ) -> Result<Json<PlanView>, ApiError> {
     Ok(Json(s.backend.plan(&plan_id(&plan)?).await?))
+}
+
+/// The plan's moves (failovers, switchovers), each step with its start, end and duration and
+/// the commands beneath it, read from this orchestrator's event log (its last 20 000 records).
+/// Viewer.
+#[utoipa::path(get, path = "/api/v1/plans/{plan}/timeline", tag = "plans", security(("bearer" = [])),
+    params(PlanPath),
+    responses(
+        (status = 200, body = PlanTimeline),
+        responses::Viewer,
+        responses::NotFound))]
+async fn plan_timeline(
+    _: Viewer,
+    State(s): State<AppState>,
+    ApiPath(plan): ApiPath<String>,
+) -> Result<Json<PlanTimeline>, ApiError> {
+    let id = plan_id(&plan)?;
+    // An unknown plan is a 404, not an empty timeline.
+    s.backend.plan(&id).await?;
+    Ok(Json(
+        crate::records::plan_timeline(s.backend.as_ref(), id.as_str()).await?,
+    ))
 }
 
 /// Deletes a plan if it is still at `expected_generation`. Admin.

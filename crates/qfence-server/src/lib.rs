@@ -21,6 +21,7 @@ pub mod api;
 pub mod console;
 pub mod daemon;
 pub mod error;
+mod records;
 #[cfg(feature = "testing")]
 pub mod testing;
 pub mod tls;

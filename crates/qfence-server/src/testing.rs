@@ -120,6 +120,22 @@ impl LabRuntime {
         Ok(Self::assemble(sims, o, None, backend, config_text))
     }
 
+    /// The lab's plan `n` times over (`p00000`, `p00001`, ... from the configuration file,
+    /// as the runtime's scale tests run them), with `plan_lines` as each plan's timings, the
+    /// simulated replication running every `sync_every`, and `dc1-a` alone, leading.
+    pub async fn start_scaled(
+        n: usize,
+        plan_lines: &str,
+        sync_every: Duration,
+    ) -> anyhow::Result<Self> {
+        let scenario = qfence_lab::lab::Scenario::scaled(n, sync_every);
+        let sims = lab::Sims::start_scenario(&scenario).await?;
+        let config_text = sims.scaled_config(&scenario.plans, plan_lines);
+        let o = lab::Orchestrator::start(&config_text, true).await?;
+        let backend = Arc::new(RuntimeBackend::new(&o.engine, lab::secrets()));
+        Ok(Self::assemble(sims, o, None, backend, config_text))
+    }
+
     /// The lab with `dc2-a` leading (it creates the cluster and erp-db) and `dc1-a` joined as
     /// its follower; the backend is `dc1-a`'s, so its reads are the follower's own and its writes
     /// are forwarded to `dc2-a`, as a follower's are (ADR 0024).

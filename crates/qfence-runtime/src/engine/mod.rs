@@ -445,14 +445,15 @@ impl Engine {
             tracing::info!(plan = %plan, term = %leadership.term, generation = %state.generation,
                 "{}", crate::capitalised(&decision.reason));
             inner.record(
-                NewEvent::new(EventKind::Decision, inner.me.as_str(), decision.reason.to_string())
-                    .plan(plan.as_str())
-                    .term(leadership.term.0)
-                    .generation(state.generation.0)
-                    .data(serde_json::json!({
-                        "commands": decision.commands.iter().map(ToString::to_string).collect::<Vec<_>>(),
-                        "state_change": decision.state_change.is_some(),
-                    })),
+                NewEvent::new(
+                    EventKind::Decision,
+                    inner.me.as_str(),
+                    decision.reason.to_string(),
+                )
+                .plan(plan.as_str())
+                .term(leadership.term.0)
+                .generation(state.generation.0)
+                .data(decision_data(&decision, &state)),
             );
         }
         Decided {
@@ -522,6 +523,21 @@ impl Engine {
             token,
         })
     }
+}
+
+/// A decision record's details: its commands, whether it changed the state, and what it says
+/// about a move under way (the timeline's [`Mark`](crate::timeline::Mark)).
+fn decision_data(decision: &qfence_core::Decision, before: &PlanState) -> serde_json::Value {
+    let mut data = serde_json::json!({
+        "commands": decision.commands.iter().map(ToString::to_string).collect::<Vec<_>>(),
+        "state_change": decision.state_change.is_some(),
+    });
+    if let Some(mark) = crate::timeline::Mark::of(decision, before)
+        && let Ok(v) = serde_json::to_value(mark)
+    {
+        data[crate::timeline::MARK_KEY] = v;
+    }
+    data
 }
 
 /// Forgets results nobody can ask about any more: older than the plan's freshness window plus

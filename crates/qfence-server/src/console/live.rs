@@ -1,7 +1,7 @@
 //! Server-sent events for the live parts of the overview and a plan's page.
 //!
 //! Each stream polls the backend once a second and sends the part of the page that changed,
-//! rendered by the same template as the page (`overview_rows.html`, `plan_live.html`), as an
+//! rendered by the same template as the page (`overview_rows.html`; a plan's status, timeline and history), as an
 //! event named after the element it replaces; `console.js` swaps it in. Polling the
 //! backend's status keeps one source of truth: what the API's `/status` answers is what the
 //! console shows. A stream ends when the server shuts down (the API's shutdown token) or the
@@ -13,14 +13,15 @@ use std::time::Duration;
 
 use askama::Template;
 use axum::Router;
-use axum::extract::{Path, State};
+use axum::extract::{Path, Query, State};
 use axum::response::sse::{Event, KeepAlive, Sse};
 use axum::response::{IntoResponse, Response};
 use axum::routing::get;
 use futures_util::Stream;
 
+use super::overview::{OverviewQuery, OverviewRows, page_number};
 use super::plans::PlanLive;
-use super::{OverviewRows, SESSION_COOKIE, Session, cookie};
+use super::{SESSION_COOKIE, Session, cookie};
 use crate::api::AppState;
 
 /// How often a stream looks for changes.
@@ -102,11 +103,15 @@ async fn overview(
     _session: Session,
     headers: axum::http::HeaderMap,
     State(s): State<AppState>,
+    Query(q): Query<OverviewQuery>,
 ) -> Response {
-    sse(s, token(&headers), |s| {
+    // The page's own filters and page: the part follows what the page shows.
+    let page = page_number(&q).unwrap_or(1);
+    sse(s, token(&headers), move |s| {
+        let q = q.clone();
         Box::pin(async move {
             let status = s.backend.status().await.map_err(|e| e.to_string())?;
-            let html = OverviewRows { status }
+            let html = OverviewRows::new(status, &q, page)
                 .render()
                 .map_err(|e| format!("rendering failed: {e}"))?;
             Ok(vec![("overview-body", html)])

@@ -12,18 +12,22 @@
 //! submitting forms on a signed-in operator's behalf. Buttons the caller's role may not use are
 //! not offered, and the backend refuses them anyway.
 //!
-//! Pages: the overview ([`overview`], live), a plan's page ([`plans`]: the diagram, its history,
-//! operator actions with a confirmation step showing the dry run), the event log and the
-//! orchestrators ([`pages`]). The live parts are server-sent events ([`live`]) carrying HTML
+//! Pages: the overview ([`overview`], live: counts, filters and paging for thousands of
+//! plans), a plan's page ([`plans`]: the diagram, its moves' timeline ([`timeline`]), its
+//! history, operator actions with a confirmation step showing the dry run), the sites
+//! ([`sites`]), the event log and the orchestrators ([`pages`]). The live parts are server-sent events ([`live`]) carrying HTML
 //! fragments rendered by the same templates as the page.
 
 mod actions;
 mod diagram;
 mod editor;
 mod live;
+mod overview;
 mod pages;
 mod plans;
 mod register;
+mod sites;
+mod timeline;
 
 use askama::Template;
 use axum::Router;
@@ -37,7 +41,7 @@ use serde::Deserialize;
 use crate::api::AppState;
 use qfence_runtime::auth::{Access, Caller};
 use qfence_runtime::backend::BackendError;
-use qfence_runtime::dto::{SiteRole, SiteStatus, StatusResponse, VerdictDto};
+use qfence_runtime::dto::{SiteRole, SiteStatus, VerdictDto};
 
 /// The cookie holding the session's token.
 pub const SESSION_COOKIE: &str = "qfence_session";
@@ -48,13 +52,14 @@ const JS: &str = include_str!("../../assets/console.js");
 /// The console's routes, merged into the API's router (same state, same middleware).
 pub(crate) fn routes() -> Router<AppState> {
     Router::new()
-        .route("/", get(overview))
+        .route("/", get(overview::overview))
         .route("/login", get(login_form).post(login))
         .route("/logout", post(logout))
         .route("/console.css", get(css))
         .route("/console.js", get(js))
         .merge(plans::routes())
         .merge(pages::routes())
+        .merge(sites::routes())
         .merge(live::routes())
         .merge(editor::routes())
         .merge(register::routes())
@@ -311,21 +316,6 @@ struct LoginPage {
     error: Option<String>,
 }
 
-#[derive(Template)]
-#[template(path = "console/overview.html")]
-struct OverviewPage {
-    who: Option<Caller>,
-    title: String,
-    status: StatusResponse,
-}
-
-/// The overview's live part, alone (sent by [`live`]).
-#[derive(Template)]
-#[template(path = "console/overview_rows.html")]
-pub(crate) struct OverviewRows {
-    pub status: StatusResponse,
-}
-
 /// The CSS class of a site's chip: the owner's is neutral (it runs the service; its fence
 /// verdict is in the tooltip, and the phase and last decision say when it is being fenced);
 /// every other site shows its fence verdict.
@@ -459,17 +449,6 @@ async fn logout(headers: HeaderMap) -> Response {
         ],
     )
         .into_response()
-}
-
-async fn overview(session: Session, State(s): State<AppState>) -> Response {
-    match s.backend.status().await {
-        Ok(status) => page(&OverviewPage {
-            who: Some(session.caller),
-            title: "Overview".into(),
-            status,
-        }),
-        Err(e) => error_page(Some(&session), &e),
-    }
 }
 
 #[cfg(test)]

@@ -15,12 +15,13 @@ use qfence_model::{PlanId, SiteId};
 
 use super::actions::{Confirmed, PlanAction};
 use super::diagram::{self, Diagram};
+use super::timeline::{self, MoveChart};
 use super::{FormSession, Session, encode, error_page, fmt_ms, page};
 use crate::api::AppState;
 use qfence_runtime::auth::Caller;
 use qfence_runtime::backend::BackendError;
 use qfence_runtime::dto::{DryRun, DryRunResult, LeaderInfo, PlanStatus, PlanView};
-use qfence_runtime::events::{Event, EventKind, EventQuery, MAX_PAGE};
+use qfence_runtime::events::{Event, EventKind};
 
 pub(super) fn routes() -> Router<AppState> {
     Router::new()
@@ -45,6 +46,8 @@ pub(crate) struct PlanLive {
     pub plan: String,
     pub status: Option<PlanStatus>,
     pub history: Vec<HistoryRow>,
+    /// The plan's moves, drawn (newest first).
+    pub timeline: Vec<MoveChart>,
     /// Who leads, as this orchestrator sees it: each orchestrator keeps its own event log, so
     /// the history here is what this one recorded.
     pub leader: LeaderInfo,
@@ -56,6 +59,14 @@ pub(crate) struct PlanLive {
 pub(crate) struct PlanStatusPart<'a> {
     pub plan: &'a str,
     pub status: &'a Option<PlanStatus>,
+}
+
+/// The moves' timelines alone.
+#[derive(Template)]
+#[template(path = "console/plan_timeline.html")]
+pub(crate) struct PlanTimelinePart<'a> {
+    pub moves: &'a [MoveChart],
+    pub leader: &'a LeaderInfo,
 }
 
 /// The history table alone.
@@ -71,11 +82,14 @@ impl PlanLive {
     pub async fn load(s: &AppState, plan: &str) -> Result<Self, BackendError> {
         let all = s.backend.status().await?;
         let status = all.plans.into_iter().find(|p| p.plan == plan);
-        let history = history(s, plan).await?;
+        let records = crate::records::of_plan(s.backend.as_ref(), plan).await?;
+        let history = history(&records);
+        let moves = qfence_runtime::timeline::timeline(plan, &records);
         Ok(Self {
             plan: plan.to_owned(),
             status,
             history,
+            timeline: timeline::charts(&moves, qfence_model::time::now_unix_ms()),
             leader: all.leader,
         })
     }
@@ -99,61 +113,34 @@ impl PlanLive {
                 }
                 .render()?,
             ),
+            (
+                "plan-timeline",
+                PlanTimelinePart {
+                    moves: &self.timeline,
+                    leader: &self.leader,
+                }
+                .render()?,
+            ),
         ])
     }
 }
 
-/// How far back in the event log the history looks, in records (of every plan).
-const HISTORY_WINDOW: u64 = 20_000;
-
-/// The records of the event log that tell the plan's failovers: operator requests, decisions
-/// that changed its state, committed changes of owner, alarms. Newest first, at most 30, from
-/// the log's last [`HISTORY_WINDOW`] records.
-async fn history(s: &AppState, plan: &str) -> Result<Vec<HistoryRow>, BackendError> {
-    let head = s
-        .backend
-        .events(&EventQuery {
-            after: None,
-            limit: Some(1),
-            kind: None,
-            plan: None,
-            site: None,
+/// The records of the plan's log that tell its failovers: operator requests, decisions that
+/// changed its state, committed changes of owner, alarms. Newest first, at most 30.
+fn history(records: &[Event]) -> Vec<HistoryRow> {
+    records
+        .iter()
+        .rev()
+        .filter(|e| tells_a_failover(e))
+        .take(30)
+        .map(|e| HistoryRow {
+            time: fmt_ms(e.time_ms),
+            kind: e.kind.as_str(),
+            actor: e.actor.clone(),
+            generation: e.generation.map(|g| g.to_string()).unwrap_or_default(),
+            message: e.message.clone(),
         })
-        .await?
-        .head_seq;
-    let mut rows = Vec::new();
-    let mut after = Some(head.saturating_sub(HISTORY_WINDOW)).filter(|a| *a > 0);
-    // The log is paged, oldest first: read the window to its end (bounded).
-    for _ in 0..(HISTORY_WINDOW / u64::from(MAX_PAGE) + 1) {
-        let page = s
-            .backend
-            .events(&EventQuery {
-                after,
-                limit: Some(MAX_PAGE),
-                kind: None,
-                plan: Some(plan.to_owned()),
-                site: None,
-            })
-            .await?;
-        for e in &page.events {
-            if tells_a_failover(e) {
-                rows.push(HistoryRow {
-                    time: fmt_ms(e.time_ms),
-                    kind: e.kind.as_str(),
-                    actor: e.actor.clone(),
-                    generation: e.generation.map(|g| g.to_string()).unwrap_or_default(),
-                    message: e.message.clone(),
-                });
-            }
-        }
-        match page.next_after {
-            Some(n) => after = Some(n),
-            None => break,
-        }
-    }
-    rows.reverse();
-    rows.truncate(30);
-    Ok(rows)
+        .collect()
 }
 
 fn tells_a_failover(e: &Event) -> bool {
@@ -176,6 +163,7 @@ struct PlanPage {
     /// The live parts rendered (what the live updates replace).
     status_html: String,
     history_html: String,
+    timeline_html: String,
     view: PlanView,
     diagram: Diagram,
     /// The sites of the plan, in the order written.
@@ -316,10 +304,20 @@ async fn plan_page(
         .staged
         .as_ref()
         .and_then(|st| serde_json::to_string_pretty(&st.spec).ok());
-    let (status_html, history_html) = match live.render_parts() {
-        Ok(mut parts) => {
-            let history = parts.pop().map(|p| p.1).unwrap_or_default();
-            (parts.pop().map(|p| p.1).unwrap_or_default(), history)
+    let (status_html, history_html, timeline_html) = match live.render_parts() {
+        Ok(parts) => {
+            let part = |id: &str| {
+                parts
+                    .iter()
+                    .find(|(i, _)| *i == id)
+                    .map(|(_, h)| h.clone())
+                    .unwrap_or_default()
+            };
+            (
+                part("plan-status-live"),
+                part("plan-history"),
+                part("plan-timeline"),
+            )
         }
         Err(e) => {
             tracing::error!(error = %e, "A console template failed to render: this is a bug");
@@ -332,6 +330,7 @@ async fn plan_page(
     page(&PlanPage {
         status_html,
         history_html,
+        timeline_html,
         operator: session.operator(),
         who: Some(session.caller),
         title: plan.clone(),

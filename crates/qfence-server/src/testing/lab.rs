@@ -69,6 +69,12 @@ impl Sims {
         Ok(Self(lab::Sims::start_with(&scenario).await?))
     }
 
+    /// The simulators of `scenario` (such as [`Scenario::scaled`]: the lab's plan many times
+    /// over), on their own clock.
+    pub async fn start_scenario(scenario: &Scenario) -> Result<Self> {
+        Ok(Self(lab::Sims::start_with(scenario).await?))
+    }
+
     /// examples/lab.yaml, pointed at these simulators with pinned certificates, on a fast
     /// clock, and with pve-dc2 reachable from dc1 (one orchestrator runs everything).
     pub fn config_text(&self) -> String {

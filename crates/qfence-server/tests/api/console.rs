@@ -78,6 +78,7 @@ async fn signing_in_sets_a_strict_http_only_cookie_and_goes_where_asked() {
         "/plans/erp-db",
         "/events?kind=alarm",
         "/orchestrators",
+        "/sites",
         "/live/overview",
     ] {
         let r = req(&api, Method::GET, path, None, None, None).await;
@@ -217,7 +218,14 @@ async fn the_overview_lists_every_plan_with_verdicts_in_words() {
     assert!(h.contains("grafana") && h.contains("(viewer)"));
 
     // Not to be framed by another site (its buttons fail plans over), only its own script.
-    for path in ["/", "/login", "/plans/erp-db", "/events", "/orchestrators"] {
+    for path in [
+        "/",
+        "/login",
+        "/plans/erp-db",
+        "/events",
+        "/orchestrators",
+        "/sites",
+    ] {
         let r = page(&api, path, VIEWER).await;
         assert_eq!(r.headers[header::X_FRAME_OPTIONS], "DENY", "{path}");
         let csp = r.headers[header::CONTENT_SECURITY_POLICY].to_str().unwrap();
@@ -757,4 +765,38 @@ async fn the_live_streams_send_the_page_parts_at_once() {
     let text = first_event(&api, "/live/plans/erp-db").await;
     assert!(text.starts_with("event: plan-status-live\n"), "{text}");
     assert!(text.contains("data-generation=\"1\""));
+}
+
+#[tokio::test]
+async fn the_sites_page_and_the_overview_filters_answer_over_http() {
+    let api = Api::new().await;
+    phase("the sites page: every site, its orchestrators, what it owns");
+    let r = page(&api, "/sites", VIEWER).await;
+    assert_eq!(r.status, StatusCode::OK);
+    let h = html(&r);
+    for want in [
+        "id=\"site-dc1\"",
+        "id=\"site-dc2\"",
+        "dc1-a",
+        "Owns 1 plan",
+        "/plans/erp-db",
+    ] {
+        assert!(h.contains(want), "{want} in {h}");
+    }
+
+    phase("the overview's filters: kept in the form, the live part asked with them");
+    let r = page(&api, "/?name=erp&owner=dc1", VIEWER).await;
+    assert_eq!(r.status, StatusCode::OK);
+    let h = html(&r);
+    assert!(
+        h.contains("data-live=\"/live/overview?owner=dc1&#38;name=erp\""),
+        "{h}"
+    );
+    assert!(h.contains("value=\"erp\""), "{h}");
+    assert!(h.contains("href=\"/plans/erp-db\""), "{h}");
+    let r = page(&api, "/?name=nothing-like-it", VIEWER).await;
+    assert!(html(&r).contains("No plan matches these filters"));
+    let r = page(&api, "/?page=0", VIEWER).await;
+    assert_eq!(r.status, StatusCode::UNPROCESSABLE_ENTITY);
+    assert!(html(&r).contains("not a page number"));
 }

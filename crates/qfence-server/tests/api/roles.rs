@@ -113,6 +113,7 @@ pub fn endpoints() -> Vec<(Method, &'static str, Option<Value>, &'static str)> {
             VIEWER,
         ),
         (Method::GET, "/api/v1/events", None, VIEWER),
+        (Method::GET, "/api/v1/plans/erp-db/timeline", None, VIEWER),
         (Method::GET, "/api/v1/orchestrators", None, VIEWER),
     ]
 }

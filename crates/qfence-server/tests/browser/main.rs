@@ -10,6 +10,7 @@
 #![allow(clippy::disallowed_methods)]
 
 mod harness;
+mod moves;
 
 use std::time::Duration;
 

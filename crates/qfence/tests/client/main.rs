@@ -17,6 +17,7 @@ use tokio_util::sync::CancellationToken;
 
 mod operations;
 mod reads;
+mod timeline;
 mod trust;
 
 const VIEWER: &str = "viewer-token-1";

@@ -1,11 +1,13 @@
-//! `qfence events`: the event log from the API, filtered, optionally followed; and
-//! `qfence events verify FILE`, offline.
+//! `qfence events`: the event log from the API, filtered, optionally followed; a plan's
+//! moves step by step (`--plan P --timeline`, the API's timeline: what the console draws);
+//! and `qfence events verify FILE`, offline.
 
 use std::process::ExitCode;
 use std::time::Duration;
 
 use clap::Args;
 use qfence_runtime::events::EventPage;
+use qfence_runtime::timeline::{PlanTimeline, duration_text};
 
 use super::http::{Api, seg};
 use super::{ApiArgs, Outcome, seconds, table};
@@ -34,8 +36,12 @@ pub struct EventsArgs {
     #[arg(long, default_value_t = 50)]
     pub limit: usize,
     /// Keep printing new records as they come, until Ctrl-C.
-    #[arg(long)]
+    #[arg(long, conflicts_with = "timeline")]
     pub follow: bool,
+    /// The plan's failovers and switchovers, each step with its start, end and duration
+    /// (needs --plan): the timeline the console's plan page draws.
+    #[arg(long, requires = "plan", conflicts_with_all = ["site", "kind"])]
+    pub timeline: bool,
     #[command(flatten)]
     pub api: ApiArgs,
 }
@@ -44,7 +50,83 @@ pub fn run(args: EventsArgs, format: Format) -> anyhow::Result<ExitCode> {
     if let Some(offline) = args.offline {
         return crate::cmd::events::run(offline, format);
     }
+    if args.timeline {
+        return Ok(super::run(
+            format,
+            "events --timeline",
+            timeline(args, format),
+        ));
+    }
     Ok(super::run(format, "events", list(args, format)))
+}
+
+async fn timeline(a: EventsArgs, format: Format) -> Outcome {
+    let api = Api::new(&a.api)?;
+    let plan = a.plan.as_deref().unwrap_or_default();
+    let t: PlanTimeline = api
+        .get(&format!("/api/v1/plans/{}/timeline", seg(plan)))
+        .await?;
+    if format == Format::Json {
+        println!("{}", serde_json::to_string_pretty(&t).expect("serialises"));
+    } else {
+        print_timeline(&t, table::now_ms());
+    }
+    Ok(())
+}
+
+/// Each move, newest last: a line saying what it was and how it ended, then its steps.
+fn print_timeline(t: &PlanTimeline, now_ms: u64) {
+    if t.moves.is_empty() {
+        println!("{}: no failover or switchover recorded", t.plan);
+        return;
+    }
+    for (i, m) in t.moves.iter().enumerate() {
+        if i > 0 {
+            println!();
+        }
+        let took = m.end_ms.unwrap_or(now_ms).saturating_sub(m.start_ms);
+        println!(
+            "{} {} {} -> {}: {}, started {}, {} {} ({})",
+            t.plan,
+            m.kind.as_str(),
+            m.from,
+            m.target,
+            m.outcome.as_str(),
+            table::datetime(m.start_ms),
+            if m.end_ms.is_some() { "took" } else { "for" },
+            duration_text(took),
+            m.why
+        );
+        let mut tab = table::new(&["STEP", "START", "END", "DURATION", "WHAT"]);
+        for s in &m.spans {
+            let mut what: Vec<String> = Vec::new();
+            if s.attempts > 1 {
+                what.push(format!("{} attempts", s.attempts));
+            }
+            if let Some(h) = &s.halted {
+                what.push(format!("halted: {h}"));
+            }
+            what.extend(
+                s.ops
+                    .iter()
+                    .map(|o| o.result.clone().unwrap_or(o.what.clone())),
+            );
+            tab.add_row(vec![
+                s.step.as_str().to_owned(),
+                table::datetime(s.start_ms),
+                table::maybe(s.end_ms),
+                match s.duration_ms {
+                    Some(d) => duration_text(d),
+                    None => format!(
+                        "{} (under way)",
+                        duration_text(now_ms.saturating_sub(s.start_ms))
+                    ),
+                },
+                what.join("; "),
+            ]);
+        }
+        table::print(&tab);
+    }
 }
 
 fn query(a: &EventsArgs, after: u64) -> String {
