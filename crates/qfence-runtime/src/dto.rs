@@ -555,3 +555,5 @@ pub struct WhoAmI {
     pub name: String,
     pub role: Access,
 }
+
+pub use crate::instance_ha::view::{CloudStatus, EvacuationStatus, HostStatus, InstanceHaStatus};
