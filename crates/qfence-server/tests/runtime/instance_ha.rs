@@ -303,6 +303,10 @@ async fn a_dead_compute_host_is_fenced_evacuated_powered_on_and_re_enabled() -> 
     );
     let metrics = o.metrics.render();
     assert!(
+        metrics.contains("qfence_instance_ha_hosts{cloud=\"overcloud\",state=\"evacuating\"} 0"),
+        "no host is being processed any more: {metrics}"
+    );
+    assert!(
         metrics.contains(
             "qfence_instance_ha_evacuations_total{cloud=\"overcloud\",outcome=\"done\"} 2"
         ),
