@@ -567,3 +567,5 @@ pub struct WhoAmI {
     pub name: String,
     pub role: Access,
 }
+
+pub use crate::instance_ha::view::{CloudStatus, EvacuationStatus, HostStatus, InstanceHaStatus};

@@ -13,7 +13,10 @@
 //! - [`backend`] is what the API asks of the running orchestrator ([`Backend`], its errors
 //!   and wire types in [`dto`], callers and roles in [`auth`]) and [`RuntimeBackend`], the
 //!   runtime's answer.
-//! - [`orchestrator`] starts it all in one call: cluster node, drivers, engine, event log.
+//! - [`instance_ha`] runs a loop per Instance HA cloud on the leader: Nova polled through
+//!   its driver, the core's decisions committed to the cluster, fences and Nova calls run.
+//! - [`orchestrator`] starts it all in one call: cluster node, drivers, engine, Instance HA,
+//!   event log.
 //!
 //! Feature `openapi` derives the wire types' OpenAPI schemas (`utoipa`) for the server's
 //! document; the runtime itself never needs them (ADR 0022).
@@ -55,6 +58,7 @@ pub mod engine;
 pub mod events;
 pub mod executor;
 pub mod gauges;
+pub mod instance_ha;
 pub mod metrics;
 pub mod orchestrator;
 pub mod registered;
@@ -70,6 +74,7 @@ pub use drivers::{DriverExecutor, LocalDrivers};
 pub use effective::{ConfigCell, EffectiveConfig};
 pub use engine::{Engine, EngineOptions};
 pub use executor::Executor;
+pub use instance_ha::InstanceHa;
 pub use metrics::Metrics;
 pub use orchestrator::{JoinOptions, Membership, Orchestrator, OrchestratorOptions};
 pub use shared::{PLAN_STATE_SCHEMA, PlanRuntime};

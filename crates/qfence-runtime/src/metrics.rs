@@ -13,6 +13,9 @@
 //! | `qfence_lane_running` | controller, lane | calls sent and not yet answered |
 //! | `qfence_lane_latency_seconds` | controller, lane | from entering the lane to the answer (wait + call) |
 //! | `qfence_lane_calls_total` | controller, lane, result | calls answered: `ok` (a reading or a done action) or `error` |
+//! | `qfence_instance_ha_hosts` | cloud, state | hosts being processed, by phase (`fencing`, `evacuating`, ...), and hosts seen failed and not taken on (`failed`) |
+//! | `qfence_instance_ha_evacuations_total` | cloud, outcome | server evacuations ended `done` or `unsuccessful`, and failed attempts (`failed`) |
+//! | `qfence_instance_ha_gate_trips_total` | cloud, gate | Instance HA gates that closed (threshold, heartbeat cliff, ...) |
 //!
 //! And the live gauges of [`live`], read at each scrape: `qfence_leader`, `qfence_term`,
 //! `qfence_lease_remaining_seconds`, `qfence_lease_seconds` (per orchestrator); `qfence_plan_generation`,
@@ -72,6 +75,24 @@ struct ReasonLabel {
 }
 
 #[derive(Debug, Clone, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct CloudLabels {
+    cloud: String,
+    state: String,
+}
+
+#[derive(Debug, Clone, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct OutcomeLabels {
+    cloud: String,
+    outcome: String,
+}
+
+#[derive(Debug, Clone, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct GateLabels {
+    cloud: String,
+    gate: String,
+}
+
+#[derive(Debug, Clone, Hash, PartialEq, Eq, EncodeLabelSet)]
 struct LaneLabels {
     controller: String,
     lane: String,
@@ -124,6 +145,9 @@ pub struct Metrics {
     lane_running: Family<LaneLabels, Gauge>,
     lane_latency: LaneHistograms,
     lane_calls: Family<LaneResultLabels, Counter>,
+    iha_hosts: Family<CloudLabels, Gauge>,
+    iha_evacuations: Family<OutcomeLabels, Counter>,
+    iha_gate_trips: Family<GateLabels, Counter>,
     live: Arc<live::Live>,
 }
 
@@ -203,6 +227,24 @@ impl Metrics {
             "Calls of a controller's lane answered, ok or error",
             lane_calls.clone(),
         );
+        let iha_hosts = Family::<CloudLabels, Gauge>::default();
+        registry.register(
+            "qfence_instance_ha_hosts",
+            "Instance HA hosts being processed, by phase, and seen failed (failed)",
+            iha_hosts.clone(),
+        );
+        let iha_evacuations = Family::<OutcomeLabels, Counter>::default();
+        registry.register(
+            "qfence_instance_ha_evacuations",
+            "Instance HA server evacuations, by outcome (done, unsuccessful; failed attempts)",
+            iha_evacuations.clone(),
+        );
+        let iha_gate_trips = Family::<GateLabels, Counter>::default();
+        registry.register(
+            "qfence_instance_ha_gate_trips",
+            "Instance HA gates that closed, per cloud and gate",
+            iha_gate_trips.clone(),
+        );
         let live = Arc::new(live::Live::default());
         registry.register_collector(Box::new(live.clone()));
         Self {
@@ -217,8 +259,92 @@ impl Metrics {
             lane_running,
             lane_latency,
             lane_calls,
+            iha_hosts,
+            iha_evacuations,
+            iha_gate_trips,
             live,
         }
+    }
+
+    /// An Instance HA state of `cloud` was written: the hosts by state are set from `next`,
+    /// and each evacuation that ended or failed between `before` and `next` is counted.
+    pub fn instance_ha_changes(
+        &self,
+        cloud: &str,
+        before: &qfence_core::instance_ha::CloudState,
+        next: &qfence_core::instance_ha::CloudState,
+    ) {
+        use qfence_core::instance_ha::EvacState;
+        const PHASES: [&str; 10] = [
+            "kdump wait",
+            "fencing",
+            "verifying",
+            "isolating",
+            "evacuating",
+            "powering on",
+            "enabling",
+            "left disabled",
+            "halted",
+            "failed",
+        ];
+        let mut counts: std::collections::BTreeMap<&str, i64> =
+            PHASES.iter().map(|p| (*p, 0)).collect();
+        for r in next.hosts.values() {
+            *counts.entry(r.phase.as_str()).or_default() += 1;
+        }
+        let failed = next
+            .failed
+            .keys()
+            .filter(|h| !next.hosts.contains_key(*h))
+            .count();
+        counts.insert("failed", i64::try_from(failed).unwrap_or(i64::MAX));
+        for (state, n) in counts {
+            self.iha_hosts
+                .get_or_create(&CloudLabels {
+                    cloud: cloud.to_owned(),
+                    state: state.to_owned(),
+                })
+                .set(n);
+        }
+        let count = |outcome: &str, n: u64| {
+            if n > 0 {
+                self.iha_evacuations
+                    .get_or_create(&OutcomeLabels {
+                        cloud: cloud.to_owned(),
+                        outcome: outcome.to_owned(),
+                    })
+                    .inc_by(n);
+            }
+        };
+        for (host, r) in &next.hosts {
+            let was = before.hosts.get(host).filter(|b| b.incident == r.incident);
+            for (server, e) in &r.servers {
+                let old = was.and_then(|b| b.servers.get(server));
+                let ended_now = |done: bool| {
+                    let is = match &e.state {
+                        EvacState::Done { .. } => done,
+                        EvacState::Unsuccessful => !done,
+                        _ => false,
+                    };
+                    let was_same = old.is_some_and(|o| o.state == e.state);
+                    is && !was_same
+                };
+                count("done", u64::from(ended_now(true)));
+                count("unsuccessful", u64::from(ended_now(false)));
+                let failures = e.failures.saturating_sub(old.map_or(0, |o| o.failures));
+                count("failed", u64::from(failures));
+            }
+        }
+    }
+
+    /// An Instance HA gate of `cloud` closed.
+    pub fn instance_ha_gate_trip(&self, cloud: &str, gate: &str) {
+        self.iha_gate_trips
+            .get_or_create(&GateLabels {
+                cloud: cloud.to_owned(),
+                gate: gate.to_owned(),
+            })
+            .inc();
     }
 
     /// The leader's last decision on `plan`, as gauges (a site's last proof of being fenced

@@ -19,6 +19,7 @@ use crate::drivers::{DriverExecutor, LocalDrivers};
 use crate::effective::ConfigCell;
 use crate::engine::{Engine, EngineOptions};
 use crate::events::{EventLog, JsonlStore, repair_torn_tail};
+use crate::instance_ha::InstanceHa;
 use crate::systemd::{Beat, Heartbeat, Notifier};
 use crate::{Metrics, RuntimeBackend, RuntimeError};
 
@@ -77,6 +78,8 @@ pub enum Membership {
 pub struct Orchestrator {
     pub membership: Membership,
     pub engine: Engine,
+    /// The Instance HA loops (one per cloud; only the leader's act).
+    pub instance_ha: InstanceHa,
     pub node: ClusterNode,
     /// What the API asks of this orchestrator.
     pub backend: RuntimeBackend,
@@ -89,6 +92,7 @@ pub struct Orchestrator {
     first_tick: tokio::sync::watch::Receiver<bool>,
     engine_stop: CancellationToken,
     engine_task: tokio::task::JoinHandle<()>,
+    instance_ha_task: tokio::task::JoinHandle<()>,
     /// Closed last, so BMCs get their sessions back.
     drivers: Arc<LocalDrivers>,
 }
@@ -454,11 +458,14 @@ impl Orchestrator {
         }
         let engine_stop = CancellationToken::new();
         let engine_task = tokio::spawn(engine.clone().run(engine_stop.clone()));
+        let instance_ha = InstanceHa::new(&engine, drivers.clone());
+        let instance_ha_task = tokio::spawn(instance_ha.clone().run(engine_stop.clone()));
 
         let backend = RuntimeBackend::new(&engine, o.secrets);
         Ok(Self {
             membership,
             engine,
+            instance_ha,
             node,
             backend,
             metrics,
@@ -467,6 +474,7 @@ impl Orchestrator {
             first_tick,
             engine_stop,
             engine_task,
+            instance_ha_task,
             drivers,
         })
     }
@@ -487,6 +495,7 @@ impl Orchestrator {
     pub async fn shutdown(self) {
         self.engine_stop.cancel();
         let _ = self.engine_task.await;
+        let _ = self.instance_ha_task.await;
         self.node.shutdown().await;
         // Operations still running were cancelled with the leadership; let them record that.
         let left = self.engine.drain(Duration::from_secs(5)).await;

@@ -91,6 +91,8 @@ pub(crate) struct Inner {
     pub draining: AtomicBool,
     /// The controllers' latest tests, decoded (see [`crate::registered`]).
     pub registered: crate::registered::RegisteredCache,
+    /// Each Instance HA cloud as this orchestrator's loop last saw it (for the API).
+    pub instance_ha: Mutex<BTreeMap<qfence_model::CloudId, crate::instance_ha::CloudRuntime>>,
 }
 
 pub(crate) fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {

@@ -30,6 +30,7 @@ use utoipa_axum::routes;
 use qfence_model::config::plan_api;
 use qfence_model::{ControllerId, PlanId, SiteId};
 
+mod instance_ha;
 mod responses;
 
 use crate::error::ApiError;
@@ -159,6 +160,9 @@ fn api_router() -> OpenApiRouter<AppState> {
         .routes(routes!(discover))
         .routes(routes!(events))
         .routes(routes!(orchestrators))
+        .routes(routes!(instance_ha::instance_ha_status))
+        .routes(routes!(instance_ha::instance_ha_hosts))
+        .routes(routes!(instance_ha::instance_ha_evacuations))
 }
 
 #[derive(OpenApi)]
@@ -179,6 +183,7 @@ fn api_router() -> OpenApiRouter<AppState> {
         (name = "controllers", description = "Controllers: register, test, list with grades"),
         (name = "events", description = "The hash-chained event log"),
         (name = "cluster", description = "The orchestrators"),
+        (name = "instance-ha", description = "Instance HA: compute hosts, evacuations, the last decision"),
     )
 )]
 struct ApiDoc;

@@ -51,6 +51,9 @@ enum Command {
     /// Every plan: owner, phase, generation, verdicts, the last reason; --watch follows
     /// changes.
     Status(cmd::client::status::StatusArgs),
+    /// Instance HA against the API: status (each cloud's last decision), hosts, evacuations.
+    #[command(subcommand, name = "instance-ha")]
+    InstanceHa(cmd::client::instance_ha::InstanceHaCmd),
     /// Create, join and run the orchestrator cluster.
     Cluster(cmd::cluster::ClusterArgs),
     /// Run this orchestrator: cluster node, drivers, decision loop and HTTPS API.
@@ -104,6 +107,7 @@ fn main() -> ExitCode {
             "status",
             cmd::client::status::run(a, cli.format),
         )),
+        Command::InstanceHa(c) => Ok(cmd::client::instance_ha::run(c, cli.format)),
         Command::Cluster(a) => block_on(cmd::cluster::run(a)),
         Command::Lab(a) => cmd::lab::run(a, cli.format),
         Command::Bench(BenchCommand::Cluster(a)) => block_on(cmd::cluster::bench(a)),

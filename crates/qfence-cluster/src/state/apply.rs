@@ -1,10 +1,10 @@
 //! Applying a committed command: one method per command, each pure and deterministic, so
 //! every orchestrator that applies the same log ends with the same state.
 
-use qfence_model::ids::{ControllerId, Generation, OrchestratorId, PlanId, Term};
+use qfence_model::ids::{CloudId, ControllerId, Generation, OrchestratorId, PlanId, Term};
 
 use super::{
-    COMMAND_FORMAT, ClusterState, Command, ControllerRecord, ControllerTestRecord,
+    COMMAND_FORMAT, CloudStateDoc, ClusterState, Command, ControllerRecord, ControllerTestRecord,
     EVENT_LOG_CAPACITY, Event, EventDraft, OrchestratorRecord, PlanRecord, PlanStateDoc,
     PublishedStatus, Request, Response, STATUS_FORMAT, StatusDraft,
 };
@@ -76,7 +76,43 @@ impl ClusterState {
                 orchestrator,
                 public_key_hex,
             } => self.set_node_key(orchestrator, public_key_hex),
+            Command::CloudStateCas {
+                cloud,
+                expected_revision,
+                new_state,
+            } => self.cloud_state_cas(cloud, *expected_revision, new_state, term),
         }
+    }
+
+    fn cloud_state_cas(
+        &mut self,
+        cloud: &CloudId,
+        expected: u64,
+        new_state: &CloudStateDoc,
+        term: Term,
+    ) -> Response {
+        let current = self.clouds.get(cloud).map_or(0, |d| d.revision);
+        if current != expected {
+            return Response::Rejected {
+                reason: format!(
+                    "cloud {cloud}: stale write, decided at revision {expected}, the state is at \
+                     revision {current}"
+                ),
+            };
+        }
+        if new_state.revision != current + 1 {
+            return Response::Rejected {
+                reason: format!(
+                    "cloud {cloud}: new revision {} must be {}",
+                    new_state.revision,
+                    current + 1
+                ),
+            };
+        }
+        let mut doc = new_state.clone();
+        doc.changed_in_term = term;
+        self.clouds.insert(cloud.clone(), doc);
+        Response::Applied
     }
 
     fn register_controller(&mut self, controller: &ControllerRecord) -> Response {

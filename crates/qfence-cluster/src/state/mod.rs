@@ -18,7 +18,7 @@
 use std::collections::{BTreeMap, BTreeSet, VecDeque};
 
 use qfence_model::domain::Verdict;
-use qfence_model::ids::{ControllerId, Generation, OrchestratorId, PlanId, SiteId, Term};
+use qfence_model::ids::{CloudId, ControllerId, Generation, OrchestratorId, PlanId, SiteId, Term};
 use serde::de::DeserializeOwned;
 use serde::{Deserialize, Serialize};
 
@@ -111,9 +111,12 @@ impl Command {
             Command::RecordControllerTest { controller, .. } => {
                 dirty.controller_tests.insert(controller.clone());
             }
+            // A cloud's Instance HA state lives in the `applied` row (a few clouds, written
+            // with every batch), not in a keyed table.
             Command::OrchestratorState { .. }
             | Command::AppendEvent { .. }
-            | Command::SetNodeKey { .. } => {}
+            | Command::SetNodeKey { .. }
+            | Command::CloudStateCas { .. } => {}
         }
     }
 }
@@ -187,6 +190,14 @@ pub enum Command {
         controller: ControllerId,
         test: ControllerTestRecord,
     },
+    /// Replaces a cloud's Instance HA state if, and only if, its stored revision is still
+    /// `expected_revision` (0: the cloud has none yet); the new state's revision must be the
+    /// next one. A deposed leader's late write is refused, as a plan's is.
+    CloudStateCas {
+        cloud: CloudId,
+        expected_revision: u64,
+        new_state: CloudStateDoc,
+    },
     /// Publishes an orchestrator's Ed25519 public key (forwarded calls are signed with it).
     SetNodeKey {
         orchestrator: OrchestratorId,
@@ -212,6 +223,7 @@ impl Command {
             Command::PublishStatuses { .. } => "publish_statuses",
             Command::RecordControllerTest { .. } => "record_controller_test",
             Command::SetNodeKey { .. } => "set_node_key",
+            Command::CloudStateCas { .. } => "cloud_state_cas",
         }
     }
 }
@@ -260,6 +272,21 @@ pub struct PlanStateDoc {
     pub generation: Generation,
     /// Owner, phase, fence evidence, intents... as the decision core encodes them.
     pub body: serde_json::Value,
+}
+
+/// A cloud's Instance HA state as the cluster stores it: typed by the decision core
+/// (`qfence_core::instance_ha::StoredCloudState`), opaque here except for the revision the
+/// compare-and-set is on.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct CloudStateDoc {
+    /// The schema number of `body`, chosen by the crate that defines it.
+    pub schema: u32,
+    /// Grows by one with every write.
+    pub revision: u64,
+    pub body: serde_json::Value,
+    /// The term of the leader that wrote it (from the log entry, not the proposer's word).
+    #[serde(default)]
+    pub changed_in_term: Term,
 }
 
 /// Why a [`PlanStateDoc`] could not be made or read.
@@ -410,6 +437,9 @@ pub struct ClusterState {
     /// Each controller's last test. Absent from snapshots written before it existed.
     #[serde(default)]
     pub controller_tests: BTreeMap<ControllerId, ControllerTestRecord>,
+    /// Each Instance HA cloud's state. Absent from snapshots written before it existed.
+    #[serde(default)]
+    pub clouds: BTreeMap<CloudId, CloudStateDoc>,
 }
 
 /// A controller's last test, as the orchestrator that ran it recorded it.
@@ -441,6 +471,7 @@ impl Default for ClusterState {
             next_event_seq: 1,
             statuses: BTreeMap::new(),
             controller_tests: BTreeMap::new(),
+            clouds: BTreeMap::new(),
         }
     }
 }

@@ -647,3 +647,42 @@ fn plan_state_docs_refuse_an_unknown_schema() {
         })
     ));
 }
+
+#[test]
+fn a_cloud_state_is_written_only_on_the_revision_it_was_decided_on() {
+    let cloud = CloudId::new("overcloud").unwrap();
+    let at = |revision: u64, expected: u64| Command::CloudStateCas {
+        cloud: cloud.clone(),
+        expected_revision: expected,
+        new_state: CloudStateDoc {
+            schema: 1,
+            revision,
+            body: json!({"revision": revision}),
+            changed_in_term: Term(0),
+        },
+    };
+    let mut state = ClusterState::default();
+    assert_eq!(state.apply(&at(1, 0), Term(3)), Response::Applied);
+    assert_eq!(state.clouds[&cloud].revision, 1);
+    assert_eq!(
+        state.clouds[&cloud].changed_in_term,
+        Term(3),
+        "the term is the log entry's"
+    );
+    // A deposed leader decided on revision 0 too: refused, nothing changed.
+    assert!(matches!(
+        state.apply(&at(1, 0), Term(2)),
+        Response::Rejected { .. }
+    ));
+    // A skipped revision is refused.
+    assert!(matches!(
+        state.apply(&at(3, 1), Term(3)),
+        Response::Rejected { .. }
+    ));
+    assert_eq!(state.apply(&at(2, 1), Term(3)), Response::Applied);
+    assert_eq!(state.clouds[&cloud].body["revision"], 2);
+    let mut old = serde_json::to_value(ClusterState::default()).unwrap();
+    old.as_object_mut().unwrap().remove("clouds");
+    let read: ClusterState = serde_json::from_value(old).unwrap();
+    assert!(read.clouds.is_empty(), "a snapshot from before reads");
+}

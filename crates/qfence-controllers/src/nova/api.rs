@@ -122,13 +122,35 @@ impl NovaDriver {
             .await
     }
 
+    /// Every `nova-scheduler` service (2.53): an evacuation needs one up to place the
+    /// servers.
+    pub async fn scheduler_services(
+        &self,
+        ctx: &CallContext,
+    ) -> Result<Vec<ComputeService>, DriverError> {
+        ctx.run(
+            &self.id,
+            "scheduler services",
+            self.services_of("nova-scheduler", None),
+        )
+        .await
+    }
+
     pub(crate) async fn services_now(
         &self,
         host: Option<&str>,
     ) -> Result<Vec<ComputeService>, DriverError> {
+        self.services_of("nova-compute", host).await
+    }
+
+    async fn services_of(
+        &self,
+        binary: &str,
+        host: Option<&str>,
+    ) -> Result<Vec<ComputeService>, DriverError> {
         let call = "GET /os-services";
         let version = self.client.need(call, mv::SERVICES).await?;
-        let mut query = vec![("binary", "nova-compute".to_owned())];
+        let mut query = vec![("binary", binary.to_owned())];
         if let Some(h) = host {
             query.push(("host", h.to_owned()));
         }
@@ -139,7 +161,7 @@ impl NovaDriver {
                 .typed()
                 .map_err(|e| self.client.err(ErrorKind::Protocol, call, e, false))?;
             // The filter is the server's; what qfence acts on is checked here.
-            if host.is_none_or(|h| typed.host == h) && typed.binary == "nova-compute" {
+            if host.is_none_or(|h| typed.host == h) && typed.binary == binary {
                 out.push(typed);
             }
         }

@@ -425,3 +425,20 @@ async fn nova_sim_a_thousand_servers_on_twenty_hosts_one_host_evacuated() {
     h.update(|s| s.restart_host("compute-7"));
     d.clear_forced_down(&ctx(T), "compute-7").await.unwrap();
 }
+
+#[tokio::test]
+async fn nova_sim_schedulers_are_read_apart_from_the_compute_hosts() {
+    let h = cloud(NovaState::new(2, 1)).await;
+    let d = driver(&h);
+    let s = d.scheduler_services(&ctx(T)).await.unwrap();
+    assert_eq!(s.len(), 1, "{s:?}");
+    assert_eq!(s[0].binary, "nova-scheduler");
+    assert_eq!(s[0].state, ServiceState::Up);
+    let computes = d.compute_services(&ctx(T)).await.unwrap();
+    assert_eq!(computes.len(), 2, "the scheduler is not a compute host");
+    assert!(computes.iter().all(|c| c.binary == "nova-compute"));
+
+    h.update(|s| s.scheduler_up = false);
+    let s = d.scheduler_services(&ctx(T)).await.unwrap();
+    assert_eq!(s[0].state, ServiceState::Down);
+}

@@ -226,18 +226,42 @@ fn service_json(state: &NovaState, h: &super::state::Host, mv: Mv, now: SystemTi
     v
 }
 
+/// Where the one `nova-scheduler` runs.
+const SCHEDULER_HOST: &str = "controller-0";
+
+/// The `nova-scheduler` service: up while `scheduler_up`, its heartbeat now.
+fn scheduler_json(state: &NovaState, mv: Mv, now: SystemTime) -> Value {
+    let mut v = json!({
+        "id": if mv.at_least(2, 53) { json!(super::state::uuid_from(0x5c_0000)) } else { json!(0) },
+        "binary": "nova-scheduler", "host": SCHEDULER_HOST, "zone": "internal",
+        "status": "enabled",
+        "state": if state.scheduler_up { "up" } else { "down" },
+        "updated_at": nova_time(now),
+        "disabled_reason": null,
+    });
+    if mv.at_least(2, 11) {
+        v["forced_down"] = json!(false);
+    }
+    v
+}
+
 pub(super) async fn services(State(s): Shr, headers: HeaderMap, Query(q): Q) -> Response {
     let c = begin!(s, headers);
     check!(c.need_admin("os_compute_api:os-services:list"));
     let state = s.lock();
     let now = SystemTime::now();
-    let list: Vec<Value> = state
+    let mut list: Vec<Value> = state
         .hosts
         .iter()
         .filter(|h| q.get("host").is_none_or(|x| x == &h.name))
         .filter(|_| q.get("binary").is_none_or(|b| b == "nova-compute"))
         .map(|h| service_json(&state, h, c.mv, now))
         .collect();
+    if q.get("host").is_none_or(|x| x == SCHEDULER_HOST)
+        && q.get("binary").is_none_or(|b| b == "nova-scheduler")
+    {
+        list.push(scheduler_json(&state, c.mv, now));
+    }
     c.answer(StatusCode::OK, Some(json!({"services": list})))
 }
 

@@ -215,6 +215,9 @@ pub struct NovaState {
     pub aggregates: Vec<Aggregate>,
     pub migrations: Vec<Migration>,
     pub evacuation: EvacuationBehaviour,
+    /// Whether the one `nova-scheduler` (on `controller-0`) reads up. Fault "scheduler down":
+    /// `false`.
+    pub scheduler_up: bool,
 }
 
 impl NovaState {
@@ -312,6 +315,7 @@ impl NovaState {
             }],
             migrations: Vec::new(),
             evacuation: EvacuationBehaviour::default(),
+            scheduler_up: true,
         }
     }
 

@@ -243,4 +243,9 @@ pub trait Backend: Send + Sync + 'static {
     /// One page of the event log.
     async fn events(&self, query: &EventQuery) -> Result<EventPage, BackendError>;
     async fn orchestrators(&self) -> Result<Vec<OrchestratorView>, BackendError>;
+
+    /// Every Instance HA cloud: its hosts, evacuations and last decision.
+    async fn instance_ha(&self) -> Result<crate::dto::InstanceHaStatus, BackendError> {
+        Ok(crate::dto::InstanceHaStatus { clouds: Vec::new() })
+    }
 }

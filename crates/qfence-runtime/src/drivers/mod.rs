@@ -191,6 +191,16 @@ impl LocalDrivers {
         built.map_err(|e| format!("controller {id} has no driver here: {e}"))
     }
 
+    /// The driver of Nova controller `id`, for Instance HA's typed calls (which are not
+    /// [`Call`]s: they run on this orchestrator, outside the lanes).
+    pub fn nova(&self, id: &ControllerId) -> Result<Arc<AnyDriver>, String> {
+        let d = self.driver(id)?;
+        match &*d {
+            AnyDriver::Nova(_) => Ok(d),
+            _ => Err(format!("controller {id} is not a Nova controller")),
+        }
+    }
+
     /// The lane of `id`, sized for its type and made on its first call (a controller
     /// registered through the API has none before).
     fn lane(&self, id: &ControllerId, kind: qfence_model::catalog::ControllerType) -> Arc<Lane> {

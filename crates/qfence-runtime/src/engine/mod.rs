@@ -126,6 +126,7 @@ impl Engine {
             wake_all: AtomicBool::new(false),
             draining: AtomicBool::new(false),
             registered: Default::default(),
+            instance_ha: Mutex::new(BTreeMap::new()),
         });
         Self {
             executor: Executor::new(inner.clone()),

@@ -97,12 +97,15 @@ impl Sims {
     }
 }
 
+/// The Nova simulator's application credential secret (`qfence`), stored as `lab-nova`.
+pub const LAB_NOVA_SECRET: &str = "qfence-secret";
+
 /// The orchestrator's own secret store: environment-style names, looked up in a map (the test
 /// does not touch the process environment).
 pub fn secrets() -> SecretStore {
     let values: BTreeMap<String, String> = lab::SECRETS
         .into_iter()
-        .chain([("lab-ipmi", "password")])
+        .chain([("lab-ipmi", "password"), ("lab-nova", LAB_NOVA_SECRET)])
         .map(|(k, v)| (env_name(ENV_PREFIX, k), v.to_owned()))
         .collect();
     SecretStore::new(vec![SecretSource::Env {

@@ -12,6 +12,7 @@ mod deadman_stories;
 // The controller tests' emulator starter (ipmi_sim), shared rather than copied.
 #[path = "../../../qfence-controllers/tests/it/emulators.rs"]
 mod emulators;
+mod instance_ha;
 mod ipmi_bmc;
 mod lab;
 mod metrics;

@@ -280,3 +280,42 @@ async fn events_follow_prints_new_records_as_they_come() {
         ],
     );
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn instance_ha_commands_read_the_api_for_people_and_scripts() {
+    let s = Server::start().await;
+
+    phase("the lab has no Instance HA cloud: each command says so, exit 0, as a viewer too");
+    let out = s.run_as(VIEWER, &["instance-ha", "status"]).await;
+    assert!(
+        out.ok().stdout.contains("no Instance HA clouds configured"),
+        "{}",
+        out.stdout
+    );
+    let out = s.run(&["instance-ha", "hosts"]).await;
+    assert!(
+        out.ok().stdout.contains("no compute hosts"),
+        "{}",
+        out.stdout
+    );
+    let out = s.run(&["instance-ha", "evacuations"]).await;
+    assert!(out.ok().stdout.contains("no evacuations"), "{}", out.stdout);
+
+    phase("for scripts: the API's own JSON");
+    let v = s
+        .run(&["--format", "json", "instance-ha", "status"])
+        .await
+        .ok()
+        .json();
+    assert_eq!(v, serde_json::json!({"clouds": []}));
+    let v = s
+        .run(&["--format", "json", "instance-ha", "hosts"])
+        .await
+        .ok()
+        .json();
+    assert_eq!(v, serde_json::json!([]));
+
+    phase("with a token the API does not know: refused, exit 1");
+    let out = s.run_as("not-a-token", &["instance-ha", "status"]).await;
+    assert_eq!(out.code, Some(1), "{out:#?}");
+}

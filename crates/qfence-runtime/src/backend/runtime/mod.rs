@@ -820,6 +820,26 @@ impl Backend for RuntimeBackend {
     async fn orchestrators(&self) -> Result<Vec<OrchestratorView>, BackendError> {
         status::orchestrators(self).await
     }
+
+    async fn instance_ha(&self) -> Result<crate::dto::InstanceHaStatus, BackendError> {
+        let config = self.cfg();
+        let mut clouds = Vec::new();
+        for (id, cloud) in &config.config().instance_ha {
+            let state = crate::instance_ha::read_state(&self.inner, id)
+                .map_err(|e| BackendError::Unavailable(e.to_string()))?
+                .unwrap_or_default();
+            let shown = crate::shared::lock(&self.inner.instance_ha)
+                .get(id)
+                .cloned();
+            clouds.push(crate::instance_ha::view::cloud_status(
+                id,
+                cloud.nova.as_str(),
+                &state,
+                shown.as_ref(),
+            ));
+        }
+        Ok(crate::dto::InstanceHaStatus { clouds })
+    }
 }
 
 /// Why no failover target can be named: no other site, or every other one in maintenance.

@@ -15,6 +15,7 @@
 pub mod controller;
 pub mod events;
 pub mod http;
+pub mod instance_ha;
 pub mod plan;
 pub mod progress;
 pub mod status;

@@ -1,0 +1,493 @@
+//! Instance HA through the real runtime (ADR 0025): the Nova simulator as the cloud, a Redfish
+//! simulator as every compute host's BMC, one orchestrator running the Instance HA loop. A
+//! host's power line is wired to its `nova-compute`: powered off, its heartbeats stop;
+//! powered on, it starts again (and cleans up what was evacuated away, as Nova's does).
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use anyhow::Result;
+use axum::body::Body;
+use axum::http::{Request, StatusCode, header};
+use qfence_lab::TlsIdentity;
+use qfence_lab::nova::{self as sim, NovaHandle, NovaState, VmState};
+use qfence_lab::redfish::{self, Account, BmcHandle, BmcState, PowerState, Role, System};
+use qfence_runtime::events::EventKind;
+use qfence_runtime::{Access, Backend, InstanceHa, Metrics, RuntimeBackend, TokenStore};
+use tower::ServiceExt as _;
+
+use super::lab::{BMC_PASSWORD, Orchestrator, eventually, phase, secrets};
+
+const HOSTS: usize = 4;
+const SERVERS_PER_HOST: usize = 2;
+
+/// The cloud and its BMC, with each host's power wired to its nova-compute.
+struct Cloud {
+    nova: Arc<NovaHandle>,
+    bmc: BmcHandle,
+    wires: Vec<tokio::task::JoinHandle<()>>,
+}
+
+fn host(n: usize) -> String {
+    format!("compute-{n}")
+}
+
+impl Cloud {
+    async fn start() -> Result<Self> {
+        let mut state = NovaState::new(HOSTS, SERVERS_PER_HOST);
+        // Nova reads a host down this long after its last heartbeat.
+        state.service_down_time = Duration::from_secs(2);
+        let nova = sim::start("127.0.0.1:0".parse()?, TlsIdentity::loopback()?, state).await?;
+        let systems = (1..=HOSTS)
+            .map(|n| System::new(&host(n), &sim::state::uuid_from(0xb0 + n as u64)))
+            .collect();
+        let accounts = vec![Account::new("qfence", BMC_PASSWORD, Role::Operator)];
+        let bmc = redfish::start(
+            "127.0.0.1:0".parse()?,
+            TlsIdentity::loopback()?,
+            BmcState::new(systems, accounts),
+        )
+        .await?;
+        let mut cloud = Self {
+            nova: Arc::new(nova),
+            bmc,
+            wires: Vec::new(),
+        };
+        for n in 1..=HOSTS {
+            cloud.wire(&host(n));
+        }
+        Ok(cloud)
+    }
+
+    /// Follows `name`'s power line: off stops its nova-compute, on starts it again.
+    fn wire(&mut self, name: &str) {
+        let mut line = self.bmc.power_line(name).expect("a system");
+        let nova = self.nova.clone();
+        let name = name.to_owned();
+        self.wires.push(tokio::spawn(async move {
+            while line.changed().await.is_ok() {
+                let powered = *line.borrow_and_update();
+                nova.update(|s| {
+                    if powered {
+                        s.restart_host(&name)
+                    } else {
+                        s.stop_heartbeat(&name)
+                    }
+                });
+            }
+        }));
+    }
+
+    /// The configuration: one orchestrator, the Nova controller, the BMC, and the cloud
+    /// `overcloud` with `extra` parameters. Each host but those in `unfenced` is fenced
+    /// through the BMC's system of its name.
+    fn config(&self, extra: &str, unfenced: &[&str]) -> String {
+        let pin = |fp: &str| format!("{{pin: \"sha256:{fp}\"}}");
+        let hosts: String = (1..=HOSTS)
+            .map(host)
+            .filter(|h| !unfenced.contains(&h.as_str()))
+            .map(|h| {
+                format!("      {h}: {{controller: bmc, capability: power.off, resource: {h}}}\n")
+            })
+            .collect();
+        format!(
+            "cluster:\n  name: iha\nsites:\n  dc1: {{}}\norchestrators:\n  dc1-a: {{site: dc1, \
+             address: \"127.0.0.1:7401\"}}\ncontrollers:\n  nova:\n    type: nova\n    \
+             endpoint: {keystone}\n    site: dc1\n    secret: lab-nova\n    \
+             application_credential_id: qfence\n    timeout_seconds: 5\n    tls: {nova_pin}\n  \
+             bmc:\n    type: redfish\n    endpoint: {bmc}\n    site: dc1\n    secret: \
+             lab-redfish\n    username: qfence\n    timeout_seconds: 5\n    tls: {bmc_pin}\n\
+             instance_ha:\n  overcloud:\n    nova: nova\n    poll_seconds: 1\n    \
+             delta_seconds: 20\n{extra}    hosts:\n{hosts}",
+            keystone = self.nova.keystone_url(),
+            nova_pin = pin(self.nova.fingerprint()),
+            bmc = self.bmc.base_url(),
+            bmc_pin = pin(self.bmc.fingerprint()),
+        )
+    }
+
+    fn servers_on(&self, name: &str) -> usize {
+        self.nova
+            .snapshot()
+            .servers
+            .iter()
+            .filter(|s| s.host == name)
+            .count()
+    }
+
+    async fn stop(self) {
+        for w in self.wires {
+            w.abort();
+            let _ = w.await;
+        }
+        if let Ok(nova) = Arc::try_unwrap(self.nova) {
+            nova.shutdown().await;
+        }
+        self.bmc.shutdown().await;
+    }
+}
+
+/// The orchestrator with its Instance HA loop running.
+async fn start(config: &str) -> Result<(Orchestrator, RuntimeBackend)> {
+    let o = Orchestrator::start(config, true).await?;
+    let ha = InstanceHa::new(&o.engine, o.drivers.clone());
+    tokio::spawn(ha.run(o.stop.clone()));
+    let backend = RuntimeBackend::new(&o.engine, secrets());
+    Ok((o, backend))
+}
+
+const VIEWER: &str = "viewer-token";
+
+/// `GET path` on the API's router over `backend`, as a viewer: the status and the JSON body.
+async fn get(backend: &RuntimeBackend, path: &str) -> (StatusCode, serde_json::Value) {
+    let tokens = TokenStore::default().with_token(Access::Viewer, "grafana", VIEWER);
+    let app = qfence_server::router(
+        Arc::new(backend.clone()),
+        tokens,
+        Metrics::new(),
+        &qfence_server::ApiConfig::default(),
+    );
+    let req = Request::get(path)
+        .header(header::AUTHORIZATION, format!("Bearer {VIEWER}"))
+        .body(Body::empty())
+        .expect("a request");
+    let resp = app.oneshot(req).await.expect("an answer");
+    let status = resp.status();
+    let bytes = axum::body::to_bytes(resp.into_body(), usize::MAX)
+        .await
+        .expect("a body");
+    (status, serde_json::from_slice(&bytes).unwrap_or_default())
+}
+
+/// The Instance HA records of the event log, as `KIND message` lines.
+fn iha_events(o: &Orchestrator) -> Vec<String> {
+    o.engine
+        .events()
+        .into_iter()
+        .filter(|e| e.data.get("instance_ha").is_some())
+        .map(|e| format!("{} {}", e.kind.as_str(), e.message))
+        .collect()
+}
+
+fn dump(o: &Orchestrator) {
+    for e in iha_events(o) {
+        eprintln!("{e}");
+    }
+}
+
+/// Where `needle` first appears in the log, after position `from`.
+fn position(events: &[String], from: usize, needle: &str) -> Option<usize> {
+    events
+        .iter()
+        .enumerate()
+        .skip(from)
+        .find(|(_, e)| e.contains(needle))
+        .map(|(i, _)| i)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_dead_compute_host_is_fenced_evacuated_powered_on_and_re_enabled() -> Result<()> {
+    let cloud = Cloud::start().await?;
+    let (o, backend) = start(&cloud.config("", &[])).await?;
+
+    phase("steady: every host up, the loop quiet");
+    eventually(Duration::from_secs(20), "a first decision", || async {
+        let s = backend.instance_ha().await.ok()?;
+        s.clouds.first()?.last_decision.clone()
+    })
+    .await
+    .inspect_err(|_| dump(&o))?;
+
+    phase("compute-2's nova-compute dies; the API shows its incident under way");
+    cloud.nova.update(|s| s.stop_heartbeat("compute-2"));
+    let busy = eventually(
+        Duration::from_secs(30),
+        "compute-2 in an incident",
+        || async {
+            let (status, hosts) = get(&backend, "/api/v1/instance-ha/hosts").await;
+            assert_eq!(status, StatusCode::OK, "{hosts}");
+            let h = hosts
+                .as_array()?
+                .iter()
+                .find(|h| h["host"] == "compute-2")?
+                .clone();
+            h["incident"].as_u64().map(|_| h)
+        },
+    )
+    .await
+    .inspect_err(|_| dump(&o))?;
+    assert_eq!(busy["cloud"], "overcloud");
+    assert!(
+        !matches!(busy["state"].as_str(), Some("up" | "failed" | "disabled")),
+        "a phase: {busy}"
+    );
+    eventually(
+        Duration::from_secs(60),
+        "compute-2 back in service",
+        || async {
+            let snap = cloud.nova.snapshot();
+            let h = snap.host("compute-2")?;
+            let power = cloud.bmc.snapshot().system("compute-2")?.power;
+            let events = iha_events(&o);
+            let recovered = events
+                .iter()
+                .any(|e| e.contains("compute-2: back in service"));
+            (recovered && !h.disabled && !h.forced_down && h.alive && power == PowerState::On)
+                .then_some(())
+        },
+    )
+    .await
+    .inspect_err(|_| dump(&o))?;
+
+    phase("its servers run elsewhere, ACTIVE; the log tells each step in order");
+    let snap = cloud.nova.snapshot();
+    assert_eq!(
+        cloud.servers_on("compute-2"),
+        0,
+        "every server left compute-2"
+    );
+    assert_eq!(snap.servers.len(), HOSTS * SERVERS_PER_HOST);
+    assert!(
+        snap.servers.iter().all(|s| s.vm_state == VmState::Active),
+        "every server ACTIVE: {:?}",
+        snap.servers
+    );
+    let events = iha_events(&o);
+    let mut at = 0;
+    for step in [
+        "compute-2: host down",
+        "command instance-ha overcloud: fence compute-2",
+        "compute-2: fenced, read back",
+        "command instance-ha overcloud: disable compute-2: qfence instance-ha: evacuating since",
+        "command instance-ha overcloud: force-down compute-2",
+        "compute-2: evacuating 2 server(s)",
+        "command instance-ha overcloud: evacuate",
+        "compute-2: evacuated: 2 done, 0 unsuccessful",
+        "command instance-ha overcloud: power-on compute-2",
+        "command instance-ha overcloud: enable compute-2",
+        "command instance-ha overcloud: clear-forced-down compute-2",
+        "compute-2: back in service",
+    ] {
+        at = position(&events, at, step).unwrap_or_else(|| {
+            dump(&o);
+            panic!("no {step:?} after record {at}")
+        });
+    }
+    assert!(
+        events
+            .iter()
+            .any(|e| e.starts_with("decision fencing decision")),
+        "the decisions' sentences are recorded"
+    );
+
+    phase("the API shows the cloud: compute-2 up again, its incident over");
+    let (status, s) = get(&backend, "/api/v1/instance-ha").await;
+    assert_eq!(status, StatusCode::OK);
+    let c = &s["clouds"][0];
+    assert_eq!(c["cloud"], "overcloud");
+    assert!(c["leading"] == true && c["nova_reachable"] == true, "{c}");
+    assert!(
+        c["last_decision"]
+            .as_str()
+            .is_some_and(|d| d.starts_with("fencing decision")),
+        "{c}"
+    );
+    let hosts = c["hosts"].as_array().expect("hosts");
+    assert_eq!(hosts.len(), HOSTS);
+    assert!(hosts.iter().all(|h| h["state"] == "up"), "{hosts:?}");
+    let (_, evacuations) = get(&backend, "/api/v1/instance-ha/evacuations").await;
+    assert_eq!(
+        evacuations,
+        serde_json::json!([]),
+        "a finished incident leaves no evacuation"
+    );
+    let metrics = o.metrics.render();
+    assert!(
+        metrics.contains("qfence_instance_ha_hosts{cloud=\"overcloud\",state=\"evacuating\"} 0"),
+        "no host is being processed any more: {metrics}"
+    );
+    assert!(
+        metrics.contains(
+            "qfence_instance_ha_evacuations_total{cloud=\"overcloud\",outcome=\"done\"} 2"
+        ),
+        "{metrics}"
+    );
+
+    o.shutdown().await;
+    cloud.stop().await;
+    Ok(())
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn over_the_threshold_nothing_is_fenced_or_evacuated_and_an_event_has_the_figures()
+-> Result<()> {
+    let cloud = Cloud::start().await?;
+    // The heartbeat cliff would close too; this test is about the threshold alone.
+    let (o, backend) = start(&cloud.config("    heartbeat_cliff_percent: 100\n", &[])).await?;
+    eventually(Duration::from_secs(20), "a first decision", || async {
+        let s = backend.instance_ha().await.ok()?;
+        s.clouds.first()?.last_decision.clone()
+    })
+    .await
+    .inspect_err(|_| dump(&o))?;
+
+    phase("three of four hosts die at once: 75 % is over the threshold of 50 %");
+    for n in 1..=3 {
+        cloud.nova.update(|s| s.stop_heartbeat(&host(n)));
+    }
+    let alarm = eventually(Duration::from_secs(30), "the threshold's alarm", || async {
+        o.engine
+            .events()
+            .into_iter()
+            .find(|e| e.kind == EventKind::Alarm && e.message.contains("gate threshold closed"))
+    })
+    .await
+    .inspect_err(|_| dump(&o))?;
+    assert!(
+        alarm
+            .message
+            .contains("3 of 4 hosts failed (75 %), over the threshold of 50 %"),
+        "{}",
+        alarm.message
+    );
+
+    phase("polls later, nothing was fenced, forced down or evacuated");
+    tokio::time::sleep(Duration::from_secs(5)).await;
+    let bmc = cloud.bmc.snapshot();
+    assert!(
+        bmc.systems.iter().all(|s| s.power == PowerState::On),
+        "no host was powered off"
+    );
+    let snap = cloud.nova.snapshot();
+    assert!(snap.hosts.iter().all(|h| !h.forced_down && !h.disabled));
+    for n in 1..=HOSTS {
+        assert_eq!(cloud.servers_on(&host(n)), SERVERS_PER_HOST);
+    }
+    assert!(snap.migrations.is_empty(), "no evacuation was asked for");
+    let events = iha_events(&o);
+    assert!(
+        !events.iter().any(|e| e.contains(": fence ")),
+        "no fence command: {events:#?}"
+    );
+    let s = backend.instance_ha().await?;
+    assert!(s.clouds[0].gates_closed.contains(&"threshold".to_owned()));
+    assert!(
+        o.metrics.render().contains(
+            "qfence_instance_ha_gate_trips_total{cloud=\"overcloud\",gate=\"threshold\"} 1"
+        )
+    );
+
+    o.shutdown().await;
+    cloud.stop().await;
+    Ok(())
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_host_without_a_fence_is_never_evacuated_and_the_event_says_so() -> Result<()> {
+    let cloud = Cloud::start().await?;
+    let (o, backend) = start(&cloud.config("", &["compute-4"])).await?;
+    eventually(Duration::from_secs(20), "a first decision", || async {
+        let s = backend.instance_ha().await.ok()?;
+        s.clouds.first()?.last_decision.clone()
+    })
+    .await
+    .inspect_err(|_| dump(&o))?;
+
+    phase("compute-4, which has no fence binding, dies");
+    cloud.nova.update(|s| s.stop_heartbeat("compute-4"));
+    let alarm = eventually(Duration::from_secs(30), "the no-fence alarm", || async {
+        o.engine.events().into_iter().find(|e| {
+            e.kind == EventKind::Alarm && e.message.contains("compute-4: no fence, never evacuated")
+        })
+    })
+    .await
+    .inspect_err(|_| dump(&o))?;
+    assert!(
+        alarm.message.contains("no fence is configured for it"),
+        "{}",
+        alarm.message
+    );
+
+    phase("polls later, its servers are where they were and it is not forced down");
+    tokio::time::sleep(Duration::from_secs(5)).await;
+    assert_eq!(cloud.servers_on("compute-4"), SERVERS_PER_HOST);
+    let snap = cloud.nova.snapshot();
+    let h = snap.host("compute-4").expect("a host");
+    assert!(!h.forced_down && !h.disabled);
+    assert!(snap.migrations.is_empty());
+    let events = iha_events(&o);
+    assert!(
+        !events
+            .iter()
+            .any(|e| e.contains("compute-4") && e.starts_with("command")),
+        "no command on compute-4: {events:#?}"
+    );
+
+    o.shutdown().await;
+    cloud.stop().await;
+    Ok(())
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_restarted_loop_resumes_the_host_from_the_replicated_state_and_never_fences_twice()
+-> Result<()> {
+    let cloud = Cloud::start().await?;
+    let o = Orchestrator::start(&cloud.config("", &[]), true).await?;
+    let backend = RuntimeBackend::new(&o.engine, secrets());
+    let first = o.stop.child_token();
+    tokio::spawn(InstanceHa::new(&o.engine, o.drivers.clone()).run(first.clone()));
+
+    phase("compute-2 dies; the first loop proves its fence and stops there");
+    cloud.nova.update(|s| s.stop_heartbeat("compute-2"));
+    eventually(
+        Duration::from_secs(30),
+        "compute-2's fence proven",
+        || async {
+            let s = backend.instance_ha().await.ok()?;
+            let h = s
+                .clouds
+                .first()?
+                .hosts
+                .iter()
+                .find(|h| h.host == "compute-2")?
+                .clone();
+            h.fenced_at_ms.map(|_| ())
+        },
+    )
+    .await
+    .inspect_err(|_| dump(&o))?;
+    first.cancel();
+    let record = InstanceHa::new(&o.engine, o.drivers.clone())
+        .cloud_state(&qfence_model::CloudId::new("overcloud")?)?
+        .expect("a replicated state");
+    let host = qfence_model::config::HostName::new("compute-2").map_err(anyhow::Error::msg)?;
+    assert!(
+        record.hosts[&host].fenced(),
+        "the proof is in the replicated record"
+    );
+
+    phase("a new loop, with nothing of the first in memory, finishes the incident");
+    tokio::spawn(InstanceHa::new(&o.engine, o.drivers.clone()).run(o.stop.clone()));
+    eventually(
+        Duration::from_secs(60),
+        "compute-2 back in service",
+        || async {
+            iha_events(&o)
+                .iter()
+                .any(|e| e.contains("compute-2: back in service"))
+                .then_some(())
+        },
+    )
+    .await
+    .inspect_err(|_| dump(&o))?;
+    let fences = iha_events(&o)
+        .iter()
+        .filter(|e| e.starts_with("command instance-ha overcloud: fence compute-2"))
+        .count();
+    assert_eq!(fences, 1, "compute-2 was fenced once");
+    assert_eq!(cloud.servers_on("compute-2"), 0);
+
+    o.shutdown().await;
+    cloud.stop().await;
+    Ok(())
+}
