@@ -43,6 +43,11 @@ pub(super) const TIMINGS: &[(&str, &str, &str)] = &[
     ("max_retries", "Max retries", "2"),
     // A word, not a number, but typed the same way (a third select would be one more kind).
     ("standby", "Standbys (cold or hot)", "cold"),
+    (
+        "rejoin",
+        "Rejoin after a failover (manual or auto)",
+        "manual",
+    ),
 ];
 
 /// The plan-level yes/no fields: key, label, default.
