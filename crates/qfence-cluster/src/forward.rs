@@ -19,7 +19,6 @@ use serde::{Deserialize, Serialize};
 use tokio_util::sync::CancellationToken;
 
 use crate::signing::Refusal;
-use crate::state::ControllerRecord;
 
 /// A boxed future, so executors can be shared as trait objects.
 pub type BoxFuture<'a, T> = Pin<Box<dyn Future<Output = T> + Send + 'a>>;
@@ -31,7 +30,7 @@ pub type BoxFuture<'a, T> = Pin<Box<dyn Future<Output = T> + Send + 'a>>;
 pub trait CallExecutor: Send + Sync + 'static {
     fn execute<'a>(
         &'a self,
-        controller: &'a ControllerRecord,
+        controller: &'a ControllerId,
         call: &'a Call,
         cancel: CancellationToken,
     ) -> BoxFuture<'a, Result<Answer, String>>;
@@ -77,7 +76,7 @@ pub struct NoopExecutor;
 impl CallExecutor for NoopExecutor {
     fn execute<'a>(
         &'a self,
-        controller: &'a ControllerRecord,
+        controller: &'a ControllerId,
         call: &'a Call,
         cancel: CancellationToken,
     ) -> BoxFuture<'a, Result<Answer, String>> {
@@ -89,7 +88,7 @@ impl CallExecutor for NoopExecutor {
                 holds: true,
                 detail: format!(
                     "echo: {} {:?} {} {}",
-                    controller.id, call.verb, call.target.capability, call.target.resource
+                    controller, call.verb, call.target.capability, call.target.resource
                 ),
                 at: std::time::UNIX_EPOCH,
                 by: OrchestratorId::new("noop").expect("a valid name"),
@@ -107,14 +106,13 @@ pub struct NoDriversExecutor;
 impl CallExecutor for NoDriversExecutor {
     fn execute<'a>(
         &'a self,
-        controller: &'a ControllerRecord,
+        controller: &'a ControllerId,
         _call: &'a Call,
         _cancel: CancellationToken,
     ) -> BoxFuture<'a, Result<Answer, String>> {
         Box::pin(async move {
             Err(format!(
-                "this process has no controller drivers; {} was not called",
-                controller.id
+                "this process has no controller drivers; {controller} was not called"
             ))
         })
     }

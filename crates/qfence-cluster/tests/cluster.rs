@@ -26,7 +26,7 @@ struct SlowExecutor {
 impl CallExecutor for SlowExecutor {
     fn execute<'a>(
         &'a self,
-        _controller: &'a ControllerRecord,
+        _controller: &'a ControllerId,
         call: &'a Call,
         cancel: CancellationToken,
     ) -> BoxFuture<'a, Result<Answer, String>> {
@@ -252,7 +252,7 @@ struct SameValueExecutor {
 impl CallExecutor for SameValueExecutor {
     fn execute<'a>(
         &'a self,
-        _controller: &'a ControllerRecord,
+        _controller: &'a ControllerId,
         call: &'a Call,
         _cancel: CancellationToken,
     ) -> BoxFuture<'a, Result<Answer, String>> {

@@ -42,7 +42,7 @@ pub struct PlanRuntime {
     /// sentence with times masked) and when.
     pub last_published: Option<(String, Millis)>,
     /// The last decision saw a move under way or started one: every result wakes the plan
-    /// (a steady plan wakes only on news).
+    /// (a steady plan wakes on news and when its last operation in flight ends).
     pub moving: bool,
 }
 
@@ -151,29 +151,28 @@ impl Inner {
         &self,
         plans: &[PlanId],
     ) -> Vec<(PlanId, Result<Option<PlanState>, RuntimeError>)> {
-        let docs: Vec<Option<PlanStateDoc>> = self.node.read(|state| {
+        // Decoded where they are stored, under one read: no copy of any plan's JSON.
+        self.node.read(|state| {
             plans
                 .iter()
-                .map(|p| state.plans.get(p).map(|r| r.state.clone()))
+                .map(|plan| {
+                    let decoded = state
+                        .plans
+                        .get(plan)
+                        .map(|r| {
+                            r.state
+                                .decode::<StoredPlanState>(PLAN_STATE_SCHEMA)
+                                .map(StoredPlanState::into_current)
+                                .map_err(|e| RuntimeError::Plan {
+                                    plan: plan.to_string(),
+                                    reason: e.to_string(),
+                                })
+                        })
+                        .transpose();
+                    (plan.clone(), decoded)
+                })
                 .collect()
-        });
-        plans
-            .iter()
-            .zip(docs)
-            .map(|(plan, doc)| {
-                let decoded = doc
-                    .map(|doc| {
-                        doc.decode::<StoredPlanState>(PLAN_STATE_SCHEMA)
-                            .map(StoredPlanState::into_current)
-                            .map_err(|e| RuntimeError::Plan {
-                                plan: plan.to_string(),
-                                reason: e.to_string(),
-                            })
-                    })
-                    .transpose();
-                (plan.clone(), decoded)
-            })
-            .collect()
+        })
     }
 
     /// Registers every controller and plan of the configuration file the cluster does not

@@ -122,22 +122,19 @@ impl Inner {
             Ok(l) => l,
             Err(e) => return unknown(e.to_string()),
         };
-        let Some(record) = self
+        // Where it may be called from, read in place (its settings are not copied per call).
+        let Some(placement) = self
             .reader
-            .read(|i| i.state.controllers.get(controller).cloned())
+            .read(|i| i.state.controllers.get(controller).map(Placement::from))
         else {
             return unknown(format!("controller {controller} is not registered"));
         };
-        let route = routing::route(
-            &Placement::from(&record),
-            &self.candidates(),
-            &self.member.name,
-        );
+        let route = routing::route(&placement, &self.candidates(), &self.member.name);
         match route {
             Route::Local => {
                 let token = leadership.token.child_token();
                 // Handed over as it is: a local call is never serialised.
-                match self.executor.execute(&record, call, token).await {
+                match self.executor.execute(controller, call, token).await {
                     Ok(result) => CallOutcome::Done {
                         by: self.member.name.clone(),
                         result,

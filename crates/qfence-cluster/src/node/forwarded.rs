@@ -125,7 +125,7 @@ impl Inner {
         };
         let (executor, call_token) = (self.executor.clone(), token.clone());
         let task =
-            tokio::spawn(async move { executor.execute(&record, &payload, call_token).await });
+            tokio::spawn(async move { executor.execute(&record.id, &payload, call_token).await });
         let result = task
             .await
             .unwrap_or_else(|failed| Err(format!("the call's task failed: {failed}")));

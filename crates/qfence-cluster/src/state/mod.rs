@@ -320,7 +320,9 @@ impl PlanStateDoc {
                 found: self.schema,
             });
         }
-        Ok(serde_json::from_value(self.body.clone())?)
+        // Read in place: a decision decodes every plan's state, and a copy of each JSON tree
+        // first was a tenth of a 1,000-plan failover's CPU.
+        Ok(T::deserialize(&self.body)?)
     }
 }
 

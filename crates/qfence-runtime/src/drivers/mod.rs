@@ -20,7 +20,6 @@ use std::time::Duration;
 
 use qfence_call::{Answer, Call, Report, Verb};
 use qfence_cluster::forward::{BoxFuture, CallExecutor};
-use qfence_cluster::state::ControllerRecord;
 use qfence_controllers::driver::{
     CallContext, Discovered, Driver, DriverError, ErrorKind, Reading,
 };
@@ -499,12 +498,11 @@ pub struct DriverExecutor(pub Arc<LocalDrivers>);
 impl CallExecutor for DriverExecutor {
     fn execute<'a>(
         &'a self,
-        controller: &'a ControllerRecord,
+        id: &'a ControllerId,
         call: &'a Call,
         cancel: CancellationToken,
     ) -> BoxFuture<'a, Result<Answer, String>> {
         Box::pin(async move {
-            let id = &controller.id;
             Ok(match call.verb {
                 Verb::Register => {
                     let report = self.0.register(id, &call.known, call.timeout, cancel);
