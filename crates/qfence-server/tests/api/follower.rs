@@ -128,10 +128,23 @@ async fn every_plan_and_controller_write_sent_to_a_follower_is_the_leaders() {
         .map(|c| c.name)
         .collect();
     assert!(names.contains(&"bmc-dc1b".to_owned()), "{names:?}");
+    let tested_at = |views: Vec<qfence_runtime::dto::ControllerView>| {
+        views
+            .into_iter()
+            .find(|c| c.name == "bmc-dc1")
+            .and_then(|c| c.tested_at_ms)
+    };
+    let before = tested_at(leader.controllers().await.unwrap());
     let r = api
         .post("/api/v1/controllers/bmc-dc1/test", ADMIN, json!({}))
         .await;
     assert_eq!(r.status, StatusCode::OK, "{r:?}");
+    // The follower's test is kept: its record was written through the leader, which lists it.
+    let after = tested_at(leader.controllers().await.unwrap());
+    assert!(
+        after.is_some() && after > before,
+        "the leader lists the follower's test: {before:?} -> {after:?}"
+    );
     let r = api
         .post("/api/v1/controllers/nope/test", ADMIN, json!({}))
         .await;

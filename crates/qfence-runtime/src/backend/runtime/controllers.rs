@@ -110,28 +110,22 @@ pub(super) async fn test_controller(
         ));
     }
     let test = controller_test(name, &report, &how, warnings);
-    // The grades go to the replicated state, so every orchestrator lists them. Only the
-    // leader writes; a follower's test is answered but not kept.
-    if b.inner.node.leadership().await.is_ok() {
-        let record = ControllerTestRecord {
-            at_unix_ms: b.inner.clock.now().0,
-            by: report.orchestrator.clone(),
-            grades: serde_json::to_value(&test.grades)
-                .map_err(|e| BackendError::Unavailable(e.to_string()))?,
-            // A test that could not read the target keeps what was pinned before.
-            identity: read.or(pinned),
-        };
-        let written = b
-            .inner
-            .node
-            .write(ClusterCommand::RecordControllerTest {
-                controller: name.clone(),
-                test: record,
-            })
-            .await;
-        if let Err(e) = written {
-            tracing::warn!(controller = %name, error = %e, "Could not record the controller's grades");
-        }
+    // The grades go to the replicated state, so every orchestrator lists them: a follower
+    // sends its test's record to the leader to write (ADR 0024), as any other write.
+    let record = ControllerTestRecord {
+        at_unix_ms: b.inner.clock.now().0,
+        by: report.orchestrator.clone(),
+        grades: serde_json::to_value(&test.grades)
+            .map_err(|e| BackendError::Unavailable(e.to_string()))?,
+        // A test that could not read the target keeps what was pinned before.
+        identity: read.or(pinned),
+    };
+    let write = ApiWrite::RecordControllerTest {
+        name: name.clone(),
+        test: record,
+    };
+    if let Err(e) = b.write(caller, write).await {
+        tracing::warn!(controller = %name, error = %e, "Could not record the controller's grades");
     }
     Ok(test)
 }
@@ -317,4 +311,21 @@ fn controller_test(
         warnings,
         steps,
     }
+}
+
+/// Writes a controller's test `record` into the replicated state (on the leader).
+pub(super) async fn record_test(
+    b: &RuntimeBackend,
+    name: &ControllerId,
+    record: ControllerTestRecord,
+) -> Result<(), BackendError> {
+    b.inner
+        .node
+        .write(ClusterCommand::RecordControllerTest {
+            controller: name.clone(),
+            test: record,
+        })
+        .await
+        .map(|_| ())
+        .map_err(|e| BackendError::Unavailable(format!("the grades were not recorded: {e}")))
 }

@@ -75,6 +75,12 @@ pub enum ApiWrite {
         site: SiteId,
         req: MaintenanceRequest,
     },
+    /// A controller test a follower ran: its grades and pinned identity, for the leader to
+    /// write into the replicated state.
+    RecordControllerTest {
+        name: ControllerId,
+        test: qfence_cluster::state::ControllerTestRecord,
+    },
 }
 
 impl ApiWrite {
@@ -101,6 +107,7 @@ pub enum WriteResult {
     Deleted,
     Controller(ControllerView),
     Accepted(OperationAccepted),
+    Recorded,
 }
 
 impl WriteResult {
@@ -266,6 +273,10 @@ impl RuntimeBackend {
             ApiWrite::SetMaintenance { plan, site, req } => WriteResult::Accepted(
                 intents::set_maintenance(self, caller, &plan, &site, &req).await?,
             ),
+            ApiWrite::RecordControllerTest { name, test } => {
+                controllers::record_test(self, &name, test).await?;
+                WriteResult::Recorded
+            }
         })
     }
 
