@@ -5,7 +5,6 @@
 //! dc2, keeps the diverged directory aside, and dc1 streams from dc2 either way.
 
 use std::path::{Path, PathBuf};
-use std::process::Command;
 use std::time::Duration;
 
 use qfence_controllers::Driver;
@@ -13,18 +12,35 @@ use qfence_controllers::Driver;
 use crate::postgres::{Pair, ctx, driver, target};
 use crate::postgres_rejoin::{Rejoin, count, in_recovery, no_secret_in, wait_rows};
 
-/// Kills dc1's server as a power cut would: the postmaster and its children, no shutdown.
+/// The processes whose parent is `pid` (from /proc: field 4 of `stat`, after the command).
+fn children(pid: i32) -> Vec<i32> {
+    let Ok(dir) = std::fs::read_dir("/proc") else {
+        return Vec::new();
+    };
+    dir.filter_map(|e| e.ok()?.file_name().to_str()?.parse::<i32>().ok())
+        .filter(|p| {
+            std::fs::read_to_string(format!("/proc/{p}/stat")).is_ok_and(|stat| {
+                stat.rsplit_once(')')
+                    .and_then(|(_, rest)| rest.split_whitespace().nth(1)?.parse::<i32>().ok())
+                    == Some(pid)
+            })
+        })
+        .collect()
+}
+
+/// Kills dc1's server as a power cut would: the postmaster and its children, no shutdown
+/// (signalled through rustix, never kill(1): see scripts/test).
 fn kill_primary(data: &str) {
+    use rustix::process::{Pid, Signal, kill_process};
     let pid = std::fs::read_to_string(Path::new(data).join("postmaster.pid")).unwrap();
     let pid = pid.lines().next().unwrap().trim().to_owned();
-    let _ = Command::new("pkill").args(["-KILL", "-P", &pid]).status();
-    assert!(
-        Command::new("kill")
-            .args(["-KILL", &pid])
-            .status()
-            .unwrap()
-            .success()
-    );
+    let raw: i32 = pid.parse().expect("a pid");
+    for child in children(raw) {
+        if let Some(c) = Pid::from_raw(child) {
+            let _ = kill_process(c, Signal::KILL);
+        }
+    }
+    kill_process(Pid::from_raw(raw).expect("a pid"), Signal::KILL).expect("SIGKILL");
     for _ in 0..100 {
         if !Path::new(&format!("/proc/{pid}")).exists() {
             return;
