@@ -737,20 +737,16 @@ impl Backend for RuntimeBackend {
         site: &SiteId,
         req: &RejoinRequest,
     ) -> Result<OperationAccepted, BackendError> {
-        if self.forwards().await {
-            return self
-                .to_leader(
-                    caller,
-                    ApiWrite::Rejoin {
-                        plan: plan.clone(),
-                        site: site.clone(),
-                        req: req.clone(),
-                    },
-                )
-                .await?
-                .accepted();
-        }
-        intents::rejoin(self, caller, plan, site, req).await
+        self.write(
+            caller,
+            ApiWrite::Rejoin {
+                plan: plan.clone(),
+                site: site.clone(),
+                req: req.clone(),
+            },
+        )
+        .await?
+        .accepted()
     }
 
     async fn pause(
