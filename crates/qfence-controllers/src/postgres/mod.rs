@@ -11,7 +11,8 @@
 //! - `replication.lag` (readiness, on a replica): bytes behind the primary's end of WAL as
 //!   the WAL receiver last heard it (`pg_stat_wal_receiver.latest_end_lsn`, or the last
 //!   received position when the receiver is gone), and seconds since the last replayed
-//!   commit (zero when nothing is left to replay). Limits: `max_lag_bytes` (default 1 MiB)
+//!   commit (zero when nothing is left to replay; a streaming replica that replayed no commit
+//!   since it started is judged by its bytes alone). Limits: `max_lag_bytes` (default 1 MiB)
 //!   and `max_lag_seconds` (default 30).
 //! - `db.promote` (switchover): `pg_promote(true, N)`, then the read-back
 //!   `pg_is_in_recovery() = false`. A `false` from `pg_promote` only means it did not finish

@@ -118,13 +118,10 @@ impl PostgresDriver {
                 ),
             ));
         };
-        // Nothing left to replay: the age of the last commit says nothing about lag.
-        let secs = if bytes <= 0.0 { Some(0.0) } else { s.age };
-        let holds = bytes <= max_bytes as f64 && secs.is_some_and(|a| a <= max_secs);
-        let secs_text = secs.map_or_else(|| "unknown".to_owned(), |a| format!("{a:.1}"));
+        let (holds, secs_text) = s.judge(bytes, max_bytes, max_secs);
         let mut detail = format!(
-            "{} replica {bytes:.0} bytes behind (limit {max_bytes}), {secs_text} s since last \
-             replay (limit {max_secs}), replayed to {}, WAL receiver {receiver}",
+            "{} replica {bytes:.0} bytes behind (limit {max_bytes}), {secs_text} (limit \
+             {max_secs} s), replayed to {}, WAL receiver {receiver}",
             self.server(),
             s.replay_lsn.as_deref().unwrap_or("?"),
         );
@@ -132,5 +129,71 @@ impl PostgresDriver {
             detail.push_str("; measured against the last WAL received, the primary is not heard");
         }
         Ok(ctx.reading(holds, detail))
+    }
+}
+
+impl LagState {
+    /// Whether `bytes` behind and the replay's age are within the limits, and the age as the
+    /// reading says it.
+    fn judge(&self, bytes: f64, max_bytes: u64, max_secs: f64) -> (bool, String) {
+        let streaming = self.receiver.as_deref() == Some("streaming");
+        let age = match self.age {
+            // Nothing left to replay: the age of the last commit says nothing about lag.
+            _ if bytes <= 0.0 => Some(0.0),
+            Some(a) => Some(a),
+            // No commit replayed since the replica started (PostgreSQL has no timestamp
+            // yet). With the primary heard, the bytes behind bound what a promotion would
+            // lose and judge alone; without it they are measured against stale WAL.
+            None if streaming => {
+                return (
+                    bytes <= max_bytes as f64,
+                    "no commit replayed since start-up, judged by bytes".to_owned(),
+                );
+            }
+            None => None,
+        };
+        let holds = bytes <= max_bytes as f64 && age.is_some_and(|a| a <= max_secs);
+        let said = age.map_or_else(
+            || "time since last replay unknown".to_owned(),
+            |a| format!("{a:.1} s since last replay"),
+        );
+        (holds, said)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::LagState;
+
+    fn state(receiver: &str, age: Option<f64>) -> LagState {
+        LagState {
+            in_recovery: true,
+            receiver: Some(receiver.to_owned()),
+            bytes: None,
+            age,
+            replay_lsn: None,
+        }
+    }
+
+    #[test]
+    fn a_replica_that_replayed_no_commit_yet_is_judged_by_bytes_while_it_streams() {
+        let fresh = state("streaming", None);
+        assert!(fresh.judge(18_824.0, 1 << 26, 10.0).0);
+        assert!(!fresh.judge(2e8, 1 << 26, 10.0).0);
+        // The primary not heard: the bytes are against stale WAL, nothing is known.
+        let cut = state("waiting", None);
+        assert_eq!(
+            cut.judge(18_824.0, 1 << 26, 10.0),
+            (false, "time since last replay unknown".to_owned())
+        );
+        assert!(cut.judge(0.0, 1 << 26, 10.0).0);
+    }
+
+    #[test]
+    fn a_known_age_counts_while_there_is_something_to_replay() {
+        let s = state("streaming", Some(12.0));
+        assert!(!s.judge(100.0, 1 << 26, 10.0).0);
+        assert!(s.judge(0.0, 1 << 26, 10.0).0);
+        assert!(state("streaming", Some(2.0)).judge(100.0, 1 << 26, 10.0).0);
     }
 }
