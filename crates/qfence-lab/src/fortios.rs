@@ -234,6 +234,8 @@ struct Shared {
     faults: Mutex<Faults>,
     /// Requests that changed (or tried to change) something.
     writes: Mutex<u64>,
+    /// `monitor/system/ha-checksums` requests answered.
+    ha_reads: Mutex<u64>,
     /// The last configuration change and the revision before it, for HA peers' lag.
     last_change: Mutex<Option<(tokio::time::Instant, u64)>>,
 }
@@ -279,6 +281,11 @@ impl FortiSim {
     /// How many write requests (PUT/POST/DELETE) arrived, applied or not.
     pub fn writes(&self) -> u64 {
         *lock(&self.shared.writes)
+    }
+
+    /// How many HA checksum readings were answered.
+    pub fn ha_reads(&self) -> u64 {
+        *lock(&self.shared.ha_reads)
     }
 
     /// Delays every answer by `latency`.
@@ -334,6 +341,7 @@ pub async fn start(
         state: Mutex::new(state),
         faults: Mutex::new(Faults::default()),
         writes: Mutex::new(0),
+        ha_reads: Mutex::new(0),
         last_change: Mutex::new(None),
     });
     let app = router(shared.clone());
@@ -734,6 +742,7 @@ async fn ha_checksums(
         Ok(r) => r,
         Err(resp) => return resp,
     };
+    *lock(&shared.ha_reads) += 1;
     let st = lock(&shared.state);
     if !allowed(&req, false) {
         return error(&st, &req, StatusCode::FORBIDDEN, -37, "");

@@ -22,6 +22,7 @@ impl Build for FortigateDriver {
             trust: config.tls.clone(),
             key,
             client: OnceCell::new(),
+            ha: Default::default(),
         })
     }
 }

@@ -1,5 +1,7 @@
 //! HA: a change is done once the cluster's members are in sync.
 
+use std::sync::atomic::{AtomicU64, Ordering};
+
 use super::*;
 
 impl FortigateDriver {
@@ -49,9 +51,10 @@ impl FortigateDriver {
     }
 
     /// A reading of this unit, completed by the HA state: out-of-sync peers mean it does not
-    /// hold yet.
+    /// hold yet. The HA state is one read after `r` was answered, shared with the other reads
+    /// waiting for one ([`HaShare`]).
     pub(super) async fn with_ha(&self, mut r: Reading) -> Result<Reading, DriverError> {
-        match self.ha_sync().await? {
+        match self.shared_ha_sync().await? {
             HaSync::Standalone => {}
             HaSync::InSync(n) => r.detail.push_str(&format!("; {n} HA members in sync")),
             HaSync::OutOfSync(n) => {
@@ -65,6 +68,31 @@ impl FortigateDriver {
         }
         Ok(r)
     }
+
+    /// An HA state read after this call: one that started after the call did, or a new one.
+    /// One read at a time; every read waiting while one runs takes the next, so checks of a
+    /// thousand VIPs at once read the checksums a few times, not a thousand.
+    async fn shared_ha_sync(&self) -> Result<HaSync, DriverError> {
+        let after = self.ha.started.load(Ordering::SeqCst);
+        let mut last = self.ha.last.lock().await;
+        if let Some((n, sync)) = *last
+            && n > after
+        {
+            return Ok(sync);
+        }
+        let n = self.ha.started.fetch_add(1, Ordering::SeqCst) + 1;
+        let sync = self.ha_sync().await?;
+        *last = Some((n, sync));
+        Ok(sync)
+    }
+}
+
+/// The HA readings shared by a driver's reads: how many were started, and the last one
+/// answered with its number.
+#[derive(Debug, Default)]
+pub(super) struct HaShare {
+    started: AtomicU64,
+    last: tokio::sync::Mutex<Option<(u64, HaSync)>>,
 }
 
 #[derive(Debug, Clone, Copy)]

@@ -15,7 +15,8 @@
 //! In an FGCP cluster a change is made on the primary and synchronised to the peers: after a
 //! write the driver waits until `monitor/system/ha-checksums` shows every member with the same
 //! checksum, and a reading with members out of sync does not hold, so a firewall failover right
-//! after cannot bring back the old configuration.
+//! after cannot bring back the old configuration. A reading's HA state is read after the
+//! object was, and one HA read answers every reading waiting for it at that moment.
 //!
 //! Identity is the serial from `monitor/system/status`; in an HA cluster that is the serial
 //! of whichever unit answered.
@@ -54,6 +55,7 @@ pub struct FortigateDriver {
     trust: TlsTrust,
     key: SecretString,
     client: OnceCell<HttpClient>,
+    ha: ha::HaShare,
 }
 
 impl std::fmt::Debug for FortigateDriver {

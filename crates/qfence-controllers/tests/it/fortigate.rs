@@ -565,6 +565,48 @@ async fn in_an_ha_cluster_a_fence_holds_once_every_member_has_it() {
 }
 
 #[tokio::test]
+async fn concurrent_reads_share_an_ha_reading_taken_after_each_of_them() {
+    let mut state = FortiState::example();
+    state.ha_peers = vec!["FGVM02TM00000002".to_owned()];
+    state.ha_sync_delay_ms = 600;
+    let lab = lab(state).await;
+    let d = driver(&lab, "admin-key");
+    lab.sim.set_latency(Duration::from_millis(20));
+
+    // 64 VIP checks at once: each needs an HA reading made after its VIP read, and one
+    // reading answers all those waiting when it starts.
+    let before = lab.sim.ha_reads();
+    let t = vip_target("dc1");
+    let c = ctx();
+    let reads = futures_util::future::join_all((0..64).map(|_| d.check(&c, &t))).await;
+    for r in reads {
+        let r = r.unwrap();
+        assert!(r.detail.contains("2 HA members in sync"), "{r:?}");
+    }
+    let shared = lab.sim.ha_reads() - before;
+    assert!(shared <= 16, "{shared} HA readings for 64 checks");
+
+    // A reading taken before a change never answers a read made after it: the change is
+    // on the primary only, and the next check says so.
+    let short = CallContext::with_timeout(
+        OrchestratorId::new("o").unwrap(),
+        Duration::from_millis(100),
+    );
+    let p = target("policy.disable", "1", "dc1");
+    assert!(d.perform(&short, &p).await.is_err());
+    let r = d.check(&ctx(), &t).await.unwrap();
+    assert!(r.detail.contains("not all in sync"), "{r:?}");
+    let before = lab.sim.ha_reads();
+    d.check(&ctx(), &t).await.unwrap();
+    d.check(&ctx(), &t).await.unwrap();
+    assert_eq!(
+        lab.sim.ha_reads() - before,
+        2,
+        "one after another, each reads its own"
+    );
+}
+
+#[tokio::test]
 async fn a_deny_policy_is_never_disabled_as_a_fence() {
     let lab = lab(FortiState::example()).await;
     lab.sim.edit(|s| {
