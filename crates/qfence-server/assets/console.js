@@ -2,8 +2,9 @@
 //
 // An element with data-live="URL" subscribes to the server-sent events at URL; each event is
 // named after the id of the element it replaces (its HTML is rendered by the server with the
-// page's own template). On a plan's page, a generation other than the one the page was
-// loaded with disables the action forms: an operator acts on what they saw, or reloads.
+// page's own template). On a plan's page the action area is such a part: the server renders
+// the actions the plan's state offers, each form carrying the current generation, so a click
+// acts on what the operator sees. What the operator typed or picked is kept across the swap.
 (function () {
   "use strict";
   function indicator(text, cls) {
@@ -13,18 +14,48 @@
     el.textContent = text;
     el.className = "live-state " + cls;
   }
-  function guard(root) {
-    var seen = root.getAttribute("data-generation");
-    if (seen === null) return;
-    var st = document.getElementById("plan-status");
-    if (!st) return;
-    var now = st.getAttribute("data-generation");
-    if (now !== null && now !== seen) {
-      var banner = document.getElementById("stale");
-      if (banner) banner.hidden = false;
-      document.querySelectorAll("form.action button").forEach(function (b) {
-        b.disabled = true;
+  // A form's fields by its action and their name: "switchover/reason".
+  function fields(target, each) {
+    target.querySelectorAll("form.action").forEach(function (f) {
+      var op = f.querySelector("input[name=op]");
+      if (!op) return;
+      f.querySelectorAll("input:not([type=hidden]), select").forEach(function (el) {
+        each(op.value + "/" + el.name, el);
       });
+    });
+  }
+  function state(target) {
+    var el = target.querySelector("[data-state]");
+    return el ? el.getAttribute("data-state") : null;
+  }
+  // Swaps in the action area the server rendered for the plan's state now; says so when that
+  // state changed, and keeps the operator's input where the new forms have the same field
+  // (a choice only if it is still offered: the server decides what is).
+  function swapActions(target, html) {
+    var kept = {};
+    fields(target, function (key, el) { kept[key] = el.value; });
+    var focused = document.activeElement;
+    var focusId = focused && target.contains(focused) ? focused.id : null;
+    var was = state(target);
+    target.innerHTML = html;
+    fields(target, function (key, el) {
+      var v = kept[key];
+      if (v === undefined) return;
+      if (el.tagName === "SELECT") {
+        for (var i = 0; i < el.options.length; i++) {
+          if (el.options[i].value === v) el.value = v;
+        }
+      } else {
+        el.value = v;
+      }
+    });
+    if (focusId) {
+      var again = document.getElementById(focusId);
+      if (again) again.focus({ preventScroll: true });
+    }
+    if (was !== null && state(target) !== was) {
+      var notice = document.getElementById("actions-updated");
+      if (notice) notice.hidden = false;
     }
   }
   document.querySelectorAll("[data-live]").forEach(function (root) {
@@ -37,9 +68,9 @@
     });
     root.querySelectorAll("[id]").forEach(function (target) {
       es.addEventListener(target.id, function (e) {
-        target.innerHTML = e.data;
+        if (target.id === "plan-actions") swapActions(target, e.data);
+        else target.innerHTML = e.data;
         indicator("live", "on");
-        guard(root);
       });
     });
   });

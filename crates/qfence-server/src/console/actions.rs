@@ -1,6 +1,7 @@
 //! The operator actions on a plan, as one closed list with their words: what the actions form
 //! posts (`op`), what a refused role is told, what the confirmation step asks and warns of,
-//! which fields each needs, its dry run, and the backend call that performs it.
+//! which fields each needs, its dry run, which ones the plan's state offers now, and the
+//! backend call that performs it.
 
 use qfence_model::{PlanId, SiteId};
 
@@ -8,7 +9,7 @@ use qfence_runtime::auth::Caller;
 use qfence_runtime::backend::{Backend, BackendError};
 use qfence_runtime::dto::{
     ConfirmFencedRequest, DryRun, FailoverRequest, MaintenanceRequest, OperationAccepted,
-    PauseRequest, SwitchoverRequest,
+    PauseRequest, PlanStatus, SwitchoverRequest,
 };
 
 /// An operator action on a plan.
@@ -181,6 +182,82 @@ impl PlanAction {
     }
 }
 
+/// Whether the plan's state offers an action now, and with which sites: what the page's
+/// action area draws, at its first render and each time the live stream renders it again.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(super) struct Offer {
+    pub action: PlanAction,
+    /// The sites its form lists (empty for pause and resume).
+    pub sites: Vec<String>,
+    /// Why it is not offered now, when it is not: its form is left out and this is shown.
+    pub why_not: Option<String>,
+}
+
+impl Offer {
+    pub fn offered(&self) -> bool {
+        self.why_not.is_none()
+    }
+
+    /// Why it is not offered ("" when it is).
+    pub fn unavailable(&self) -> &str {
+        self.why_not.as_deref().unwrap_or_default()
+    }
+}
+
+impl PlanAction {
+    /// What the plan's status offers of this action, by the rules the core applies to the
+    /// intent (`qfence-core/src/decide/intents.rs`), so a form is drawn only where the intent
+    /// would be taken; the core still decides, and refuses what moved on meanwhile. `None`:
+    /// not drawn at all (pause while paused, resume while not).
+    pub fn offer(self, st: &PlanStatus) -> Option<Offer> {
+        let steady = st.phase == "steady";
+        let standbys = || st.sites.iter().filter(|s| s.site != st.owner);
+        let offer = |sites: Vec<String>, why_not: Option<String>| {
+            Some(Offer {
+                action: self,
+                sites,
+                why_not,
+            })
+        };
+        match self {
+            PlanAction::Switchover | PlanAction::Failover => {
+                // The core refuses a move while one is under way, while paused, and to a
+                // site in maintenance.
+                let targets: Vec<String> = standbys()
+                    .filter(|s| !s.maintenance)
+                    .map(|s| s.site.clone())
+                    .collect();
+                let why_not = if !steady {
+                    Some(format!("a move is under way ({})", st.phase))
+                } else if st.paused {
+                    Some("the plan is paused: resume it first".to_owned())
+                } else if targets.is_empty() {
+                    Some("every other site is in maintenance".to_owned())
+                } else {
+                    None
+                };
+                offer(targets, why_not)
+            }
+            PlanAction::ConfirmFenced => {
+                // The core takes any site but the one the plan keeps: the owner when steady,
+                // the target during a move. The owner is the site a move gives up (it changes
+                // only at the commit), so it is the one to vouch for then.
+                let sites = if steady {
+                    standbys().map(|s| s.site.clone()).collect()
+                } else {
+                    vec![st.owner.clone()]
+                };
+                offer(sites, None)
+            }
+            // The owner is refused (switch over first); a standby may go in or out.
+            PlanAction::Maintenance => offer(standbys().map(|s| s.site.clone()).collect(), None),
+            PlanAction::Pause if st.paused => None,
+            PlanAction::Resume if !st.paused => None,
+            PlanAction::Pause | PlanAction::Resume => offer(vec![], None),
+        }
+    }
+}
+
 /// A confirmed action, its fields checked.
 pub(super) struct Confirmed<'a> {
     pub caller: &'a Caller,
@@ -250,6 +327,80 @@ impl PlanAction {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use qfence_runtime::dto::{SiteRole, SiteStatus, VerdictDto};
+
+    fn status(owner: &str, phase: &str, paused: bool) -> PlanStatus {
+        let site = |name: &str| SiteStatus {
+            site: name.into(),
+            role: if name == owner {
+                SiteRole::Owner
+            } else {
+                SiteRole::Standby
+            },
+            verdict: VerdictDto::Fenced,
+            checked_at_ms: None,
+            posture: None,
+            maintenance: false,
+        };
+        PlanStatus {
+            plan: "erp-db".into(),
+            owner: owner.into(),
+            generation: 1,
+            paused,
+            phase: phase.into(),
+            halted: None,
+            last_reason: String::new(),
+            sites: vec![site("dc1"), site("dc2"), site("dc3")],
+            unworkable: vec![],
+        }
+    }
+
+    fn offer(a: PlanAction, st: &PlanStatus) -> Offer {
+        a.offer(st).expect("drawn")
+    }
+
+    #[test]
+    fn a_steady_plan_offers_moves_to_its_standbys_out_of_maintenance() {
+        let mut st = status("dc1", "steady", false);
+        st.sites[2].maintenance = true;
+        let sw = offer(PlanAction::Switchover, &st);
+        assert!(sw.offered());
+        assert_eq!(
+            sw.sites,
+            ["dc2"],
+            "not the owner, not a site in maintenance"
+        );
+        assert_eq!(offer(PlanAction::Failover, &st).sites, ["dc2"]);
+        assert_eq!(offer(PlanAction::ConfirmFenced, &st).sites, ["dc2", "dc3"]);
+        assert_eq!(offer(PlanAction::Maintenance, &st).sites, ["dc2", "dc3"]);
+        assert!(PlanAction::Pause.offer(&st).is_some());
+        assert!(PlanAction::Resume.offer(&st).is_none());
+    }
+
+    #[test]
+    fn a_move_under_way_offers_no_other_move_and_the_owner_to_confirm_fenced() {
+        let st = status("dc1", "fences to dc2 halted: dc1 not proven fenced", false);
+        for a in [PlanAction::Switchover, PlanAction::Failover] {
+            let o = offer(a, &st);
+            assert!(!o.offered());
+            assert!(
+                o.why_not
+                    .unwrap()
+                    .contains("a move is under way (fences to dc2")
+            );
+        }
+        // The halted failover waits for dc1, the site it gives up, to be vouched for.
+        assert_eq!(offer(PlanAction::ConfirmFenced, &st).sites, ["dc1"]);
+    }
+
+    #[test]
+    fn a_paused_plan_offers_resume_and_no_move() {
+        let st = status("dc1", "steady", true);
+        let why = offer(PlanAction::Switchover, &st).why_not;
+        assert_eq!(why.as_deref(), Some("the plan is paused: resume it first"));
+        assert!(PlanAction::Resume.offer(&st).is_some());
+        assert!(PlanAction::Pause.offer(&st).is_none());
+    }
 
     #[test]
     fn every_action_reads_back_from_its_form_value() {

@@ -1,8 +1,10 @@
 //! Server-sent events for the live parts of the overview and a plan's page.
 //!
 //! Each stream polls the backend once a second and sends the part of the page that changed,
-//! rendered by the same template as the page (`overview_rows.html`; a plan's status, timeline and history), as an
-//! event named after the element it replaces; `console.js` swaps it in. Polling the
+//! rendered by the same template as the page (`overview_rows.html`; a plan's status, actions,
+//! timeline and history), as an event named after the element it replaces; `console.js` swaps
+//! it in. A plan's actions are rendered by the same rules as at the first render
+//! (`PlanAction::offer`), so its forms carry the generation the operator sees. Polling the
 //! backend's status keeps one source of truth: what the API's `/status` answers is what the
 //! console shows. A stream ends when the server shuts down (the API's shutdown token) or the
 //! session's token is withdrawn; the browser's `EventSource` reconnects by itself.
@@ -120,15 +122,19 @@ async fn overview(
 }
 
 async fn plan(
-    _session: Session,
+    session: Session,
     headers: axum::http::HeaderMap,
     State(s): State<AppState>,
     Path(plan): Path<String>,
 ) -> Response {
+    // The actions part is the caller's: forms for an operator, a hint for a viewer.
+    let operator = session.operator();
     sse(s, token(&headers), move |s| {
         let plan = plan.clone();
         Box::pin(async move {
-            let live = PlanLive::load(&s, &plan).await.map_err(|e| e.to_string())?;
+            let live = PlanLive::load(&s, &plan, operator)
+                .await
+                .map_err(|e| e.to_string())?;
             live.render_parts()
                 .map_err(|e| format!("rendering failed: {e}"))
         })

@@ -1,7 +1,8 @@
 //! A plan's page: its status (live), the plan drawn as in the guide's diagram, the history of
 //! its failovers from the event log, the dry run, and the operator actions — switchover,
 //! failover, confirm fenced — each with a confirmation step that shows what the dry run says
-//! would happen and carries the generation the operator saw (a moved plan is refused).
+//! would happen and carries the generation the operator saw (a moved plan is refused). The
+//! actions are a live part too: the ones the plan's state offers, with its generation.
 
 use askama::Template;
 use axum::Router;
@@ -13,7 +14,7 @@ use serde::Deserialize;
 
 use qfence_model::{PlanId, SiteId};
 
-use super::actions::{Confirmed, PlanAction};
+use super::actions::{Confirmed, Offer, PlanAction};
 use super::diagram::{self, Diagram};
 use super::timeline::{self, MoveChart};
 use super::{FormSession, Session, encode, error_page, fmt_ms, page};
@@ -39,11 +40,13 @@ pub(crate) struct HistoryRow {
     pub message: String,
 }
 
-/// The plan's status panel and history: rendered in the page and, by themselves, for the
-/// live updates.
+/// The plan's status panel, actions, timeline and history: rendered in the page and, by
+/// themselves, for the live updates.
 #[derive(Debug)]
 pub(crate) struct PlanLive {
     pub plan: String,
+    /// Whether the caller may act: the actions part offers forms, or says who may.
+    pub operator: bool,
     pub status: Option<PlanStatus>,
     pub history: Vec<HistoryRow>,
     /// The plan's moves, drawn (newest first).
@@ -59,6 +62,59 @@ pub(crate) struct PlanLive {
 pub(crate) struct PlanStatusPart<'a> {
     pub plan: &'a str,
     pub status: &'a Option<PlanStatus>,
+}
+
+/// The action area alone: the forms of the actions the plan's status offers, each carrying
+/// its generation, and why the others are not offered.
+#[derive(Template)]
+#[template(path = "console/plan_actions.html")]
+pub(super) struct PlanActionsPart<'a> {
+    plan: &'a str,
+    status: &'a Option<PlanStatus>,
+    operator: bool,
+    offers: Vec<Offer>,
+}
+
+impl<'a> PlanActionsPart<'a> {
+    fn new(plan: &'a str, status: &'a Option<PlanStatus>, operator: bool) -> Self {
+        let offers = status
+            .iter()
+            .flat_map(|st| PlanAction::ALL.into_iter().filter_map(|a| a.offer(st)))
+            .collect();
+        Self {
+            plan,
+            status,
+            operator,
+            offers,
+        }
+    }
+
+    fn offer(&self, op: &str) -> Option<&Offer> {
+        self.offers.iter().find(|o| o.action.as_str() == op)
+    }
+
+    /// What the actions depend on, for the page to tell an update from the same part again.
+    fn state(&self) -> String {
+        self.status
+            .as_ref()
+            .map(|st| {
+                let maintenance: Vec<&str> = st
+                    .sites
+                    .iter()
+                    .filter(|s| s.maintenance)
+                    .map(|s| s.site.as_str())
+                    .collect();
+                format!(
+                    "{} {} {} {} [{}]",
+                    st.generation,
+                    st.owner,
+                    st.paused,
+                    st.phase,
+                    maintenance.join(",")
+                )
+            })
+            .unwrap_or_default()
+    }
 }
 
 /// The moves' timelines alone.
@@ -78,8 +134,8 @@ pub(crate) struct PlanHistoryPart<'a> {
 }
 
 impl PlanLive {
-    /// Loads what the live part shows.
-    pub async fn load(s: &AppState, plan: &str) -> Result<Self, BackendError> {
+    /// Loads what the live part shows, for a caller who may act (`operator`) or not.
+    pub async fn load(s: &AppState, plan: &str, operator: bool) -> Result<Self, BackendError> {
         let all = s.backend.status().await?;
         let status = all.plans.into_iter().find(|p| p.plan == plan);
         let records = crate::records::of_plan(s.backend.as_ref(), plan).await?;
@@ -87,6 +143,7 @@ impl PlanLive {
         let moves = qfence_runtime::timeline::timeline(plan, &records);
         Ok(Self {
             plan: plan.to_owned(),
+            operator,
             status,
             history,
             timeline: timeline::charts(&moves, qfence_model::time::now_unix_ms()),
@@ -94,7 +151,7 @@ impl PlanLive {
         })
     }
 
-    /// The two live parts, rendered: (element id, HTML).
+    /// The live parts, rendered: (element id, HTML).
     pub fn render_parts(&self) -> Result<Vec<(&'static str, String)>, askama::Error> {
         Ok(vec![
             (
@@ -104,6 +161,10 @@ impl PlanLive {
                     status: &self.status,
                 }
                 .render()?,
+            ),
+            (
+                "plan-actions",
+                PlanActionsPart::new(&self.plan, &self.status, self.operator).render()?,
             ),
             (
                 "plan-history",
@@ -162,16 +223,13 @@ struct PlanPage {
     live: PlanLive,
     /// The live parts rendered (what the live updates replace).
     status_html: String,
+    actions_html: String,
     history_html: String,
     timeline_html: String,
     view: PlanView,
     diagram: Diagram,
     /// The sites of the plan, in the order written.
     sites: Vec<String>,
-    /// The sites that do not own the plan: targets of a switchover or failover, and the sites
-    /// an operator may confirm fenced.
-    others: Vec<String>,
-    operator: bool,
     notice: Option<String>,
     dry: Option<DryRunResult>,
     dry_error: Option<String>,
@@ -182,18 +240,6 @@ struct PlanPage {
 }
 
 impl PlanPage {
-    fn generation(&self) -> u64 {
-        self.view.generation
-    }
-
-    fn owner(&self) -> String {
-        self.live
-            .status
-            .as_ref()
-            .map(|s| s.owner.clone())
-            .unwrap_or_default()
-    }
-
     fn selected(&self, what: &str, value: &str) -> bool {
         match what {
             "action" => self.dry_action == value,
@@ -269,7 +315,7 @@ async fn plan_page(
         Ok(v) => v,
         Err(e) => return error_page(Some(&session), &e),
     };
-    let live = match PlanLive::load(&s, &plan).await {
+    let live = match PlanLive::load(&s, &plan, session.operator()).await {
         Ok(l) => l,
         Err(e) => return error_page(Some(&session), &e),
     };
@@ -284,12 +330,6 @@ async fn plan_page(
             .flat_map(|st| st.sites.iter().map(|x| x.site.clone()))
             .collect(),
     };
-    let owner = live.status.as_ref().map(|s| s.owner.clone());
-    let others = sites
-        .iter()
-        .filter(|s| Some(*s) != owner.as_ref())
-        .cloned()
-        .collect();
     let (mut dry, mut dry_error) = (None, None);
     if let Some(action) = q.dry.as_deref() {
         match dry_request(action, q.target.as_deref()) {
@@ -304,7 +344,7 @@ async fn plan_page(
         .staged
         .as_ref()
         .and_then(|st| serde_json::to_string_pretty(&st.spec).ok());
-    let (status_html, history_html, timeline_html) = match live.render_parts() {
+    let (status_html, actions_html, history_html, timeline_html) = match live.render_parts() {
         Ok(parts) => {
             let part = |id: &str| {
                 parts
@@ -315,6 +355,7 @@ async fn plan_page(
             };
             (
                 part("plan-status-live"),
+                part("plan-actions"),
                 part("plan-history"),
                 part("plan-timeline"),
             )
@@ -329,16 +370,15 @@ async fn plan_page(
     };
     page(&PlanPage {
         status_html,
+        actions_html,
         history_html,
         timeline_html,
-        operator: session.operator(),
         who: Some(session.caller),
         title: plan.clone(),
         live,
         view,
         diagram,
         sites,
-        others,
         notice: q.notice,
         dry,
         dry_error,

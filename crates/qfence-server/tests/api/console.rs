@@ -800,3 +800,107 @@ async fn the_sites_page_and_the_overview_filters_answer_over_http() {
     assert_eq!(r.status, StatusCode::UNPROCESSABLE_ENTITY);
     assert!(html(&r).contains("not a page number"));
 }
+
+/// The `id`'s `<select>` in a page part: its options' HTML.
+fn select_of<'a>(html: &'a str, id: &str) -> Option<&'a str> {
+    html.split(&format!("id=\"{id}\""))
+        .nth(1)
+        .and_then(|rest| rest.split("</select>").next())
+}
+
+/// The next event named `name` on an SSE body whose data `want` accepts (the data's lines
+/// joined), read for at most `limit`.
+async fn next_event<S, E>(
+    body: &mut S,
+    buf: &mut String,
+    name: &str,
+    limit: std::time::Duration,
+    want: impl Fn(&str) -> bool,
+) -> String
+where
+    S: futures_util::Stream<Item = Result<axum::body::Bytes, E>> + Unpin,
+    E: std::fmt::Debug,
+{
+    let deadline = tokio::time::Instant::now() + limit;
+    loop {
+        while let Some(end) = buf.find("\n\n") {
+            let event: String = buf.drain(..end + 2).collect();
+            let mut lines = event.lines();
+            if lines.next() != Some(&format!("event: {name}")) {
+                continue;
+            }
+            let data: Vec<&str> = lines.filter_map(|l| l.strip_prefix("data: ")).collect();
+            let data = data.join("\n");
+            if want(&data) {
+                return data;
+            }
+        }
+        let chunk = tokio::time::timeout_at(deadline, body.next())
+            .await
+            .unwrap_or_else(|_| panic!("no {name} event as wanted within {limit:?}"))
+            .expect("the stream goes on")
+            .expect("no error");
+        buf.push_str(&String::from_utf8_lossy(&chunk));
+    }
+}
+
+#[tokio::test]
+async fn the_live_stream_sends_the_actions_of_the_plans_new_state() {
+    let api = Api::new().await;
+    let resp = tower::ServiceExt::oneshot(
+        api.app.clone(),
+        Request::builder()
+            .uri("/live/plans/erp-db")
+            .header(header::COOKIE, format!("qfence_session={OPERATOR}"))
+            .body(Body::empty())
+            .unwrap(),
+    )
+    .await
+    .unwrap();
+    assert_eq!(resp.status(), StatusCode::OK);
+    let mut body = resp.into_body().into_data_stream();
+    let mut buf = String::new();
+    let wait = std::time::Duration::from_secs(60);
+
+    phase("at once: generation 1's actions, a switchover to dc2 (the owner is no target)");
+    let first = next_event(&mut body, &mut buf, "plan-actions", wait, |_| true).await;
+    assert!(
+        first.contains("name=\"expected_generation\" value=\"1\""),
+        "{first}"
+    );
+    let targets = select_of(&first, "sw-site").expect("a switchover form");
+    assert!(targets.contains("value=\"dc2\"") && !targets.contains("value=\"dc1\""));
+
+    phase("a switchover through the API: while it moves, no switchover is offered");
+    let r = api
+        .post(
+            "/api/v1/plans/erp-db/switchover",
+            OPERATOR,
+            serde_json::json!({"target": "dc2", "expected_generation": 1}),
+        )
+        .await;
+    assert_eq!(r.status, StatusCode::ACCEPTED, "{r:?}");
+    let moving = next_event(&mut body, &mut buf, "plan-actions", wait, |d| {
+        d.contains("id=\"switchover-unavailable\"")
+    })
+    .await;
+    assert!(moving.contains("a move is under way"), "{moving}");
+    assert!(!moving.contains("value=\"switchover\""), "{moving}");
+
+    phase("committed: generation 2's actions, a switchover back to dc1");
+    let after = next_event(&mut body, &mut buf, "plan-actions", wait, |d| {
+        d.contains("id=\"sw-site\"")
+    })
+    .await;
+    assert!(
+        after.contains("name=\"expected_generation\" value=\"2\"")
+            && !after.contains("name=\"expected_generation\" value=\"1\""),
+        "every form carries the new generation: {after}"
+    );
+    let targets = select_of(&after, "sw-site").expect("a switchover form");
+    assert!(
+        targets.contains("value=\"dc1\"") && !targets.contains("value=\"dc2\""),
+        "{targets}"
+    );
+    assert!(after.contains("owned by dc2"), "{after}");
+}

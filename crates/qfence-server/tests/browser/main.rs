@@ -20,7 +20,7 @@ use qfence_lab::redfish::PowerState;
 use qfence_model::PlanId;
 use qfence_runtime::auth::{Access, Caller};
 use qfence_runtime::backend::Backend;
-use qfence_runtime::dto::{FailoverRequest, PauseRequest, VerdictDto};
+use qfence_runtime::dto::{FailoverRequest, PauseRequest, SwitchoverRequest, VerdictDto};
 use qfence_server::testing::lab::eventually;
 
 use harness::{Browser, By, lab_console};
@@ -289,11 +289,116 @@ async fn a_switchover_is_confirmed_with_its_dry_run_then_followed_live() -> Resu
         .await?;
     ensure!(same_page(&b).await?, "updated in place");
     b.wait_for_text("#history", "patching dc1").await?;
+    b.wait_until("the actions carry generation 2", || async {
+        Ok(action_generations(&b).await? == ["2"; 5])
+    })
+    .await?;
     ensure!(
-        b.wait_for("#stale").await?.is_displayed().await?,
-        "the moved generation disables the actions"
+        b.wait_for("#actions-updated").await?.is_displayed().await?,
+        "the page says its actions were updated"
     );
     b.screenshot("3-switched").await?;
+    b.quit().await?;
+    drop(served);
+    lab.stop().await;
+    Ok(())
+}
+
+/// The generation each action form on the plan's page carries.
+async fn action_generations(b: &Browser) -> Result<Vec<String>> {
+    let mut out = Vec::new();
+    for e in b
+        .driver
+        .find_all(By::Css("#plan-actions input[name=expected_generation]"))
+        .await?
+    {
+        out.push(e.value().await?.unwrap_or_default());
+    }
+    Ok(out)
+}
+
+/// The values of the options of the `<select>` `css`.
+async fn options(b: &Browser, css: &str) -> Result<Vec<String>> {
+    let mut out = Vec::new();
+    for e in b.driver.find_all(By::Css(format!("{css} option"))).await? {
+        out.push(e.value().await?.unwrap_or_default());
+    }
+    Ok(out)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_plan_pages_actions_follow_a_switchover_made_elsewhere_and_a_click_then_acts()
+-> Result<()> {
+    let (served, lab) = lab_console().await?;
+    lab.verdict_is("dc2", VerdictDto::Fenced).await?;
+    let b = Browser::start(&served.base, "actions-live").await?;
+    b.sign_in(OPERATOR).await?;
+
+    phase("the plan's page at generation 1: a switchover to dc2 is offered");
+    b.open("/plans/erp-db").await?;
+    b.wait_for("#switchover").await?;
+    b.wait_for_text("#live-state", "live").await?;
+    mark_page(&b).await?;
+    ensure!(
+        options(&b, "#sw-site").await? == ["dc2"],
+        "dc2 is the target"
+    );
+    ensure!(action_generations(&b).await? == ["1"; 5], "every form at 1");
+    // Typed before the update: the operator's words survive it.
+    b.fill("#pr-reason", "storage firmware").await?;
+
+    phase("another operator switches over through the API: the actions follow, no reload");
+    let other = Caller {
+        name: "night-shift".into(),
+        access: Access::Operator,
+    };
+    let req = SwitchoverRequest {
+        target: "dc2".into(),
+        expected_generation: 1,
+        reason: Some("patching dc1".into()),
+    };
+    lab.backend
+        .switchover(&other, &PlanId::new("erp-db")?, &req)
+        .await?;
+    b.wait_for_text_within(
+        "#plan-actions",
+        "a move is under way",
+        Duration::from_secs(30),
+    )
+    .await?;
+    ensure!(
+        b.driver.find_all(By::Css("#switchover")).await?.is_empty(),
+        "no switchover is offered while one runs"
+    );
+    b.screenshot_of("#plan-actions", "1-moving").await?;
+    b.wait_for_text_within("#plan-status", "dc2 owner", Duration::from_secs(60))
+        .await?;
+    b.wait_until(
+        "the actions carry generation 2, a switchover back to dc1",
+        || async {
+            Ok(action_generations(&b).await? == ["2"; 5]
+                && options(&b, "#sw-site").await? == ["dc1"])
+        },
+    )
+    .await?;
+    ensure!(same_page(&b).await?, "updated in place");
+    let notice = b.wait_for_text("#actions-updated", "generation 2").await?;
+    ensure!(notice.contains("owned by dc2"), "{notice}");
+    let kept = b.wait_for("#pr-reason").await?.value().await?;
+    ensure!(
+        kept.as_deref() == Some("storage firmware"),
+        "the typed reason is kept: {kept:?}"
+    );
+    b.screenshot_of("#plan-actions", "2-updated").await?;
+
+    phase("a click acts on what the page shows: back to dc1, accepted at generation 2");
+    b.fill("#sw-reason", "dc1 patched").await?;
+    b.submit("#switchover").await?;
+    b.wait_for_text("h1", "Switch erp-db over to dc1").await?;
+    b.submit("#confirm").await?;
+    let accepted = b.wait_for_text(".notice", "accepted").await?;
+    ensure!(accepted.contains("generation 2"), "{accepted}");
+    b.screenshot("3-accepted").await?;
     b.quit().await?;
     drop(served);
     lab.stop().await;
