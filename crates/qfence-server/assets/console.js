@@ -32,11 +32,16 @@
   // state changed, and keeps the operator's input where the new forms have the same field
   // (a choice only if it is still offered: the server decides what is).
   function swapActions(target, html) {
+    var next = document.createElement("div");
+    next.innerHTML = html;
+    var was = state(target);
+    // The same state renders the same actions (the stream's first event, a reconnect): the
+    // operator's form is left alone, an open list or a field being typed in included.
+    if (was !== null && state(next) === was) return;
     var kept = {};
     fields(target, function (key, el) { kept[key] = el.value; });
     var focused = document.activeElement;
     var focusId = focused && target.contains(focused) ? focused.id : null;
-    var was = state(target);
     target.innerHTML = html;
     fields(target, function (key, el) {
       var v = kept[key];

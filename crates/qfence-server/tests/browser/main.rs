@@ -344,33 +344,45 @@ async fn the_plan_pages_actions_follow_a_switchover_made_elsewhere_and_a_click_t
         "dc2 is the target"
     );
     ensure!(action_generations(&b).await? == ["1"; 5], "every form at 1");
-    // Typed before the update: the operator's words survive it.
-    b.fill("#pr-reason", "storage firmware").await?;
+    // Typed before the updates: the operator's words survive them.
+    b.fill("#cf-reason", "unplugged at the rack").await?;
 
-    phase("another operator switches over through the API: the actions follow, no reload");
+    phase("another operator pauses the plan through the API: no move offered, no reload");
+    // A state that holds until it is changed, so the page cannot miss it between two polls.
     let other = Caller {
         name: "night-shift".into(),
         access: Access::Operator,
     };
+    let plan = PlanId::new("erp-db")?;
+    let why = PauseRequest {
+        reason: Some("storage firmware".into()),
+    };
+    lab.backend.pause(&other, &plan, &why).await?;
+    b.wait_for_text("#plan-actions", "the plan is paused: resume it first")
+        .await?;
+    b.wait_for("#resume").await?;
+    ensure!(
+        b.driver
+            .find_all(By::Css("#switchover, #failover, #pause"))
+            .await?
+            .is_empty(),
+        "no move offered while paused, and no pause"
+    );
+    ensure!(
+        b.wait_for("#actions-updated").await?.is_displayed().await?,
+        "the page says its actions were updated"
+    );
+    b.screenshot_of("#plan-actions", "1-paused").await?;
+
+    phase("resumed, then switched over to dc2 through the API: the actions follow");
+    lab.backend.resume(&other, &plan, &why).await?;
+    b.wait_for("#switchover").await?;
     let req = SwitchoverRequest {
         target: "dc2".into(),
         expected_generation: 1,
         reason: Some("patching dc1".into()),
     };
-    lab.backend
-        .switchover(&other, &PlanId::new("erp-db")?, &req)
-        .await?;
-    b.wait_for_text_within(
-        "#plan-actions",
-        "a move is under way",
-        Duration::from_secs(30),
-    )
-    .await?;
-    ensure!(
-        b.driver.find_all(By::Css("#switchover")).await?.is_empty(),
-        "no switchover is offered while one runs"
-    );
-    b.screenshot_of("#plan-actions", "1-moving").await?;
+    lab.backend.switchover(&other, &plan, &req).await?;
     b.wait_for_text_within("#plan-status", "dc2 owner", Duration::from_secs(60))
         .await?;
     b.wait_until(
@@ -384,9 +396,9 @@ async fn the_plan_pages_actions_follow_a_switchover_made_elsewhere_and_a_click_t
     ensure!(same_page(&b).await?, "updated in place");
     let notice = b.wait_for_text("#actions-updated", "generation 2").await?;
     ensure!(notice.contains("owned by dc2"), "{notice}");
-    let kept = b.wait_for("#pr-reason").await?.value().await?;
+    let kept = b.wait_for("#cf-reason").await?.value().await?;
     ensure!(
-        kept.as_deref() == Some("storage firmware"),
+        kept.as_deref() == Some("unplugged at the rack"),
         "the typed reason is kept: {kept:?}"
     );
     b.screenshot_of("#plan-actions", "2-updated").await?;
