@@ -21,13 +21,29 @@ impl ClusterNode {
             let members = BTreeMap::from([(self.inner.id, self.inner.member.clone())]);
             raft.initialize(members).await.map_err(raft_err)?;
         }
-        self.wait_for_leader(Duration::from_secs(10)).await?;
-        if self.inner.raft.is_leader() {
-            self.inner
+        // A loaded machine (a slow first fsync, a starved process) can take seconds to elect
+        // even a lone voter, and a leader just elected can still refuse a write as "not the
+        // leader": wait, and retry the records, for up to 30 s.
+        let deadline = tokio::time::Instant::now() + Duration::from_secs(30);
+        loop {
+            let left = deadline.saturating_duration_since(tokio::time::Instant::now());
+            self.wait_for_leader(left).await?;
+            if !self.inner.raft.is_leader() {
+                return Ok(());
+            }
+            match self
+                .inner
                 .add_records(&self.inner.member, &self.inner.key.public_key_hex())
-                .await?;
+                .await
+            {
+                Err(ClusterError::NotLeader { .. })
+                    if tokio::time::Instant::now() < deadline =>
+                {
+                    tokio::time::sleep(Duration::from_millis(50)).await;
+                }
+                r => return r,
+            }
         }
-        Ok(())
     }
 
     /// Whether this node belongs to a cluster already (it was initialised, or joined one and
