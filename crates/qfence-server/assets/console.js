@@ -34,7 +34,9 @@
   function swapActions(target, html) {
     var next = document.createElement("div");
     next.innerHTML = html;
-    var was = state(target);
+    // The last state shown, even across an update that had none (the status unreadable for a
+    // moment): a state that differs from it is news.
+    var was = state(target) || target.getAttribute("data-shown-state");
     // The same state renders the same actions (the stream's first event, a reconnect): the
     // operator's form is left alone, an open list or a field being typed in included.
     if (was !== null && state(next) === was) return;
@@ -58,7 +60,9 @@
       var again = document.getElementById(focusId);
       if (again) again.focus({ preventScroll: true });
     }
-    if (was !== null && state(target) !== was) {
+    var now = state(target);
+    if (now !== null) target.setAttribute("data-shown-state", now);
+    if (was !== null && now !== null && now !== was) {
       var notice = document.getElementById("actions-updated");
       if (notice) notice.hidden = false;
     }

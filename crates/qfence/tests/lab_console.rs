@@ -177,8 +177,14 @@ async fn the_labs_failover_is_seen_live_on_the_overview_and_the_plan_page() -> R
     eprintln!("the plan page's history: {history}");
     ensure!(same_page(&plan).await?, "the plan page updated in place");
     // The actions follow the failover: the forms now carry generation 2 and say so.
-    plan.wait_for_text_within("#actions-updated", "generation 2", Duration::from_secs(15))
-        .await?;
+    plan.wait_for("#plan-actions [data-generation='2']").await?;
+    ensure!(
+        plan.wait_for("#actions-updated")
+            .await?
+            .is_displayed()
+            .await?,
+        "the plan page says its actions were updated"
+    );
     plan.screenshot("2-failed-over").await?;
 
     overview.quit().await?;
