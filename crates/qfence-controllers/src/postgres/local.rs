@@ -136,8 +136,8 @@ impl PostgresDriver {
     }
 
     /// Whether a postmaster runs on the data directory, read as `pg_ctl status` reads it
-    /// (`postmaster.pid`'s first line, a signal 0 to that pid) without spawning pg_ctl: the
-    /// clean stop's watch reads it every 10 ms.
+    /// (`postmaster.pid`'s first line, that pid alive) without spawning pg_ctl: the clean
+    /// stop's watch reads it every 10 ms.
     fn postmaster_runs(&self, l: &Local) -> Result<bool, DriverError> {
         let path = l.data.join("postmaster.pid");
         let text = match std::fs::read_to_string(&path) {
@@ -155,8 +155,7 @@ impl PostgresDriver {
         else {
             return Ok(true);
         };
-        // A stale file (a killed postmaster) names a pid that is gone; EPERM is a live one.
-        Ok(rustix::process::test_kill_process(pid) != Err(rustix::io::Errno::SRCH))
+        Ok(process_runs(pid))
     }
 
     /// A fast shutdown, proven by the postmaster's exit. `-W`: pg_ctl only sends the signal,
@@ -616,7 +615,58 @@ impl PostgresDriver {
     }
 }
 
+/// Whether `pid` names a process that has not exited. A stale `postmaster.pid` (a killed
+/// postmaster) names a pid that is gone, or a zombie: an exited process its parent has not
+/// reaped yet, which a signal 0 still finds (pg_ctl's test). A zombie holds no socket, file or
+/// memory, and some inits reap orphans only every few seconds, a clean stop's whole deadline.
+fn process_runs(pid: rustix::process::Pid) -> bool {
+    // EPERM is a live process of another user.
+    if rustix::process::test_kill_process(pid) == Err(rustix::io::Errno::SRCH) {
+        return false;
+    }
+    // /proc/PID/stat: "PID (COMM) STATE ...", COMM may hold spaces and parentheses.
+    match std::fs::read_to_string(format!("/proc/{}/stat", pid.as_raw_nonzero())) {
+        Ok(stat) => !matches!(
+            stat.rsplit_once(')')
+                .map(|(_, rest)| rest.trim_start().as_bytes().first()),
+            Some(Some(b'Z' | b'X'))
+        ),
+        // Gone between the two reads, or no /proc: the signal's answer stands.
+        Err(e) => e.kind() != std::io::ErrorKind::NotFound,
+    }
+}
+
 /// This process's effective uid.
 fn effective_uid() -> u32 {
     std::fs::metadata("/proc/self").map_or(u32::MAX, |m| m.uid())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::process_runs;
+
+    #[test]
+    fn a_zombie_has_stopped_and_a_live_process_runs() {
+        let mut child = std::process::Command::new("sleep")
+            .arg("30")
+            .spawn()
+            .expect("sleep");
+        let pid = rustix::process::Pid::from_raw(i32::try_from(child.id()).unwrap()).unwrap();
+        assert!(process_runs(pid), "a sleeping child runs");
+        // Killed but not waited for: a zombie until the wait below reaps it.
+        rustix::process::kill_process(pid, rustix::process::Signal::KILL).unwrap();
+        let stat = format!("/proc/{}/stat", child.id());
+        let deadline = std::time::Duration::from_secs(5);
+        let start = qfence_model::time::monotonic_now();
+        while !std::fs::read_to_string(&stat).is_ok_and(|s| s.contains(") Z")) {
+            assert!(
+                start.elapsed() < deadline,
+                "the child never became a zombie"
+            );
+            std::thread::sleep(std::time::Duration::from_millis(5));
+        }
+        assert!(!process_runs(pid), "a zombie has exited");
+        child.wait().unwrap();
+        assert!(!process_runs(pid), "a reaped pid is gone");
+    }
 }
