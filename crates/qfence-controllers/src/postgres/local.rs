@@ -135,18 +135,32 @@ impl PostgresDriver {
             .map_or_else(|| "?".to_owned(), |s| s.trim().to_owned()))
     }
 
-    /// Whether a postmaster runs on the data directory (`pg_ctl status`: 0 running, 3 not).
-    async fn postmaster_runs(&self, l: &Local) -> Result<bool, DriverError> {
-        let (ok, _) = self
-            .run_pg(
-                l,
-                "pg_ctl",
-                &["status".as_ref(), "-D".as_ref(), l.data.as_os_str()],
-            )
-            .await?;
-        Ok(ok)
+    /// Whether a postmaster runs on the data directory, read as `pg_ctl status` reads it
+    /// (`postmaster.pid`'s first line, that pid alive) without spawning pg_ctl: the clean
+    /// stop's watch reads it every 10 ms.
+    fn postmaster_runs(&self, l: &Local) -> Result<bool, DriverError> {
+        let path = l.data.join("postmaster.pid");
+        let text = match std::fs::read_to_string(&path) {
+            Ok(t) => t,
+            // The postmaster removes its own file as it exits.
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(false),
+            Err(e) => return Err(self.io_err("read", &path, e)),
+        };
+        // A file being written by a starting postmaster has no pid yet: not proof of a stop.
+        let Some(pid) = text
+            .lines()
+            .next()
+            .and_then(|s| s.trim().parse::<i32>().ok())
+            .and_then(|p| rustix::process::Pid::from_raw(p.abs()))
+        else {
+            return Ok(true);
+        };
+        Ok(process_runs(pid))
     }
 
+    /// A fast shutdown, proven by the postmaster's exit. `-W`: pg_ctl only sends the signal,
+    /// and the watch reads `postmaster.pid` every 10 ms, where `-w` polls every 100 ms and
+    /// so adds up to 100 ms to a switchover's write gap.
     async fn pg_ctl_stop(&self, l: &Local) -> Result<(), DriverError> {
         let (ok, text) = self
             .run_pg(
@@ -158,24 +172,30 @@ impl PostgresDriver {
                     l.data.as_os_str(),
                     "-m".as_ref(),
                     "fast".as_ref(),
-                    "-w".as_ref(),
+                    "-W".as_ref(),
                 ],
             )
             .await?;
-        // "no server running" is an already stopped server: idempotent.
-        if !ok && self.postmaster_runs(l).await? {
+        // "no server running" (or a stale pid file) is an already stopped server: idempotent.
+        if !ok && self.postmaster_runs(l)? {
             return Err(self.err(ErrorKind::Rejected, "pg_ctl stop -m fast", text, true));
+        }
+        // Bounded by the call's deadline (`CallContext::run`).
+        while self.postmaster_runs(l)? {
+            tokio::time::sleep(Duration::from_millis(10)).await;
         }
         Ok(())
     }
 
     /// `db.demote` with `data_dir`: a checkpoint (so the shutdown is short and the standby has
-    /// the WAL before the promotion), then a fast shutdown, read back.
+    /// the WAL before the promotion), then a fast shutdown, read back. The reading names each
+    /// step's time (a switchover's write gap is their sum).
     pub(super) async fn clean_stop(
         &self,
         ctx: &CallContext,
         l: &Local,
     ) -> Result<Reading, DriverError> {
+        let start = tokio::time::Instant::now();
         if let Ok(c) = self.connect("template1").await {
             if self.in_recovery(&c).await? {
                 return self.demote_reading(ctx).await;
@@ -185,8 +205,18 @@ impl PostgresDriver {
                 .await
                 .map_err(|e| self.map("CHECKPOINT", &e, false))?;
         }
+        let checkpointed = tokio::time::Instant::now();
         self.pg_ctl_stop(l).await?;
-        self.stopped_reading(ctx, l).await
+        let stopped = tokio::time::Instant::now();
+        let mut r = self.stopped_reading(ctx, l).await?;
+        r.detail = format!(
+            "{} (CHECKPOINT {} ms, stop {} ms, read-back {} ms)",
+            r.detail,
+            (checkpointed - start).as_millis(),
+            (stopped - checkpointed).as_millis(),
+            stopped.elapsed().as_millis()
+        );
+        Ok(r)
     }
 
     /// The clean stop's read-back: no postmaster and `pg_controldata` says "shut down"; or a
@@ -197,7 +227,7 @@ impl PostgresDriver {
         l: &Local,
     ) -> Result<Reading, DriverError> {
         let state = self.cluster_state(l).await?;
-        let runs = self.postmaster_runs(l).await?;
+        let runs = self.postmaster_runs(l)?;
         let data = l.data.display();
         if runs {
             if state == "in archive recovery" {
@@ -332,7 +362,7 @@ impl PostgresDriver {
         })?;
         let primary = self.rejoin_param(target, "primary_conninfo")?;
         let rewind = self.rejoin_param(target, "rewind_conninfo")?;
-        if self.postmaster_runs(&l).await? {
+        if self.postmaster_runs(&l)? {
             if let Ok(c) = self.connect("template1").await
                 && !self.in_recovery(&c).await?
             {
@@ -585,7 +615,58 @@ impl PostgresDriver {
     }
 }
 
+/// Whether `pid` names a process that has not exited. A stale `postmaster.pid` (a killed
+/// postmaster) names a pid that is gone, or a zombie: an exited process its parent has not
+/// reaped yet, which a signal 0 still finds (pg_ctl's test). A zombie holds no socket, file or
+/// memory, and some inits reap orphans only every few seconds, a clean stop's whole deadline.
+fn process_runs(pid: rustix::process::Pid) -> bool {
+    // EPERM is a live process of another user.
+    if rustix::process::test_kill_process(pid) == Err(rustix::io::Errno::SRCH) {
+        return false;
+    }
+    // /proc/PID/stat: "PID (COMM) STATE ...", COMM may hold spaces and parentheses.
+    match std::fs::read_to_string(format!("/proc/{}/stat", pid.as_raw_nonzero())) {
+        Ok(stat) => !matches!(
+            stat.rsplit_once(')')
+                .map(|(_, rest)| rest.trim_start().as_bytes().first()),
+            Some(Some(b'Z' | b'X'))
+        ),
+        // Gone between the two reads, or no /proc: the signal's answer stands.
+        Err(e) => e.kind() != std::io::ErrorKind::NotFound,
+    }
+}
+
 /// This process's effective uid.
 fn effective_uid() -> u32 {
     std::fs::metadata("/proc/self").map_or(u32::MAX, |m| m.uid())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::process_runs;
+
+    #[test]
+    fn a_zombie_has_stopped_and_a_live_process_runs() {
+        let mut child = std::process::Command::new("sleep")
+            .arg("30")
+            .spawn()
+            .expect("sleep");
+        let pid = rustix::process::Pid::from_raw(i32::try_from(child.id()).unwrap()).unwrap();
+        assert!(process_runs(pid), "a sleeping child runs");
+        // Killed but not waited for: a zombie until the wait below reaps it.
+        rustix::process::kill_process(pid, rustix::process::Signal::KILL).unwrap();
+        let stat = format!("/proc/{}/stat", child.id());
+        let deadline = std::time::Duration::from_secs(5);
+        let start = qfence_model::time::monotonic_now();
+        while !std::fs::read_to_string(&stat).is_ok_and(|s| s.contains(") Z")) {
+            assert!(
+                start.elapsed() < deadline,
+                "the child never became a zombie"
+            );
+            std::thread::sleep(std::time::Duration::from_millis(5));
+        }
+        assert!(!process_runs(pid), "a zombie has exited");
+        child.wait().unwrap();
+        assert!(!process_runs(pid), "a reaped pid is gone");
+    }
 }

@@ -14,10 +14,9 @@
 //!   commit (zero when nothing is left to replay; a streaming replica that replayed no commit
 //!   since it started is judged by its bytes alone). Limits: `max_lag_bytes` (default 1 MiB)
 //!   and `max_lag_seconds` (default 30).
-//! - `db.promote` (switchover): `pg_promote(true, N)`, then the read-back
-//!   `pg_is_in_recovery() = false`. A `false` from `pg_promote` only means it did not finish
-//!   in N seconds, so the driver keeps reading until the promotion shows or the deadline
-//!   passes.
+//! - `db.promote` (switchover): `pg_promote(false)` (signal only: its own wait polls every
+//!   100 ms), then the read-back `pg_is_in_recovery() = false` every 10 ms until the promotion
+//!   shows or the deadline passes. The reading names the time it took ("promote N ms").
 //! - `db.demote` (application fence, never a proof that a site stopped: it is secondary):
 //!   puts a block of `reject` lines for every non-template database at the top of
 //!   `pg_hba.conf` (written over SQL with `COPY ... TO`, then `pg_reload_conf()`), and
@@ -27,8 +26,10 @@
 //!   database is refused by pg_hba.conf and no client session is left; a server in recovery
 //!   (a standby) accepts no writes, so it holds there too. With the binding parameter
 //!   `data_dir` (the orchestrator runs on the server's host) it is a clean stop instead: a
-//!   `CHECKPOINT`, `pg_ctl stop -m fast`, read back by `pg_ctl status` and `pg_controldata`
-//!   ("shut down"). There is no undo: `db.rejoin` brings the copy back as a replica.
+//!   `CHECKPOINT`, `pg_ctl stop -m fast -W` (signal only) with `postmaster.pid` watched every
+//!   10 ms until the postmaster is gone, read back by `pg_controldata` ("shut down"); the
+//!   reading names each step's time. There is no undo: `db.rejoin` brings the copy back as a
+//!   replica.
 //! - `db.rejoin` (rejoin, at a site that is not the owner; needs `data_dir`,
 //!   `primary_conninfo`, `rewind_conninfo`): pg_rewind from the owner (or, when it fails, a
 //!   re-clone by pg_basebackup over `primary_conninfo`, the old directory kept as

@@ -38,31 +38,32 @@ impl PostgresDriver {
         if !self.in_recovery(&c).await? {
             return self.promote_reading(ctx, &c).await;
         }
-        let left = ctx
-            .deadline
-            .saturating_duration_since(tokio::time::Instant::now());
-        // Half the time left: if pg_promote gives up (false), the other half is for reading
-        // whether the promotion finished after all.
-        let wait = i32::try_from((left.as_secs() / 2).clamp(1, 60)).unwrap_or(60);
-        let row = c
+        // No wait in pg_promote: its own wait polls every 100 ms, a tenth of a second on
+        // every switchover's write gap. The read-back every 10 ms is the proof instead.
+        let start = tokio::time::Instant::now();
+        let signalled: bool = c
             .client
-            .query_one("SELECT pg_promote(true, $1)", &[&wait])
+            .query_one("SELECT pg_promote(false)", &[])
             .await
-            .map_err(|e| self.map("SELECT pg_promote(true, N)", &e, true))?;
-        let done: bool = row.get(0);
-        if !done {
-            tracing::warn!(
-                controller = %self.id,
-                "pg_promote returned false; reading until the promotion shows or the deadline passes"
-            );
+            .map_err(|e| self.map("SELECT pg_promote(false)", &e, true))?
+            .get(0);
+        if !signalled {
+            // The postmaster could not be signalled; pg_promote removed its signal file.
+            return Err(self.err(
+                ErrorKind::Rejected,
+                "SELECT pg_promote(false)",
+                "pg_promote could not signal the postmaster (see the server's log)",
+                false,
+            ));
         }
-        // Believe the read-back only; a false from pg_promote may still complete later.
-        loop {
-            if !self.in_recovery(&c).await? {
-                return self.promote_reading(ctx, &c).await;
-            }
-            tokio::time::sleep(Duration::from_millis(100)).await;
+        // Bounded by the call's deadline (`CallContext::run`).
+        while self.in_recovery(&c).await? {
+            tokio::time::sleep(Duration::from_millis(10)).await;
         }
+        let promoted = start.elapsed();
+        let mut r = self.promote_reading(ctx, &c).await?;
+        r.detail = format!("{} (promote {} ms)", r.detail, promoted.as_millis());
+        Ok(r)
     }
 
     /// Reads the demote fence from `template1`.

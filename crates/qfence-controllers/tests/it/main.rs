@@ -19,6 +19,7 @@ mod nova_sim;
 mod postgres;
 mod postgres_rejoin;
 mod postgres_rejoin_failover;
+mod postgres_switchover_gap;
 mod proxmox;
 mod proxmox_listing;
 mod proxmox_replication;

@@ -10,7 +10,9 @@
 //! waits until the plan is steady, writes for 2 s plus a random part of an interval (the
 //! kill's phase), kills the primary and times kill → first write acknowledged by the replica,
 //! with the event log's breakdown, and counts acknowledged writes missing on the new primary.
-//! Switchover runs time the longest write gap of `qfence plan switchover db --to dc2`. The
+//! Switchover runs time the longest write gap of `qfence plan switchover db --to dc2`, its
+//! parts (the clean stop's CHECKPOINT and stop, the promotion, promoted → first write) and the
+//! old primary's rejoin (first write at dc2 → dc1 streaming from dc2). The
 //! soak runs every profile at once for M minutes through a delaying, "lossy" proxy on the
 //! checks' path (proxy.rs) and counts failovers, which must be none.
 
@@ -273,15 +275,58 @@ async fn streaming(url: &str) -> bool {
     .is_ok_and(|r| r.get::<_, bool>(0))
 }
 
-/// A switchover: the longest write gap, whether the old primary still runs, and the time from
-/// the first write at dc2 until dc1 streams from it (rejoined), if it did within 60 s.
-async fn switchover(lab: &Lab, p: &Profile, n: usize) -> Result<(u64, bool, Option<u64>)> {
+/// One switchover: the longest write gap and its parts, whether the old primary still runs,
+/// and the time from the first write at dc2 until dc1 streams from it (rejoined), if it did
+/// within 60 s.
+struct Switchover {
+    gap: u64,
+    /// The clean stop's steps as its reading names them, and the promotion's.
+    checkpoint: Option<u64>,
+    stop: Option<u64>,
+    promote: Option<u64>,
+    /// From the promotion's result until the client's first write at dc2.
+    first_write: Option<u64>,
+    old_runs: bool,
+    rejoin: Option<u64>,
+}
+
+/// The `N` of "`step` N ms" in a reading's detail (the PostgreSQL driver names its steps).
+fn step_ms(detail: &str, step: &str) -> Option<u64> {
+    let key = format!("{step} ");
+    detail.match_indices(&key).find_map(|(i, _)| {
+        let rest = &detail[i + key.len()..];
+        let digits = rest.bytes().take_while(u8::is_ascii_digit).count();
+        rest[digits..]
+            .starts_with(" ms")
+            .then(|| rest[..digits].parse().ok())
+            .flatten()
+    })
+}
+
+/// The first result of `capability` at or after `since`: its message and time.
+fn result_of<'e>(
+    events: &'e [serde_json::Value],
+    capability: &str,
+    since: u64,
+) -> Option<(&'e str, u64)> {
+    events.iter().find_map(|e| {
+        (e["kind"] == "result"
+            && e["data"]["capability"] == capability
+            && e["data"]["outcome"] == "done"
+            && e["time_ms"].as_u64() >= Some(since))
+        .then(|| Some((e["message"].as_str()?, e["time_ms"].as_u64()?)))
+        .flatten()
+    })
+}
+
+async fn switchover(lab: &Lab, p: &Profile, n: usize) -> Result<Switchover> {
     let (pair, o, generation) = lab
         .up(&format!("{}-s{n}", p.name), p, [55443, 55444], false)
         .await?;
     let w = Writer::start(pair.ports);
     tokio::time::sleep(Duration::from_secs(2)).await;
     let g = generation.to_string();
+    let asked = now_ms();
     o.cli(&[
         "plan",
         "switchover",
@@ -293,18 +338,20 @@ async fn switchover(lab: &Lab, p: &Profile, n: usize) -> Result<(u64, bool, Opti
     ])
     .await?;
     let deadline = tokio::time::Instant::now() + Duration::from_secs(60);
-    while !w.acks().iter().any(|a| a.port == pair.ports[1]) {
+    let first_at_dc2 = loop {
+        if let Some(a) = w.acks().iter().find(|a| a.port == pair.ports[1]) {
+            break a.at_ms;
+        }
         if tokio::time::Instant::now() > deadline {
             bail!("no write at dc2 within 60 s of the switchover");
         }
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
-    let first_at_dc2 = now_ms();
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    };
     let mut rejoin = None;
     let until = tokio::time::Instant::now() + Duration::from_secs(60);
     while tokio::time::Instant::now() < until {
         if streaming(&pair.url(0)).await {
-            rejoin = Some(now_ms() - first_at_dc2);
+            rejoin = Some(now_ms().saturating_sub(first_at_dc2));
             break;
         }
         tokio::time::sleep(Duration::from_millis(50)).await;
@@ -316,18 +363,29 @@ async fn switchover(lab: &Lab, p: &Profile, n: usize) -> Result<(u64, bool, Opti
         .map(|a| a[1].at_ms - a[0].at_ms)
         .max()
         .unwrap_or(0);
+    let events = o.events();
     if rejoin.is_none() {
         // Why not: the rejoin's decisions and results.
-        for e in o.events() {
+        for e in &events {
             let t = e.to_string();
             if t.contains("rejoin") {
                 println!("  {t}");
             }
         }
     }
+    let demote = result_of(&events, "db.demote", asked).map(|(m, _)| m);
+    let promote = result_of(&events, "db.promote", asked);
     let old_runs = writer::connect(&pair.url(0)).await.is_some();
     o.stop().await;
-    Ok((gap, old_runs, rejoin))
+    Ok(Switchover {
+        gap,
+        checkpoint: demote.and_then(|m| step_ms(m, "CHECKPOINT")),
+        stop: demote.and_then(|m| step_ms(m, "stop")),
+        promote: promote.and_then(|(m, _)| step_ms(m, "promote")),
+        first_write: promote.map(|(_, at)| first_at_dc2.saturating_sub(at)),
+        old_runs,
+        rejoin,
+    })
 }
 
 /// Every profile at once through the lossy proxy for `d`: failovers seen (must be none).
@@ -430,22 +488,29 @@ async fn main() -> Result<()> {
             }
         }
         let mut gaps = Vec::new();
+        let mut rejoins = Vec::new();
         let mut old_running = 0;
         for n in 0..o.switchovers {
-            let (gap, runs, rejoin) = switchover(&lab, p, n).await?;
-            match rejoin {
-                Some(ms) => println!(
-                    "{} switchover {n}: gap {gap} ms, old primary rejoined \
-                                      (streaming from dc2) {ms} ms after the first write at dc2",
-                    p.name
-                ),
-                None => println!(
-                    "{} switchover {n}: gap {gap} ms, old primary NOT rejoined within 60 s",
-                    p.name
-                ),
-            }
-            gaps.push(gap);
-            old_running += usize::from(runs);
+            let s = switchover(&lab, p, n).await?;
+            let ms = |v: Option<u64>| v.map_or_else(|| "?".to_owned(), |v| format!("{v} ms"));
+            println!(
+                "{} switchover {n}: gap {} ms (CHECKPOINT {}, stop {}, promote {}, \
+                 promoted → first write {}), old primary {}",
+                p.name,
+                s.gap,
+                ms(s.checkpoint),
+                ms(s.stop),
+                ms(s.promote),
+                ms(s.first_write),
+                match s.rejoin {
+                    Some(r) =>
+                        format!("rejoined (streaming from dc2) {r} ms after the first write at dc2"),
+                    None => "NOT rejoined within 60 s".to_owned(),
+                }
+            );
+            gaps.push(s.gap);
+            rejoins.extend(s.rejoin);
+            old_running += usize::from(s.old_runs);
         }
         if o.runs == 0 && o.switchovers == 0 {
             continue;
@@ -462,11 +527,14 @@ async fn main() -> Result<()> {
             .collect::<Vec<_>>()
             .join(", ");
         println!(
-            "| {} | {} | {} | {breakdown} (median s after the kill) | {lost} | {} | {old_running} of {} |",
+            "| {} | {} | {} | {breakdown} (median s after the kill) | {lost} | {} | {} ({} of {}) | {old_running} of {} |",
             p.name,
             o.runs,
             stats(&mut totals),
             stats(&mut gaps),
+            stats(&mut rejoins),
+            rejoins.len(),
+            o.switchovers,
             o.switchovers
         );
     }

@@ -145,6 +145,35 @@ impl WriteResult {
     }
 }
 
+/// A write whose plan or controller the API checked against this node's configuration: run
+/// here as checked, or forwarded as the caller's spec for the leader to check again.
+#[derive(Debug)]
+pub(super) enum CheckedWrite {
+    CreatePlan(CheckedPlan),
+    StagePlan(CheckedPlan),
+    RegisterController(CheckedController),
+}
+
+impl CheckedWrite {
+    /// The write as it crosses the wire: the spec only, as the caller sent it.
+    fn forwarded(&self) -> ApiWrite {
+        match self {
+            CheckedWrite::CreatePlan(p) => ApiWrite::CreatePlan {
+                name: p.name.clone(),
+                spec: p.spec.clone(),
+            },
+            CheckedWrite::StagePlan(p) => ApiWrite::StagePlan {
+                name: p.name.clone(),
+                spec: p.spec.clone(),
+            },
+            CheckedWrite::RegisterController(c) => ApiWrite::RegisterController {
+                name: c.name.clone(),
+                spec: c.spec.clone(),
+            },
+        }
+    }
+}
+
 /// A write and who asked for it: what crosses the wire.
 #[derive(Debug, Clone, Serialize, Deserialize)]
 struct ForwardedCall {
@@ -174,17 +203,17 @@ impl RuntimeBackend {
         }
     }
 
-    /// The leader's answer to the write `write` makes, when this node forwards; `None` when
-    /// the caller runs it here (a checked plan or controller needs no second validation).
-    pub(super) async fn forward_if_follower(
+    /// Runs a write the API already checked here, or forwards it to the leader as the spec the
+    /// caller sent (see [`Self::forwards`]): only the leader's configuration can check it there.
+    pub(super) async fn write_checked(
         &self,
         caller: &Caller,
-        write: impl FnOnce() -> ApiWrite,
-    ) -> Option<Result<WriteResult, BackendError>> {
+        write: CheckedWrite,
+    ) -> Result<WriteResult, BackendError> {
         if self.forwards().await {
-            Some(self.to_leader(caller, write()).await)
+            self.to_leader(caller, write.forwarded()).await
         } else {
-            None
+            self.run_checked(caller, write).await
         }
     }
 
@@ -235,11 +264,13 @@ impl RuntimeBackend {
         Ok(match write {
             ApiWrite::CreatePlan { name, spec } => {
                 let plan = self.check_plan(&name, spec)?;
-                WriteResult::Plan(plans::create_plan(self, caller, plan).await?)
+                self.run_checked(caller, CheckedWrite::CreatePlan(plan))
+                    .await?
             }
             ApiWrite::StagePlan { name, spec } => {
                 let plan = self.check_plan(&name, spec)?;
-                WriteResult::Plan(plans::stage_plan(self, caller, plan).await?)
+                self.run_checked(caller, CheckedWrite::StagePlan(plan))
+                    .await?
             }
             ApiWrite::DiscardStaged { name } => {
                 WriteResult::Plan(plans::discard_staged(self, caller, &name).await?)
@@ -253,7 +284,8 @@ impl RuntimeBackend {
             }
             ApiWrite::RegisterController { name, spec } => {
                 let c = self.check_controller(&name, spec)?;
-                WriteResult::Controller(controllers::register_controller(self, caller, c).await?)
+                self.run_checked(caller, CheckedWrite::RegisterController(c))
+                    .await?
             }
             ApiWrite::Switchover { plan, req } => {
                 WriteResult::Accepted(intents::switchover(self, caller, &plan, &req).await?)
@@ -279,6 +311,26 @@ impl RuntimeBackend {
             ApiWrite::RecordControllerTest { name, test } => {
                 controllers::record_test(self, &name, test).await?;
                 WriteResult::Recorded
+            }
+        })
+    }
+
+    /// Runs a checked write here: the API checked it against this node's configuration, or
+    /// [`Self::run_here`] did on the leader.
+    async fn run_checked(
+        &self,
+        caller: &Caller,
+        write: CheckedWrite,
+    ) -> Result<WriteResult, BackendError> {
+        Ok(match write {
+            CheckedWrite::CreatePlan(plan) => {
+                WriteResult::Plan(plans::create_plan(self, caller, plan).await?)
+            }
+            CheckedWrite::StagePlan(plan) => {
+                WriteResult::Plan(plans::stage_plan(self, caller, plan).await?)
+            }
+            CheckedWrite::RegisterController(c) => {
+                WriteResult::Controller(controllers::register_controller(self, caller, c).await?)
             }
         })
     }

@@ -49,7 +49,7 @@ mod plans;
 mod status;
 
 use calls::REGISTRATION_TIMEOUT;
-use forwarded::{ApiWrite, WriteServer};
+use forwarded::{ApiWrite, CheckedWrite, WriteServer};
 
 /// The real backend.
 #[derive(Debug, Clone)]
@@ -555,16 +555,9 @@ impl Backend for RuntimeBackend {
         caller: &Caller,
         plan: CheckedPlan,
     ) -> Result<PlanView, BackendError> {
-        if let Some(r) = self
-            .forward_if_follower(caller, || ApiWrite::CreatePlan {
-                name: plan.name.clone(),
-                spec: plan.spec.clone(),
-            })
-            .await
-        {
-            return r?.plan();
-        }
-        plans::create_plan(self, caller, plan).await
+        self.write_checked(caller, CheckedWrite::CreatePlan(plan))
+            .await?
+            .plan()
     }
 
     async fn stage_plan(
@@ -572,16 +565,9 @@ impl Backend for RuntimeBackend {
         caller: &Caller,
         plan: CheckedPlan,
     ) -> Result<PlanView, BackendError> {
-        if let Some(r) = self
-            .forward_if_follower(caller, || ApiWrite::StagePlan {
-                name: plan.name.clone(),
-                spec: plan.spec.clone(),
-            })
-            .await
-        {
-            return r?.plan();
-        }
-        plans::stage_plan(self, caller, plan).await
+        self.write_checked(caller, CheckedWrite::StagePlan(plan))
+            .await?
+            .plan()
     }
 
     async fn discard_staged(
@@ -600,15 +586,11 @@ impl Backend for RuntimeBackend {
         name: &PlanId,
         expected: u64,
     ) -> Result<PlanView, BackendError> {
-        self.write(
-            caller,
-            ApiWrite::ApplyStaged {
-                name: name.clone(),
-                expected,
-            },
-        )
-        .await?
-        .plan()
+        let write = ApiWrite::ApplyStaged {
+            name: name.clone(),
+            expected,
+        };
+        self.write(caller, write).await?.plan()
     }
 
     async fn delete_plan(
@@ -617,15 +599,11 @@ impl Backend for RuntimeBackend {
         name: &PlanId,
         expected: u64,
     ) -> Result<(), BackendError> {
-        self.write(
-            caller,
-            ApiWrite::DeletePlan {
-                name: name.clone(),
-                expected,
-            },
-        )
-        .await?
-        .deleted()
+        let write = ApiWrite::DeletePlan {
+            name: name.clone(),
+            expected,
+        };
+        self.write(caller, write).await?.deleted()
     }
 
     async fn dry_run(&self, name: &PlanId, what: &DryRun) -> Result<DryRunResult, BackendError> {
@@ -641,16 +619,9 @@ impl Backend for RuntimeBackend {
         caller: &Caller,
         c: CheckedController,
     ) -> Result<ControllerView, BackendError> {
-        if let Some(r) = self
-            .forward_if_follower(caller, || ApiWrite::RegisterController {
-                name: c.name.clone(),
-                spec: c.spec.clone(),
-            })
-            .await
-        {
-            return r?.controller();
-        }
-        controllers::register_controller(self, caller, c).await
+        self.write_checked(caller, CheckedWrite::RegisterController(c))
+            .await?
+            .controller()
     }
 
     async fn test_controller(
@@ -683,15 +654,11 @@ impl Backend for RuntimeBackend {
         plan: &PlanId,
         req: &SwitchoverRequest,
     ) -> Result<OperationAccepted, BackendError> {
-        self.write(
-            caller,
-            ApiWrite::Switchover {
-                plan: plan.clone(),
-                req: req.clone(),
-            },
-        )
-        .await?
-        .accepted()
+        let write = ApiWrite::Switchover {
+            plan: plan.clone(),
+            req: req.clone(),
+        };
+        self.write(caller, write).await?.accepted()
     }
 
     async fn failover(
@@ -700,15 +667,11 @@ impl Backend for RuntimeBackend {
         plan: &PlanId,
         req: &FailoverRequest,
     ) -> Result<OperationAccepted, BackendError> {
-        self.write(
-            caller,
-            ApiWrite::Failover {
-                plan: plan.clone(),
-                req: req.clone(),
-            },
-        )
-        .await?
-        .accepted()
+        let write = ApiWrite::Failover {
+            plan: plan.clone(),
+            req: req.clone(),
+        };
+        self.write(caller, write).await?.accepted()
     }
 
     async fn confirm_fenced(
@@ -718,16 +681,12 @@ impl Backend for RuntimeBackend {
         site: &SiteId,
         req: &ConfirmFencedRequest,
     ) -> Result<OperationAccepted, BackendError> {
-        self.write(
-            caller,
-            ApiWrite::ConfirmFenced {
-                plan: plan.clone(),
-                site: site.clone(),
-                req: req.clone(),
-            },
-        )
-        .await?
-        .accepted()
+        let write = ApiWrite::ConfirmFenced {
+            plan: plan.clone(),
+            site: site.clone(),
+            req: req.clone(),
+        };
+        self.write(caller, write).await?.accepted()
     }
 
     async fn rejoin(
@@ -737,16 +696,12 @@ impl Backend for RuntimeBackend {
         site: &SiteId,
         req: &RejoinRequest,
     ) -> Result<OperationAccepted, BackendError> {
-        self.write(
-            caller,
-            ApiWrite::Rejoin {
-                plan: plan.clone(),
-                site: site.clone(),
-                req: req.clone(),
-            },
-        )
-        .await?
-        .accepted()
+        let write = ApiWrite::Rejoin {
+            plan: plan.clone(),
+            site: site.clone(),
+            req: req.clone(),
+        };
+        self.write(caller, write).await?.accepted()
     }
 
     async fn pause(
@@ -755,15 +710,11 @@ impl Backend for RuntimeBackend {
         plan: &PlanId,
         req: &PauseRequest,
     ) -> Result<OperationAccepted, BackendError> {
-        self.write(
-            caller,
-            ApiWrite::Pause {
-                plan: plan.clone(),
-                req: req.clone(),
-            },
-        )
-        .await?
-        .accepted()
+        let write = ApiWrite::Pause {
+            plan: plan.clone(),
+            req: req.clone(),
+        };
+        self.write(caller, write).await?.accepted()
     }
 
     async fn resume(
@@ -772,15 +723,11 @@ impl Backend for RuntimeBackend {
         plan: &PlanId,
         req: &PauseRequest,
     ) -> Result<OperationAccepted, BackendError> {
-        self.write(
-            caller,
-            ApiWrite::Resume {
-                plan: plan.clone(),
-                req: req.clone(),
-            },
-        )
-        .await?
-        .accepted()
+        let write = ApiWrite::Resume {
+            plan: plan.clone(),
+            req: req.clone(),
+        };
+        self.write(caller, write).await?.accepted()
     }
 
     /// A compare-and-set on the generation the operator saw, checked by the core's own rule
@@ -793,16 +740,12 @@ impl Backend for RuntimeBackend {
         site: &SiteId,
         req: &MaintenanceRequest,
     ) -> Result<OperationAccepted, BackendError> {
-        self.write(
-            caller,
-            ApiWrite::SetMaintenance {
-                plan: plan.clone(),
-                site: site.clone(),
-                req: req.clone(),
-            },
-        )
-        .await?
-        .accepted()
+        let write = ApiWrite::SetMaintenance {
+            plan: plan.clone(),
+            site: site.clone(),
+            req: req.clone(),
+        };
+        self.write(caller, write).await?.accepted()
     }
 
     async fn secrets(&self) -> Result<Vec<SecretRefView>, BackendError> {
