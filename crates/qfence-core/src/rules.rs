@@ -95,6 +95,31 @@ pub struct SiteVerdict {
     pub readings: Vec<FenceReading>,
 }
 
+/// What a list of readings adds up to, in one pass: the fold every verdict rule starts from.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Tally {
+    /// No reading at all: nothing to prove with.
+    Empty,
+    /// One reads FAILED, whatever the others read.
+    Failed,
+    /// Every one reads FENCED.
+    Fenced,
+    /// Some read UNKNOWN, none FAILED.
+    Unknown,
+}
+
+impl Tally {
+    fn of(readings: &[FenceReading]) -> Self {
+        readings
+            .iter()
+            .fold(Tally::Empty, |t, r| match (t, r.verdict) {
+                (Tally::Failed, _) | (_, Verdict::Failed) => Tally::Failed,
+                (Tally::Empty | Tally::Fenced, Verdict::Fenced) => Tally::Fenced,
+                (Tally::Empty | Tally::Fenced | Tally::Unknown, _) => Tally::Unknown,
+            })
+    }
+}
+
 impl SiteVerdict {
     /// The verdict `readings` give `site`: FAILED when one reads FAILED; FENCED on `proven`
     /// when there are some and all read FENCED, or else on `evidence` when there is some;
@@ -105,16 +130,12 @@ impl SiteVerdict {
         proven: Basis,
         evidence: Option<Basis>,
     ) -> Self {
-        let (verdict, basis) = if readings.iter().any(|r| r.verdict == Verdict::Failed) {
-            (Verdict::Failed, Basis::Readings)
-        } else if !readings.is_empty() && readings.iter().all(|r| r.verdict == Verdict::Fenced) {
-            (Verdict::Fenced, proven)
-        } else if let Some(e) = evidence {
-            (Verdict::Fenced, e)
-        } else if readings.is_empty() {
-            (Verdict::Unknown, Basis::NothingToProve)
-        } else {
-            (Verdict::Unknown, Basis::Readings)
+        let (verdict, basis) = match (Tally::of(&readings), evidence) {
+            (Tally::Failed, _) => (Verdict::Failed, Basis::Readings),
+            (Tally::Fenced, _) => (Verdict::Fenced, proven),
+            (_, Some(e)) => (Verdict::Fenced, e),
+            (Tally::Empty, None) => (Verdict::Unknown, Basis::NothingToProve),
+            (Tally::Unknown, None) => (Verdict::Unknown, Basis::Readings),
         };
         Self {
             site: site.clone(),
@@ -420,16 +441,17 @@ impl Rules {
             now,
             Some(state.owner_since),
         );
-        let (verdict, basis) = if readings.is_empty() {
-            (Verdict::Unknown, Basis::NothingToProve)
-        } else if readings.iter().any(|r| r.verdict == Verdict::Failed) {
-            let detail = details(Observed::NotHeld);
-            (Verdict::Failed, Basis::NotAStandby { detail })
-        } else if readings.iter().all(|r| r.verdict == Verdict::Fenced) {
-            let detail = details(Observed::Holds);
-            (Verdict::Fenced, Basis::HotStandby { detail })
-        } else {
-            (Verdict::Unknown, Basis::Readings)
+        let (verdict, basis) = match Tally::of(&readings) {
+            Tally::Empty => (Verdict::Unknown, Basis::NothingToProve),
+            Tally::Failed => {
+                let detail = details(Observed::NotHeld);
+                (Verdict::Failed, Basis::NotAStandby { detail })
+            }
+            Tally::Fenced => {
+                let detail = details(Observed::Holds);
+                (Verdict::Fenced, Basis::HotStandby { detail })
+            }
+            Tally::Unknown => (Verdict::Unknown, Basis::Readings),
         };
         SiteVerdict {
             site: site.clone(),
@@ -519,20 +541,6 @@ impl Rules {
             now,
             Some(state.owner_since),
         );
-        let (verdict, basis) = if readings.is_empty() {
-            (Verdict::Unknown, Basis::NothingToProve)
-        } else if readings.iter().any(|r| r.verdict == Verdict::Failed) {
-            (Verdict::Failed, Basis::Readings)
-        } else if readings.iter().all(|r| r.verdict == Verdict::Fenced) {
-            (Verdict::Fenced, Basis::Readings)
-        } else {
-            (Verdict::Unknown, Basis::Readings)
-        };
-        SiteVerdict {
-            site: site.clone(),
-            verdict,
-            basis,
-            readings,
-        }
+        SiteVerdict::judged(site, readings, Basis::Readings, None)
     }
 }

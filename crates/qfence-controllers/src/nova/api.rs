@@ -206,12 +206,8 @@ impl NovaDriver {
                 Some(version),
             )
             .await?;
-        // The read-back is what counts, not the PUT's echo. A write was sent: a failed
-        // read leaves its effect unknown.
-        self.service_now(host).await.map_err(|mut e| {
-            e.state_unknown = true;
-            e
-        })
+        // The read-back is what counts, not the PUT's echo.
+        self.service_now(host).await.map_err(unknown_after_write)
     }
 
     /// [`Self::update_service_now`] as the call `call`, under the context's deadline: what
@@ -516,16 +512,7 @@ impl NovaDriver {
             );
         }
         let action = json!({"evacuate": Value::Object(body)});
-        self.client
-            .request(
-                Method::POST,
-                Api::Compute,
-                &format!("servers/{}/action", segment(server)),
-                &[],
-                Some(&action),
-                Some(version),
-            )
-            .await?;
+        self.post_action(server, &action, version).await?;
         Ok(Evacuation {
             server: server.to_owned(),
             source,
@@ -554,15 +541,11 @@ impl NovaDriver {
         &self,
         e: &Evacuation,
     ) -> Result<EvacuationProgress, DriverError> {
-        let unknown = |mut err: DriverError| {
-            err.state_unknown = true;
-            err
-        };
         let earlier: BTreeSet<u64> = e.earlier.iter().copied().collect();
         let records = self
             .migrations_now(&evacuations_of(&e.server))
             .await
-            .map_err(unknown)?;
+            .map_err(unknown_after_write)?;
         let Some(record) = records
             .into_iter()
             .filter(|m| !earlier.contains(&m.id))
@@ -573,7 +556,10 @@ impl NovaDriver {
         if !record.status.succeeded() && !record.status.failed() {
             return Ok(EvacuationProgress::Running(Some(record.status)));
         }
-        let server = self.server_now(&e.server).await.map_err(unknown)?;
+        let server = self
+            .server_now(&e.server)
+            .await
+            .map_err(unknown_after_write)?;
         if record.status.failed() || server.status == ServerStatus::Error {
             return Ok(EvacuationProgress::Failed {
                 migration: record,
@@ -647,20 +633,29 @@ impl NovaDriver {
         action: Value,
         version: Microversion,
     ) -> Result<Server, DriverError> {
+        self.post_action(server, &action, version).await?;
+        self.server_now(server).await.map_err(unknown_after_write)
+    }
+
+    /// `POST /servers/{id}/action` with `action`: every server action (lock, unlock,
+    /// evacuate) is one.
+    async fn post_action(
+        &self,
+        server: &str,
+        action: &Value,
+        version: Microversion,
+    ) -> Result<(), DriverError> {
         self.client
             .request(
                 Method::POST,
                 Api::Compute,
                 &format!("servers/{}/action", segment(server)),
                 &[],
-                Some(&action),
+                Some(action),
                 Some(version),
             )
             .await?;
-        self.server_now(server).await.map_err(|mut e| {
-            e.state_unknown = true;
-            e
-        })
+        Ok(())
     }
 
     /// Whether a server is where it should be: `ACTIVE`, no task under way, on a host whose
@@ -679,6 +674,13 @@ impl NovaDriver {
             && !svc.forced_down;
         Ok((ok, Some(svc)))
     }
+}
+
+/// An error reading back after a write was sent: the write may have taken effect, so the
+/// target's state is unknown, whatever the read's own error says.
+pub(super) fn unknown_after_write(mut e: DriverError) -> DriverError {
+    e.state_unknown = true;
+    e
 }
 
 /// The filter for a server's evacuation records.

@@ -12,6 +12,7 @@
 use qfence_model::{ControllerId, ControllerType};
 
 use super::NovaDriver;
+use super::api::unknown_after_write;
 use super::types::{EvacuateRequest, EvacuationProgress, ServiceState, ServiceStatus};
 use crate::driver::{
     Build, CallContext, ControllerErrors, Discovered, Driver, DriverError, ErrorKind, Probe,
@@ -87,10 +88,10 @@ impl NovaDriver {
             (_, false) => serde_json::json!({"status": "enabled"}),
         };
         self.update_service_now(host, change).await?;
-        let after = self.read_host(ctx, target).await.map_err(|mut e| {
-            e.state_unknown = true;
-            e
-        })?;
+        let after = self
+            .read_host(ctx, target)
+            .await
+            .map_err(unknown_after_write)?;
         if after.holds != on {
             return Err(self.client.err(
                 ErrorKind::Protocol,
@@ -163,10 +164,10 @@ impl NovaDriver {
                     ));
                 }
                 EvacuationProgress::Done { migration, server } => {
-                    let mut r = self.read_server(ctx, target).await.map_err(|mut err| {
-                        err.state_unknown = true;
-                        err
-                    })?;
+                    let mut r = self
+                        .read_server(ctx, target)
+                        .await
+                        .map_err(unknown_after_write)?;
                     r.detail = format!(
                         "evacuated from {} (migration {} {}): {}",
                         e.source, migration.id, migration.status, r.detail

@@ -2,8 +2,7 @@
 
 use super::*;
 
-pub(super) async fn version(State(shared): Shr, method: Method, headers: HeaderMap) -> Response {
-    authenticated!(shared, method, headers);
+pub(super) async fn version(State(shared): Shr, _: Authed) -> Response {
     let state = shared.lock();
     data(json!({
         "version": state.version,
@@ -76,11 +75,9 @@ pub(super) fn random_token(bytes: usize) -> String {
 
 pub(super) async fn permissions(
     State(shared): Shr,
-    method: Method,
-    headers: HeaderMap,
+    Authed(caller): Authed,
     Query(query): Query<BTreeMap<String, String>>,
 ) -> Response {
-    let caller = authenticated!(shared, method, headers);
     let state = shared.lock();
     // Whose permissions: one's own, or (for a user) one of its tokens; others need
     // Sys.Audit on /access.

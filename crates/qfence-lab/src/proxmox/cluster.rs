@@ -2,12 +2,7 @@
 
 use super::*;
 
-pub(super) async fn cluster_status(
-    State(shared): Shr,
-    method: Method,
-    headers: HeaderMap,
-) -> Response {
-    let caller = authenticated!(shared, method, headers);
+pub(super) async fn cluster_status(State(shared): Shr, Authed(caller): Authed) -> Response {
     let state = shared.lock();
     if !allowed(&state, &caller, "/", "Sys.Audit") {
         return forbidden("/", "Sys.Audit");
@@ -66,11 +61,9 @@ pub(super) fn uptime(shared: &Shared, vm: &Vm) -> u64 {
 
 pub(super) async fn cluster_resources(
     State(shared): Shr,
-    method: Method,
-    headers: HeaderMap,
+    Authed(caller): Authed,
     Query(query): Query<BTreeMap<String, String>>,
 ) -> Response {
-    let caller = authenticated!(shared, method, headers);
     let state = shared.lock();
     let kind = query.get("type").map(String::as_str);
     let mut out = Vec::new();
@@ -124,8 +117,7 @@ pub(super) async fn cluster_resources(
     data(Value::Array(out))
 }
 
-pub(super) async fn nodes(State(shared): Shr, method: Method, headers: HeaderMap) -> Response {
-    authenticated!(shared, method, headers);
+pub(super) async fn nodes(State(shared): Shr, _: Authed) -> Response {
     let state = shared.lock();
     let out: Vec<Value> = state
         .nodes
@@ -143,11 +135,9 @@ pub(super) async fn nodes(State(shared): Shr, method: Method, headers: HeaderMap
 
 pub(super) async fn node_status(
     State(shared): Shr,
-    method: Method,
-    headers: HeaderMap,
+    Authed(caller): Authed,
     Path(node): Path<String>,
 ) -> Response {
-    let caller = authenticated!(shared, method, headers);
     let state = shared.lock();
     if let Err(r) = reach_node(&state, &node) {
         return r;
@@ -166,18 +156,12 @@ pub(super) async fn node_status(
 
 pub(super) async fn node_vms(
     State(shared): Shr,
-    method: Method,
-    headers: HeaderMap,
+    CountedRead(caller, _): CountedRead<Listing>,
     Path(node): Path<String>,
     Query(query): Query<BTreeMap<String, String>>,
 ) -> Response {
     // `full=1` adds what asking each VM's QEMU gives, qmpstatus among it, as PVE's does.
     let full = query.get("full").is_some_and(|f| f == "1");
-    shared
-        .reads
-        .listings
-        .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-    let caller = authenticated!(shared, method, headers);
     let state = shared.lock();
     if let Err(r) = reach_node(&state, &node) {
         return r;
@@ -223,12 +207,7 @@ pub(super) fn ha_resource_body(vm: &Vm, ha: &HaService) -> Value {
     })
 }
 
-pub(super) async fn ha_resources(
-    State(shared): Shr,
-    method: Method,
-    headers: HeaderMap,
-) -> Response {
-    let caller = authenticated!(shared, method, headers);
+pub(super) async fn ha_resources(State(shared): Shr, Authed(caller): Authed) -> Response {
     let state = shared.lock();
     if !allowed(&state, &caller, "/", "Sys.Audit") {
         return forbidden("/", "Sys.Audit");
@@ -243,11 +222,9 @@ pub(super) async fn ha_resources(
 
 pub(super) async fn ha_resource(
     State(shared): Shr,
-    method: Method,
-    headers: HeaderMap,
+    Authed(caller): Authed,
     Path(sid): Path<String>,
 ) -> Response {
-    let caller = authenticated!(shared, method, headers);
     let state = shared.lock();
     if !allowed(&state, &caller, "/", "Sys.Audit") {
         return forbidden("/", "Sys.Audit");
@@ -267,8 +244,7 @@ pub(super) async fn ha_resource(
     }
 }
 
-pub(super) async fn ha_status(State(shared): Shr, method: Method, headers: HeaderMap) -> Response {
-    let caller = authenticated!(shared, method, headers);
+pub(super) async fn ha_status(State(shared): Shr, Authed(caller): Authed) -> Response {
     let state = shared.lock();
     if !allowed(&state, &caller, "/", "Sys.Audit") {
         return forbidden("/", "Sys.Audit");

@@ -48,16 +48,6 @@ use tokio::time::Instant;
 use crate::faults::{self, Faults};
 use crate::tls::{self, LabError, Server, TlsIdentity};
 
-/// The caller, or the 401 answer. Defined before the modules that use it.
-macro_rules! authenticated {
-    ($shared:expr, $method:expr, $headers:expr) => {
-        match authenticate(&$shared, &$method, &$headers) {
-            Ok(principal) => principal,
-            Err(response) => return response,
-        }
-    };
-}
-
 mod access;
 mod cluster;
 mod replication;

@@ -137,12 +137,7 @@ pub(super) fn job_status(shared: &Shared, source: Option<&str>, job: &Replicatio
     out
 }
 
-pub(super) async fn replication_config(
-    State(shared): Shr,
-    method: Method,
-    headers: HeaderMap,
-) -> Response {
-    let caller = authenticated!(shared, method, headers);
+pub(super) async fn replication_config(State(shared): Shr, Authed(caller): Authed) -> Response {
     let state = shared.lock();
     let out: Vec<Value> = state
         .replication
@@ -155,11 +150,9 @@ pub(super) async fn replication_config(
 
 pub(super) async fn replication_config_one(
     State(shared): Shr,
-    method: Method,
-    headers: HeaderMap,
+    Authed(caller): Authed,
     Path(id): Path<String>,
 ) -> Response {
-    let caller = authenticated!(shared, method, headers);
     let state = shared.lock();
     let Some(job) = state.job(&id) else {
         return pve_error(
@@ -179,16 +172,10 @@ pub(super) async fn replication_config_one(
 
 pub(super) async fn replication_status_list(
     State(shared): Shr,
-    method: Method,
-    headers: HeaderMap,
+    CountedRead(caller, _): CountedRead<JobListing>,
     Path(node): Path<String>,
     Query(query): Query<BTreeMap<String, String>>,
 ) -> Response {
-    shared
-        .reads
-        .job_listings
-        .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-    let caller = authenticated!(shared, method, headers);
     let state = shared.lock();
     if let Err(r) = reach_node(&state, &node) {
         return r;
@@ -247,15 +234,9 @@ fn permitted_job<'a>(
 
 pub(super) async fn replication_status_one(
     State(shared): Shr,
-    method: Method,
-    headers: HeaderMap,
+    CountedRead(caller, _): CountedRead<JobStatus>,
     Path((node, id)): Path<(String, String)>,
 ) -> Response {
-    shared
-        .reads
-        .job_status
-        .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-    let caller = authenticated!(shared, method, headers);
     let state = shared.lock();
     let job = match permitted_job(&state, &caller, &node, &id, "VM.Audit") {
         Ok(job) => job,
@@ -266,11 +247,9 @@ pub(super) async fn replication_status_one(
 
 pub(super) async fn replication_schedule_now(
     State(shared): Shr,
-    method: Method,
-    headers: HeaderMap,
+    Authed(caller): Authed,
     Path((node, id)): Path<(String, String)>,
 ) -> Response {
-    let caller = authenticated!(shared, method, headers);
     {
         let state = shared.lock();
         if let Err(r) = permitted_job(&state, &caller, &node, &id, "VM.Replicate") {

@@ -1,5 +1,11 @@
 //! The HTTP side: routes, PVE's answers and errors, who is asking and what they may do.
 
+use std::marker::PhantomData;
+use std::sync::atomic::{AtomicU64, Ordering};
+
+use axum::extract::FromRequestParts;
+use axum::http::request::Parts;
+
 use super::*;
 
 // ---------------------------------------------------------------------------------------
@@ -181,6 +187,62 @@ pub(super) fn authenticate(
         }
     }
     Ok(Principal::User(found.userid))
+}
+
+/// The authenticated caller of a request, or PVE's 401 answer: what every handler starts
+/// from.
+pub(super) struct Authed(pub(super) Principal);
+
+impl FromRequestParts<Arc<Shared>> for Authed {
+    type Rejection = Response;
+
+    async fn from_request_parts(parts: &mut Parts, shared: &Arc<Shared>) -> Result<Self, Response> {
+        authenticate(shared, &parts.method, &parts.headers).map(Authed)
+    }
+}
+
+/// A read counted in [`VmReads`] under `K`, then its authenticated caller. Counted as it
+/// arrives, before authentication: a refused read is still a read the client made.
+pub(super) struct CountedRead<K>(pub(super) Principal, pub(super) PhantomData<K>);
+
+/// Which of [`VmReads`]' counters a [`CountedRead`] adds to.
+pub(super) trait ReadKind {
+    fn counter(reads: &VmReads) -> &AtomicU64;
+}
+
+impl<K: ReadKind> FromRequestParts<Arc<Shared>> for CountedRead<K> {
+    type Rejection = Response;
+
+    async fn from_request_parts(parts: &mut Parts, shared: &Arc<Shared>) -> Result<Self, Response> {
+        K::counter(&shared.reads).fetch_add(1, Ordering::Relaxed);
+        let Authed(caller) = Authed::from_request_parts(parts, shared).await?;
+        Ok(CountedRead(caller, PhantomData))
+    }
+}
+
+/// The kinds of counted read, each naming its counter in [`VmReads`].
+macro_rules! read_kinds {
+    ($($(#[$doc:meta])* $kind:ident => $counter:ident;)*) => {$(
+        $(#[$doc])*
+        pub(super) struct $kind;
+
+        impl ReadKind for $kind {
+            fn counter(reads: &VmReads) -> &AtomicU64 {
+                &reads.$counter
+            }
+        }
+    )*};
+}
+
+read_kinds! {
+    /// `GET /nodes/{node}/qemu`.
+    Listing => listings;
+    /// `GET /nodes/{node}/qemu/{vmid}/status/current`.
+    StatusCurrent => status_current;
+    /// `GET /nodes/{node}/replication`.
+    JobListing => job_listings;
+    /// `GET /nodes/{node}/replication/{id}/status`.
+    JobStatus => job_status;
 }
 
 pub(super) fn percent_decode(s: &str) -> String {

@@ -49,11 +49,9 @@ pub(super) fn visible_task<'a>(
 
 pub(super) async fn tasks(
     State(shared): Shr,
-    method: Method,
-    headers: HeaderMap,
+    Authed(caller): Authed,
     Path(node): Path<String>,
 ) -> Response {
-    let caller = authenticated!(shared, method, headers);
     let state = shared.lock();
     if let Err(r) = reach_node(&state, &node) {
         return r;
@@ -87,11 +85,9 @@ pub(super) async fn tasks(
 
 pub(super) async fn task_status(
     State(shared): Shr,
-    method: Method,
-    headers: HeaderMap,
+    Authed(caller): Authed,
     Path((node, upid)): Path<(String, String)>,
 ) -> Response {
-    let caller = authenticated!(shared, method, headers);
     let state = shared.lock();
     if let Err(r) = reach_node(&state, &node) {
         return r;
@@ -104,11 +100,9 @@ pub(super) async fn task_status(
 
 pub(super) async fn task_log(
     State(shared): Shr,
-    method: Method,
-    headers: HeaderMap,
+    Authed(caller): Authed,
     Path((node, upid)): Path<(String, String)>,
 ) -> Response {
-    let caller = authenticated!(shared, method, headers);
     let state = shared.lock();
     if let Err(r) = reach_node(&state, &node) {
         return r;

@@ -38,15 +38,9 @@ fn audited_vm<'a>(
 
 pub(super) async fn vm_current(
     State(shared): Shr,
-    method: Method,
-    headers: HeaderMap,
+    CountedRead(caller, _): CountedRead<StatusCurrent>,
     Path((node, vmid)): Path<(String, String)>,
 ) -> Response {
-    shared
-        .reads
-        .status_current
-        .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-    let caller = authenticated!(shared, method, headers);
     let state = shared.lock();
     let vm = match audited_vm(&state, &caller, &node, &vmid) {
         Ok(vm) => vm,
@@ -78,11 +72,9 @@ pub(super) async fn vm_current(
 
 pub(super) async fn vm_config(
     State(shared): Shr,
-    method: Method,
-    headers: HeaderMap,
+    Authed(caller): Authed,
     Path((node, vmid)): Path<(String, String)>,
 ) -> Response {
-    let caller = authenticated!(shared, method, headers);
     let state = shared.lock();
     let vm = match audited_vm(&state, &caller, &node, &vmid) {
         Ok(vm) => vm,
@@ -116,13 +108,12 @@ pub(super) enum Effect {
 
 pub(super) async fn vm_action(
     State(shared): Shr,
-    method: Method,
+    Authed(caller): Authed,
     headers: HeaderMap,
     uri: Uri,
     Path((node, vmid, action)): Path<(String, String, String)>,
     body: Bytes,
 ) -> Response {
-    let caller = authenticated!(shared, method, headers);
     let params = parameters(&uri, &headers, &body);
     let (vm, task_duration) = {
         let state = shared.lock();

@@ -15,4 +15,5 @@ mod faults;
 mod fidelity;
 mod power;
 mod proxmox;
+mod proxmox_reads;
 mod redfish;

@@ -303,19 +303,25 @@ fn step_ms(detail: &str, step: &str) -> Option<u64> {
     })
 }
 
-/// The first result of `capability` at or after `since`: its message and time.
-fn result_of<'e>(
-    events: &'e [serde_json::Value],
+/// The first result of `capability` at or after `since` whose reading names `step`'s time
+/// (a perform's, not a check's): that time and the event's.
+fn step_of(
+    events: &[serde_json::Value],
     capability: &str,
     since: u64,
-) -> Option<(&'e str, u64)> {
+    step: &str,
+) -> Option<(u64, u64)> {
     events.iter().find_map(|e| {
-        (e["kind"] == "result"
-            && e["data"]["capability"] == capability
-            && e["data"]["outcome"] == "done"
-            && e["time_ms"].as_u64() >= Some(since))
-        .then(|| Some((e["message"].as_str()?, e["time_ms"].as_u64()?)))
-        .flatten()
+        if e["kind"] != "result"
+            || e["data"]["capability"] != capability
+            || e["time_ms"].as_u64() < Some(since)
+        {
+            return None;
+        }
+        Some((
+            step_ms(e["message"].as_str()?, step)?,
+            e["time_ms"].as_u64()?,
+        ))
     })
 }
 
@@ -373,15 +379,15 @@ async fn switchover(lab: &Lab, p: &Profile, n: usize) -> Result<Switchover> {
             }
         }
     }
-    let demote = result_of(&events, "db.demote", asked).map(|(m, _)| m);
-    let promote = result_of(&events, "db.promote", asked);
+    let step = |capability, step| step_of(&events, capability, asked, step);
+    let promote = step("db.promote", "promote");
     let old_runs = writer::connect(&pair.url(0)).await.is_some();
     o.stop().await;
     Ok(Switchover {
         gap,
-        checkpoint: demote.and_then(|m| step_ms(m, "CHECKPOINT")),
-        stop: demote.and_then(|m| step_ms(m, "stop")),
-        promote: promote.and_then(|(m, _)| step_ms(m, "promote")),
+        checkpoint: step("db.demote", "CHECKPOINT").map(|(ms, _)| ms),
+        stop: step("db.demote", "stop").map(|(ms, _)| ms),
+        promote: promote.map(|(ms, _)| ms),
         first_write: promote.map(|(_, at)| first_at_dc2.saturating_sub(at)),
         old_runs,
         rejoin,

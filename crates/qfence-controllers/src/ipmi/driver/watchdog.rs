@@ -118,17 +118,9 @@ impl IpmiDriver {
     ) -> Result<Reading, DriverError> {
         const CALL: &str = "watchdog arm";
         let seconds = watchdog_seconds(target).map_err(|m| self.bad_params(CALL, m))?;
-        let tenths = watchdog_tenths(target).map_err(|m| self.bad_params(CALL, m))?;
-        let mut s = self.open(CALL).await?;
-        self.command(
-            &mut s,
-            CALL,
-            "Set Watchdog Timer",
-            (netfn::APP, cmd::SET_WATCHDOG),
-            &wire::set_watchdog_request(USE_SMS_DONT_STOP, ACTION_POWER_DOWN, tenths),
-            true,
-        )
-        .await?;
+        let (mut s, tenths) = self.watchdog_session(CALL, target).await?;
+        self.set_watchdog(&mut s, CALL, USE_SMS_DONT_STOP, ACTION_POWER_DOWN, tenths)
+            .await?;
         self.command(
             &mut s,
             CALL,
@@ -149,8 +141,7 @@ impl IpmiDriver {
         target: &Target,
     ) -> Result<Reading, DriverError> {
         const CALL: &str = "watchdog renew";
-        let tenths = watchdog_tenths(target).map_err(|m| self.bad_params(CALL, m))?;
-        let mut s = self.open(CALL).await?;
+        let (mut s, tenths) = self.watchdog_session(CALL, target).await?;
         let reset = s.request(netfn::APP, cmd::RESET_WATCHDOG, &[]).await;
         match reset {
             Ok(r) if r.cc == 0 => {}
@@ -182,20 +173,12 @@ impl IpmiDriver {
         target: &Target,
     ) -> Result<Reading, DriverError> {
         const CALL: &str = "watchdog disarm";
-        let seconds = watchdog_seconds(target).unwrap_or(DEFAULT_WATCHDOG_SECONDS);
+        // A bad countdown does not stop a disarm: the default one is what it reads back.
+        let tenths = (watchdog_seconds(target).unwrap_or(DEFAULT_WATCHDOG_SECONDS) * 10) as u16;
         let mut s = self.open(CALL).await?;
-        self.command(
-            &mut s,
-            CALL,
-            "Set Watchdog Timer",
-            (netfn::APP, cmd::SET_WATCHDOG),
-            &wire::set_watchdog_request(USE_SMS_STOP, ACTION_NONE, (seconds * 10) as u16),
-            true,
-        )
-        .await?;
-        let r = self
-            .watchdog_read_back(ctx, s, CALL, false, (seconds * 10) as u16)
+        self.set_watchdog(&mut s, CALL, USE_SMS_STOP, ACTION_NONE, tenths)
             .await?;
+        let r = self.watchdog_read_back(ctx, s, CALL, false, tenths).await?;
         if r.holds {
             return Err(DriverError::new(
                 ErrorKind::Rejected,
@@ -218,8 +201,34 @@ impl IpmiDriver {
         target: &Target,
     ) -> Result<Reading, DriverError> {
         const CALL: &str = "watchdog check";
-        let tenths = watchdog_tenths(target).map_err(|m| self.bad_params(CALL, m))?;
-        let s = self.open(CALL).await?;
+        let (s, tenths) = self.watchdog_session(CALL, target).await?;
         self.watchdog_read_back(ctx, s, CALL, false, tenths).await
+    }
+
+    /// A session for the watchdog call `call`, with the countdown `target`'s binding sets (in
+    /// tenths): a bad countdown is refused before anything is sent.
+    async fn watchdog_session(
+        &self,
+        call: &str,
+        target: &Target,
+    ) -> Result<(Session, u16), DriverError> {
+        let tenths = watchdog_tenths(target).map_err(|m| self.bad_params(call, m))?;
+        Ok((self.open(call).await?, tenths))
+    }
+
+    /// Set Watchdog Timer in `s`: `timer_use` and `action`, counting down from `tenths`.
+    async fn set_watchdog(
+        &self,
+        s: &mut Session,
+        call: &str,
+        timer_use: u8,
+        action: u8,
+        tenths: u16,
+    ) -> Result<(), DriverError> {
+        let request = wire::set_watchdog_request(timer_use, action, tenths);
+        let set = (netfn::APP, cmd::SET_WATCHDOG);
+        self.command(s, call, "Set Watchdog Timer", set, &request, true)
+            .await
+            .map(drop)
     }
 }
