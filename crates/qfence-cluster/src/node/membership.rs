@@ -36,9 +36,7 @@ impl ClusterNode {
                 .add_records(&self.inner.member, &self.inner.key.public_key_hex())
                 .await
             {
-                Err(ClusterError::NotLeader { .. })
-                    if tokio::time::Instant::now() < deadline =>
-                {
+                Err(ClusterError::NotLeader { .. }) if tokio::time::Instant::now() < deadline => {
                     tokio::time::sleep(Duration::from_millis(50)).await;
                 }
                 r => return r,
