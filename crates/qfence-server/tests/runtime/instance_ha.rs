@@ -646,3 +646,77 @@ async fn datagrams_that_are_not_fence_kdump_messages_never_hold_a_fence_back() -
     cloud.stop().await;
     Ok(())
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_host_of_a_site_the_cluster_lost_is_left_to_the_site_failover() -> Result<()> {
+    let cloud = Cloud::start().await?;
+    // dc1 and dc2 with an orchestrator each, and a witness: dc1-a keeps the quorum alone with
+    // the witness. compute-3 and compute-4 are dc2's.
+    let text = cloud
+        .config("", &[])
+        .replacen(
+            "sites:\n  dc1: {}\n",
+            "sites:\n  dc1: {}\n  dc2: {}\n  witness: {witness: true}\n",
+            1,
+        )
+        .replacen(
+            "orchestrators:\n",
+            "orchestrators:\n  dc2-a: {site: dc2, address: \"127.0.0.1:7402\"}\n  witness-a: \
+             {site: witness, address: \"127.0.0.1:7403\"}\n",
+            1,
+        )
+        .replace("resource: compute-3}", "resource: compute-3, site: dc2}")
+        .replace("resource: compute-4}", "resource: compute-4, site: dc2}");
+    let ca = qfence_cluster::tls::CertificateAuthority::generate("lab")?;
+    let dc1 = Orchestrator::start_as(&text, "dc1-a", "dc1", &ca, None, true).await?;
+    let seed = dc1.node.member().address.clone();
+    let dc2 = Orchestrator::start_as(&text, "dc2-a", "dc2", &ca, Some(&seed), true).await?;
+    let witness =
+        Orchestrator::start_as(&text, "witness-a", "witness", &ca, Some(&seed), true).await?;
+    tokio::spawn(InstanceHa::new(&dc1.engine, dc1.drivers.clone()).run(dc1.stop.clone()));
+    let backend = RuntimeBackend::new(&dc1.engine, secrets());
+    eventually(Duration::from_secs(30), "dc1-a deciding", || async {
+        let s = backend.instance_ha().await.ok()?;
+        let c = s.clouds.first()?;
+        (c.leading && c.last_decision.is_some()).then_some(())
+    })
+    .await
+    .inspect_err(|_| dump(&dc1))?;
+
+    phase("dc2 is cut off: its orchestrator stops answering, and compute-3 stops reporting");
+    dc2.shutdown().await;
+    cloud.nova.update(|s| s.stop_heartbeat("compute-3"));
+    let alarm = eventually(Duration::from_secs(30), "the site-lost gate", || async {
+        dc1.engine
+            .events()
+            .into_iter()
+            .find(|e| e.kind == EventKind::Alarm && e.message.contains("gate site lost closed"))
+    })
+    .await
+    .inspect_err(|_| dump(&dc1))?;
+    assert!(
+        alarm
+            .message
+            .contains("site dc2 is lost to the orchestrator cluster"),
+        "{}",
+        alarm.message
+    );
+
+    phase("polls later, compute-3 was not fenced: a lost site is the site failover's");
+    tokio::time::sleep(Duration::from_secs(5)).await;
+    assert_eq!(
+        cloud.bmc.snapshot().system("compute-3").map(|s| s.power),
+        Some(PowerState::On)
+    );
+    let events = iha_events(&dc1);
+    assert!(
+        !events.iter().any(|e| e.contains(": fence compute-3")),
+        "no fence command: {events:#?}"
+    );
+    assert_eq!(cloud.servers_on("compute-3"), SERVERS_PER_HOST);
+
+    witness.shutdown().await;
+    dc1.shutdown().await;
+    cloud.stop().await;
+    Ok(())
+}
