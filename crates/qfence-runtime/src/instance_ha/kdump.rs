@@ -302,6 +302,38 @@ mod tests {
         assert!(h.log_refusal(a, Millis(60_000)));
     }
 
+    #[test]
+    fn a_message_is_a_hosts_by_its_configured_address_else_by_its_resolved_name() {
+        let text = "cluster: {name: t}\nsites: {dc1: {}}\norchestrators:\n  o1: {site: dc1, \
+                    address: \"127.0.0.1:7401\"}\ncontrollers:\n  nova: {type: nova, endpoint: \
+                    \"https://k:5000/v3\", site: dc1, secret: nv, username: u, project: p}\n\
+                    instance_ha:\n  c:\n    nova: nova\n    hosts:\n      \
+                    compute-1: {address: 192.0.2.1}\n";
+        let loaded = qfence_model::config::load_str(text, "t.yaml").unwrap();
+        let cloud = loaded.config.cloud("c").unwrap().clone();
+        let host = |h: &str| HostName::new(h).unwrap();
+        let ip = |a: &str| -> IpAddr { a.parse().unwrap() };
+        let mut heard = Heard::default();
+        heard.record(ip("192.0.2.1"), Millis(10));
+        heard.record(ip("192.0.2.2"), Millis(20));
+        heard.record(ip("192.0.2.2"), Millis(30));
+        heard.record(ip("192.0.2.9"), Millis(40));
+        // compute-1's name resolving elsewhere does not matter: its address is configured.
+        let resolved = BTreeMap::from([
+            (host("compute-1"), vec![ip("192.0.2.9")]),
+            (host("compute-2"), vec![ip("192.0.2.2")]),
+        ]);
+        let hosts = [host("compute-1"), host("compute-2"), host("compute-3")];
+        let got = by_host(&cloud, &heard, hosts.iter(), &resolved);
+        assert_eq!(
+            got,
+            BTreeMap::from([
+                (host("compute-1"), vec![Millis(10)]),
+                (host("compute-2"), vec![Millis(20), Millis(30)]),
+            ])
+        );
+    }
+
     #[tokio::test]
     async fn a_name_resolves_to_its_addresses() {
         let localhost = HostName::new("localhost").unwrap();

@@ -236,6 +236,12 @@ impl CloudLoop {
         if due {
             self.poll(cloud_config, &lead.token).await;
         }
+        // Before the lease's confirmation: a name lookup may take a while.
+        if cloud_config.check_kdump
+            && let Ok(Some(state)) = read_state(inner, &self.cloud)
+        {
+            self.resolve_waiting(cloud_config, &state).await;
+        }
         // The lease counts from a confirmation after the poll, which may have taken seconds.
         let Some((lead, from)) = self.confirm().await else {
             return DECIDE_EVERY;
@@ -255,9 +261,6 @@ impl CloudLoop {
                 return DECIDE_EVERY;
             }
         };
-        if cloud_config.check_kdump {
-            self.resolve_waiting(cloud_config, &state).await;
-        }
         let decision = self.decide(&config, &state, leadership);
         self.publish(&decision, &state, lead.term);
         if let Some(change) = &decision.state_change {
