@@ -37,6 +37,10 @@ fn the_example_loads_and_resolves_each_hosts_fence() {
         (f.binding.controller.as_str(), f.site.as_str()),
         ("bmc-compute-11", "dc2")
     );
+    // fence_kdump messages from its address are legacy-0's.
+    assert_eq!(cloud.kdump_port, 7410);
+    let legacy = &cloud.hosts["legacy-0.cloud.example"];
+    assert_eq!(legacy.address, Some("192.0.2.40".parse().unwrap()));
     // Its own entry.
     let f = fence("rack7-0.cloud.example").unwrap();
     assert_eq!(
@@ -70,6 +74,7 @@ fn defaults_are_the_seeds() {
     assert_eq!(cloud.threshold_percent, 50);
     assert!(!cloud.disabled && !cloud.reserved_hosts && !cloud.check_kdump);
     assert_eq!(cloud.kdump_timeout.as_secs(), 30);
+    assert_eq!(cloud.kdump_port, 7410);
     assert!(!cloud.leave_disabled && !cloud.smart_evacuation && !cloud.force_enable);
     assert_eq!((cloud.workers, cloud.evacuation_retries), (4, 5));
     assert_eq!(cloud.max_hosts_per_cycle, 10);
@@ -98,6 +103,7 @@ instance_ha:
     evacuate_to_reserved: true
     kdump_timeout_seconds: 60
     kdump_max_wait_seconds: 30
+    kdump_port: 70000
     delta_seconds: 10
     colour: blue
     hosts:
@@ -109,6 +115,9 @@ instance_ha:
       h6: {site: witness}
       "-bad": {}
       h7: {controller: "bmc-{short}", capability: power.off, resource: "1"}
+      h8: {address: 192.0.2.8}
+      h9: {address: 192.0.2.8}
+      h10: {address: compute-10}
     host_rules:
       - {match: "compute-*", controller: bmc-a, capability: power.off, resource: "1"}
       - {match: "x-*", controller: "ipmi-{short}", capability: power.off, resource: "1"}
@@ -188,6 +197,18 @@ fn every_mistake_in_a_cloud_is_reported_at_once_with_its_path() {
         (
             "instance_ha.bad.kdump_timeout_seconds",
             "kdump_timeout_seconds (60) must be less than kdump_max_wait_seconds (30)",
+        ),
+        (
+            "instance_ha.bad.hosts.h9.address",
+            "address 192.0.2.8 is also host \"h8\"'s",
+        ),
+        (
+            "instance_ha.bad.hosts.h10.address",
+            "\"compute-10\" is not an IP address",
+        ),
+        (
+            "instance_ha.bad.kdump_port",
+            "70000 is out of range: expected from 1 to 65535",
         ),
         (
             "instance_ha.bad.nova",

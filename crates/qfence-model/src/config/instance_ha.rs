@@ -10,6 +10,7 @@
 
 use std::collections::BTreeMap;
 use std::fmt;
+use std::net::IpAddr;
 use std::time::Duration;
 
 use serde::Serialize;
@@ -111,6 +112,9 @@ pub struct CloudConfig {
     /// The longest a host that keeps sending kdump messages delays its fence
     /// (`kdump_max_wait_seconds`, default 600).
     pub kdump_max_wait: Duration,
+    /// The UDP port fence_kdump messages are listened for on, on every orchestrator
+    /// (`kdump_port`, fence_kdump's default 7410). Clouds may share one.
+    pub kdump_port: u16,
     /// Leave a host disabled after its evacuation instead of powering it on and enabling it
     /// (`leave_disabled`, `LEAVE_DISABLED`, default false).
     pub leave_disabled: bool,
@@ -163,6 +167,9 @@ pub struct HostEntry {
     pub fence: Option<Binding>,
     /// Its site; by default the rule's, else the Nova controller's.
     pub site: Option<SiteId>,
+    /// The address its fence_kdump messages come from (`address`); without one, a message
+    /// is matched to the host by resolving its name.
+    pub address: Option<IpAddr>,
 }
 
 /// `instance_ha.NAME.host_rules[N]:` — hosts whose name matches `pattern` are fenced through

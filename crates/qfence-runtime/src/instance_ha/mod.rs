@@ -20,24 +20,32 @@
 //! each host from its record. What is not replicated (the view, fence readings, results,
 //! operations in flight) starts empty under a new term: the core treats an operation it
 //! issued and cannot find as ended UNKNOWN, and re-reads before it relies on anything.
+//!
+//! Two more inputs come from this orchestrator, not from Nova: the fence_kdump messages its
+//! listener heard ([`kdump`]), mapped to hosts by their sender, and the sites the cluster has
+//! lost (no orchestrator there answers), which close the core's site gate: a site lost as a
+//! whole is the site failover's, not Instance HA's.
 
 mod exec;
+pub mod kdump;
 mod nova;
 pub mod view;
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
+use std::net::IpAddr;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
+use qfence_cluster::routing::Candidate;
 use qfence_cluster::state::{CloudStateDoc, Command as ClusterCommand, Response};
 use qfence_controllers::AnyDriver;
 use qfence_core::instance_ha::{
-    Action, CloudState, CloudStateChange, Command, Decision, NovaView, ObserverHealth,
+    Action, CloudState, CloudStateChange, Command, Decision, HostPhase, NovaView, ObserverHealth,
     StoredCloudState, Target, decide,
 };
 use qfence_core::{Leadership, Millis, Observation, OpId, OpResult};
 use qfence_model::config::HostName;
-use qfence_model::{CloudId, Term};
+use qfence_model::{CloudId, SiteId, Term};
 use tokio::sync::Notify;
 use tokio_util::sync::CancellationToken;
 
@@ -57,12 +65,18 @@ pub const DECIDE_EVERY: Duration = Duration::from_secs(1);
 pub const LEASE: Duration = Duration::from_secs(1);
 /// Results older than this are forgotten (the core judges each within a decision or two).
 const KEEP_RESULTS: Duration = Duration::from_secs(3600);
+/// A host's name is resolved again after this long (its kdump messages' sender).
+const RESOLVE_EVERY: Duration = Duration::from_secs(60);
+/// The longest one name resolution may take (the loop waits for it).
+const RESOLVE_LIMIT: Duration = Duration::from_secs(1);
 
 /// The Instance HA service of one orchestrator: a loop per cloud of the configuration.
 #[derive(Debug, Clone)]
 pub struct InstanceHa {
     inner: Arc<Inner>,
     drivers: Arc<LocalDrivers>,
+    /// The fence_kdump messages this orchestrator's listeners heard.
+    heard: kdump::HeardByPort,
 }
 
 /// What one cloud's loop keeps between decisions, shared with the commands it started.
@@ -74,7 +88,10 @@ struct Local {
     /// When the last poll was made (successful or not).
     polled: Option<Millis>,
     fences: BTreeMap<HostName, Observation>,
+    /// Each host's fence_kdump messages, as the listener heard them from its address.
     kdump: BTreeMap<HostName, Vec<Millis>>,
+    /// The addresses hosts without a configured `address` resolved to, and when.
+    resolved: BTreeMap<HostName, (Millis, Vec<IpAddr>)>,
     results: BTreeMap<OpId, OpResult>,
     in_flight: BTreeMap<OpId, Target>,
     observer: ObserverHealth,
@@ -99,20 +116,44 @@ impl InstanceHa {
         Self {
             inner: engine.inner.clone(),
             drivers,
+            heard: Arc::default(),
         }
     }
 
-    /// Runs a loop for every cloud of the configuration until `stop` is cancelled. Every
-    /// orchestrator runs them; only the leader's act.
+    /// Runs a loop for every cloud of the configuration until `stop` is cancelled, and a
+    /// fence_kdump listener on each port a cloud with `check_kdump` names. Every
+    /// orchestrator runs them; only the leader's loops act.
     pub async fn run(self, stop: CancellationToken) {
-        let clouds: Vec<CloudId> = self
-            .inner
-            .config()
+        let config = self.inner.config();
+        let clouds: Vec<CloudId> = config.config().instance_ha.keys().cloned().collect();
+        let ports: BTreeSet<u16> = config
             .config()
             .instance_ha
-            .keys()
-            .cloned()
+            .values()
+            .filter(|c| c.check_kdump)
+            .map(|c| c.kdump_port)
             .collect();
+        let mut listeners = Vec::new();
+        for port in ports {
+            match kdump::bind(port).await {
+                Ok(socket) => {
+                    tracing::info!(port, "Listening for fence_kdump messages");
+                    listeners.push(tokio::spawn(kdump::listen(
+                        socket,
+                        self.heard.clone(),
+                        self.inner.clock,
+                        stop.clone(),
+                    )));
+                }
+                // The core still waits kdump_timeout_seconds before each fence (fail-open),
+                // but no dump will ever be seen from here.
+                Err(e) => tracing::error!(
+                    port,
+                    "Cannot listen for fence_kdump messages: {e}; hosts are fenced after \
+                     kdump_timeout_seconds without their dump being seen"
+                ),
+            }
+        }
         let loops = clouds.into_iter().map(|cloud| {
             let l = CloudLoop {
                 ha: self.clone(),
@@ -122,7 +163,7 @@ impl InstanceHa {
             };
             tokio::spawn(l.run(stop.clone()))
         });
-        for task in loops.collect::<Vec<_>>() {
+        for task in loops.collect::<Vec<_>>().into_iter().chain(listeners) {
             let _ = task.await;
         }
     }
@@ -194,6 +235,12 @@ impl CloudLoop {
             .is_none_or(|p| inner.clock.now().since(p) >= poll_every);
         if due {
             self.poll(cloud_config, &lead.token).await;
+        }
+        // Before the lease's confirmation: a name lookup may take a while.
+        if cloud_config.check_kdump
+            && let Ok(Some(state)) = read_state(inner, &self.cloud)
+        {
+            self.resolve_waiting(cloud_config, &state).await;
         }
         // The lease counts from a confirmation after the poll, which may have taken seconds.
         let Some((lead, from)) = self.confirm().await else {
@@ -315,6 +362,40 @@ impl CloudLoop {
         }
     }
 
+    /// Resolves the names of hosts waiting on their dump that have no configured `address`
+    /// (each at most every `RESOLVE_EVERY`): their kdump messages' sender is what their name
+    /// resolves to, as for `fence_kdump -n`.
+    async fn resolve_waiting(&self, cloud: &qfence_model::config::CloudConfig, state: &CloudState) {
+        let now = self.ha.inner.clock.now();
+        let due: Vec<HostName> = {
+            let local = lock(&self.local);
+            state
+                .hosts
+                .iter()
+                .filter(|(h, r)| {
+                    r.phase == HostPhase::KdumpWait
+                        && cloud
+                            .hosts
+                            .get(h.as_str())
+                            .and_then(|e| e.address)
+                            .is_none()
+                        && local
+                            .resolved
+                            .get(*h)
+                            .is_none_or(|(at, _)| now.since(*at) >= RESOLVE_EVERY)
+                })
+                .map(|(h, _)| h.clone())
+                .collect()
+        };
+        for host in due {
+            let addrs = kdump::resolve(&host, RESOLVE_LIMIT).await;
+            if addrs.is_empty() {
+                tracing::warn!(cloud = %self.cloud, host = %host, "The host's name does not resolve: its fence_kdump messages cannot be recognised (configure its address)");
+            }
+            lock(&self.local).resolved.insert(host, (now, addrs));
+        }
+    }
+
     /// The core's decision on this instant.
     fn decide(
         &self,
@@ -327,6 +408,24 @@ impl CloudLoop {
         let now = Millis(inner.clock.now().0.max(local.last_now.0 + 1));
         local.last_now = now;
         local.results.retain(|_, r| now.since(r.at) <= KEEP_RESULTS);
+        if let Some(cloud) = config.cloud(self.cloud.as_str()) {
+            let resolved = local
+                .resolved
+                .iter()
+                .map(|(h, (_, a))| (h.clone(), a.clone()))
+                .collect();
+            let heard = lock(&self.ha.heard);
+            let empty = kdump::Heard::default();
+            let on_port = heard.get(&cloud.kdump_port).unwrap_or(&empty);
+            let hosts = local.view.computes.iter().map(|c| &c.host);
+            local.kdump = kdump::by_host(cloud, on_port, hosts, &resolved);
+        }
+        let lost = lost_sites(&inner.node.candidates());
+        if lost != local.observer.lost_sites {
+            let names: Vec<&str> = lost.iter().map(SiteId::as_str).collect();
+            tracing::info!(cloud = %self.cloud, "The cluster's lost sites are now: {}", if names.is_empty() { "none".to_owned() } else { names.join(", ") });
+            local.observer.lost_sites = lost;
+        }
         let snapshot = qfence_core::instance_ha::Snapshot {
             config: config.validated(),
             cloud: self.cloud.clone(),
@@ -476,6 +575,19 @@ impl CloudLoop {
     }
 }
 
+/// The sites where no orchestrator answers the leader: the cluster lost them. A site with no
+/// orchestrator at all is never called lost (nothing can say so).
+pub(crate) fn lost_sites(candidates: &[Candidate]) -> BTreeSet<SiteId> {
+    let mut live: BTreeMap<&SiteId, bool> = BTreeMap::new();
+    for c in candidates {
+        *live.entry(&c.site).or_default() |= c.live;
+    }
+    live.into_iter()
+        .filter(|(_, l)| !l)
+        .map(|(s, _)| s.clone())
+        .collect()
+}
+
 fn local_term(local: &Mutex<Local>) -> Option<Term> {
     lock(local).term
 }
@@ -486,4 +598,45 @@ fn nova_timeout(inner: &Inner, cloud: &qfence_model::config::CloudConfig) -> Dur
         .config()
         .controller(cloud.nova.as_str())
         .map_or(Duration::from_secs(10), |c| c.timeout)
+}
+
+#[cfg(test)]
+mod tests {
+    use qfence_model::OrchestratorId;
+
+    use super::*;
+
+    fn member(name: &str, site: &str, live: bool) -> Candidate {
+        Candidate {
+            id: OrchestratorId::new(name).unwrap(),
+            site: SiteId::new(site).unwrap(),
+            live,
+            witness: site == "witness",
+            active: true,
+        }
+    }
+
+    #[test]
+    fn a_site_is_lost_when_none_of_its_orchestrators_answers() {
+        let sites = |c: &[Candidate]| -> Vec<String> {
+            lost_sites(c).iter().map(ToString::to_string).collect()
+        };
+        let all = [
+            member("dc1-a", "dc1", true),
+            member("dc2-a", "dc2", true),
+            member("dc2-b", "dc2", true),
+            member("witness-a", "witness", true),
+        ];
+        assert!(sites(&all).is_empty());
+        let mut one_of_two = all.clone();
+        one_of_two[1].live = false;
+        assert!(sites(&one_of_two).is_empty(), "dc2-b still answers");
+        let mut both = one_of_two;
+        both[2].live = false;
+        assert_eq!(sites(&both), ["dc2"]);
+        // In maintenance is not lost: it answers.
+        let mut drained = all;
+        drained[0].active = false;
+        assert!(sites(&drained).is_empty());
+    }
 }

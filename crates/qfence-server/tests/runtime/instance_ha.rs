@@ -491,3 +491,232 @@ async fn a_restarted_loop_resumes_the_host_from_the_replicated_state_and_never_f
     cloud.stop().await;
     Ok(())
 }
+
+/// Where Debian's fence-agents installs `fence_kdump_send`, if it is installed.
+fn fence_kdump_send() -> Option<std::path::PathBuf> {
+    [
+        "/usr/libexec/fence-agents/fence_kdump_send",
+        "/usr/sbin/fence_kdump_send",
+    ]
+    .into_iter()
+    .map(std::path::PathBuf::from)
+    .find(|p| p.is_file())
+}
+
+/// `check_kdump` on a free UDP port, a dump ending 4 s after its last message, and
+/// `host`'s fence_kdump messages coming from 127.0.0.1.
+fn kdump_config(cloud: &Cloud, port: u16, host: &str) -> String {
+    let extra = format!(
+        "    check_kdump: true\n    kdump_port: {port}\n    kdump_timeout_seconds: 4\n    \
+         kdump_max_wait_seconds: 120\n"
+    );
+    cloud.config(&extra, &[]).replace(
+        &format!("      {host}: {{controller: bmc,"),
+        &format!("      {host}: {{address: 127.0.0.1, controller: bmc,"),
+    )
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_host_sending_fence_kdump_messages_is_fenced_only_after_its_dump_ends() -> Result<()> {
+    let Some(sender) = fence_kdump_send() else {
+        super::emulators::missing("fence_kdump_send (fence-agents)");
+        return Ok(());
+    };
+    let cloud = Cloud::start().await?;
+    let port = super::emulators::free_udp_port();
+    let config = kdump_config(&cloud, port, "compute-2");
+    assert!(config.contains("address: 127.0.0.1"), "{config}");
+    let (o, backend) = start(&config).await?;
+    eventually(Duration::from_secs(20), "a first decision", || async {
+        let s = backend.instance_ha().await.ok()?;
+        s.clouds.first()?.last_decision.clone()
+    })
+    .await
+    .inspect_err(|_| dump(&o))?;
+
+    phase("compute-2 panics into its kdump kernel: its heartbeats stop, fence_kdump_send runs");
+    cloud.nova.update(|s| s.stop_heartbeat("compute-2"));
+    let mut kdump = tokio::process::Command::new(&sender)
+        .args(["-p", &port.to_string(), "-i", "1", "-c", "0", "127.0.0.1"])
+        .kill_on_drop(true)
+        .spawn()?;
+    eventually(Duration::from_secs(30), "the kdump event", || async {
+        iha_events(&o)
+            .iter()
+            .any(|e| e.contains("compute-2: fence_kdump messages: the fence waits for the dump"))
+            .then_some(())
+    })
+    .await
+    .inspect_err(|_| dump(&o))?;
+
+    phase("while the messages come, longer than kdump_timeout_seconds, it is not fenced");
+    tokio::time::sleep(Duration::from_secs(7)).await;
+    let s = backend.instance_ha().await?;
+    let sentence = s.clouds[0].last_decision.clone().unwrap_or_default();
+    assert!(
+        sentence.contains("compute-2 is dumping its kernel (fence_kdump)"),
+        "{sentence}"
+    );
+    assert!(
+        !iha_events(&o)
+            .iter()
+            .any(|e| e.starts_with("command instance-ha overcloud: fence compute-2")),
+        "no fence during the dump"
+    );
+    assert_eq!(
+        cloud.bmc.snapshot().system("compute-2").map(|s| s.power),
+        Some(PowerState::On)
+    );
+
+    phase("the dump ends (no more messages): the host is fenced, its record says kdump");
+    kdump.kill().await?;
+    eventually(Duration::from_secs(30), "compute-2 fenced", || async {
+        iha_events(&o)
+            .iter()
+            .any(|e| e.contains("compute-2: fenced, read back"))
+            .then_some(())
+    })
+    .await
+    .inspect_err(|_| dump(&o))?;
+    eventually(
+        Duration::from_secs(20),
+        "the disable with its reason",
+        || async {
+            iha_events(&o)
+                .iter()
+                .find(|e| e.starts_with("command instance-ha overcloud: disable compute-2"))
+                .cloned()
+        },
+    )
+    .await
+    .map(|e| assert!(e.contains(", kdump)"), "{e}"))
+    .inspect_err(|_| dump(&o))?;
+
+    o.shutdown().await;
+    cloud.stop().await;
+    Ok(())
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn datagrams_that_are_not_fence_kdump_messages_never_hold_a_fence_back() -> Result<()> {
+    let cloud = Cloud::start().await?;
+    let port = super::emulators::free_udp_port();
+    let (o, backend) = start(&kdump_config(&cloud, port, "compute-3")).await?;
+    eventually(Duration::from_secs(20), "a first decision", || async {
+        let s = backend.instance_ha().await.ok()?;
+        s.clouds.first()?.last_decision.clone()
+    })
+    .await
+    .inspect_err(|_| dump(&o))?;
+
+    phase("compute-3 dies; from its address come datagrams with a wrong magic, version or size");
+    cloud.nova.update(|s| s.stop_heartbeat("compute-3"));
+    let socket = tokio::net::UdpSocket::bind("127.0.0.1:0").await?;
+    let noise = tokio::spawn(async move {
+        let bad: [&[u8]; 3] = [
+            &[0xef, 0xbe, 0xad, 0xde, 1, 0, 0, 0],
+            &[0x40, 0x2a, 0x30, 0x1b, 2, 0, 0, 0],
+            &[0x40, 0x2a, 0x30],
+        ];
+        for d in bad.iter().cycle() {
+            let _ = socket.send_to(d, ("127.0.0.1", port)).await;
+            tokio::time::sleep(Duration::from_millis(200)).await;
+        }
+    });
+
+    phase("they are refused: compute-3 is fenced after kdump_timeout_seconds, not as dumping");
+    eventually(Duration::from_secs(40), "compute-3 fenced", || async {
+        iha_events(&o)
+            .iter()
+            .any(|e| e.contains("compute-3: fenced, read back"))
+            .then_some(())
+    })
+    .await
+    .inspect_err(|_| dump(&o))?;
+    noise.abort();
+    let events = iha_events(&o);
+    assert!(
+        !events
+            .iter()
+            .any(|e| e.contains("compute-3: fence_kdump messages")),
+        "no kdump seen: {events:#?}"
+    );
+
+    o.shutdown().await;
+    cloud.stop().await;
+    Ok(())
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_host_of_a_site_the_cluster_lost_is_left_to_the_site_failover() -> Result<()> {
+    let cloud = Cloud::start().await?;
+    // dc1 and dc2 with an orchestrator each, and a witness: dc1-a keeps the quorum alone with
+    // the witness. compute-3 and compute-4 are dc2's.
+    let text = cloud
+        .config("", &[])
+        .replacen(
+            "sites:\n  dc1: {}\n",
+            "sites:\n  dc1: {}\n  dc2: {}\n  witness: {witness: true}\n",
+            1,
+        )
+        .replacen(
+            "orchestrators:\n",
+            "orchestrators:\n  dc2-a: {site: dc2, address: \"127.0.0.1:7402\"}\n  witness-a: \
+             {site: witness, address: \"127.0.0.1:7403\"}\n",
+            1,
+        )
+        .replace("resource: compute-3}", "resource: compute-3, site: dc2}")
+        .replace("resource: compute-4}", "resource: compute-4, site: dc2}");
+    let ca = qfence_cluster::tls::CertificateAuthority::generate("lab")?;
+    let dc1 = Orchestrator::start_as(&text, "dc1-a", "dc1", &ca, None, true).await?;
+    let seed = dc1.node.member().address.clone();
+    let dc2 = Orchestrator::start_as(&text, "dc2-a", "dc2", &ca, Some(&seed), true).await?;
+    let witness =
+        Orchestrator::start_as(&text, "witness-a", "witness", &ca, Some(&seed), true).await?;
+    tokio::spawn(InstanceHa::new(&dc1.engine, dc1.drivers.clone()).run(dc1.stop.clone()));
+    let backend = RuntimeBackend::new(&dc1.engine, secrets());
+    eventually(Duration::from_secs(30), "dc1-a deciding", || async {
+        let s = backend.instance_ha().await.ok()?;
+        let c = s.clouds.first()?;
+        (c.leading && c.last_decision.is_some()).then_some(())
+    })
+    .await
+    .inspect_err(|_| dump(&dc1))?;
+
+    phase("dc2 is cut off: its orchestrator stops answering, and compute-3 stops reporting");
+    dc2.shutdown().await;
+    cloud.nova.update(|s| s.stop_heartbeat("compute-3"));
+    let alarm = eventually(Duration::from_secs(30), "the site-lost gate", || async {
+        dc1.engine
+            .events()
+            .into_iter()
+            .find(|e| e.kind == EventKind::Alarm && e.message.contains("gate site lost closed"))
+    })
+    .await
+    .inspect_err(|_| dump(&dc1))?;
+    assert!(
+        alarm
+            .message
+            .contains("site dc2 is lost to the orchestrator cluster"),
+        "{}",
+        alarm.message
+    );
+
+    phase("polls later, compute-3 was not fenced: a lost site is the site failover's");
+    tokio::time::sleep(Duration::from_secs(5)).await;
+    assert_eq!(
+        cloud.bmc.snapshot().system("compute-3").map(|s| s.power),
+        Some(PowerState::On)
+    );
+    let events = iha_events(&dc1);
+    assert!(
+        !events.iter().any(|e| e.contains(": fence compute-3")),
+        "no fence command: {events:#?}"
+    );
+    assert_eq!(cloud.servers_on("compute-3"), SERVERS_PER_HOST);
+
+    witness.shutdown().await;
+    dc1.shutdown().await;
+    cloud.stop().await;
+    Ok(())
+}

@@ -4,6 +4,7 @@
 //! [`Decoder::instance_ha`].
 
 use std::collections::BTreeMap;
+use std::net::IpAddr;
 use std::time::Duration;
 
 use super::read::Fields;
@@ -28,6 +29,7 @@ const CLOUD_KEYS: &[&str] = &[
     "check_kdump",
     "kdump_timeout_seconds",
     "kdump_max_wait_seconds",
+    "kdump_port",
     "leave_disabled",
     "smart_evacuation",
     "workers",
@@ -117,6 +119,10 @@ impl Decoder {
                 .bounded(n, &f.path("aggregate_max_failures"), 1, u32::MAX)
                 .map(Some),
         };
+        let kdump_port = self.opt(&f, "kdump_port", 7410, |d, n, p| {
+            d.bounded(n, p, 1, u32::from(u16::MAX))
+                .and_then(|v| u16::try_from(v).ok())
+        });
         let evacuable_tag = self.opt(&f, "evacuable_tag", "evacuable".to_owned(), |d, n, p| {
             d.text(n, p, "a metadata key")
         });
@@ -171,6 +177,7 @@ impl Decoder {
             check_kdump: check_kdump?,
             kdump_timeout: kdump_timeout?,
             kdump_max_wait: kdump_max_wait?,
+            kdump_port: kdump_port?,
             leave_disabled: leave_disabled?,
             smart_evacuation: smart_evacuation?,
             workers: workers?,
@@ -323,6 +330,18 @@ impl Decoder {
             }
             match self.host_entry(v, &p, controllers) {
                 Some(e) => {
+                    // One address, one host: a kdump message must name a single host.
+                    if let Some(a) = e.address
+                        && let Some((other, _)) = out
+                            .iter()
+                            .find(|(_, o): &(&HostName, &HostEntry)| o.address == Some(a))
+                    {
+                        self.error(
+                            &child(&p, "address"),
+                            format!("address {a} is also host \"{other}\"'s"),
+                        );
+                        ok = false;
+                    }
                     out.insert(host, e);
                 }
                 None => ok = false,
@@ -340,9 +359,29 @@ impl Decoder {
         let f = self.fields(
             node,
             path,
-            &["controller", "capability", "resource", "site"],
+            &["controller", "capability", "resource", "site", "address"],
         )?;
         let site = self.host_site(&f);
+        let address = match f.get("address") {
+            None => Some(None),
+            Some(n) => {
+                let p = f.path("address");
+                self.text(n, &p, "an IP address")
+                    .and_then(|a| match a.parse::<IpAddr>() {
+                        Ok(ip) => Some(Some(ip)),
+                        Err(_) => {
+                            self.error(
+                                &p,
+                                format!(
+                                    "{a:?} is not an IP address (the one the host's fence_kdump \
+                                 messages come from: 192.0.2.12, 2001:db8::12)"
+                                ),
+                            );
+                            None
+                        }
+                    })
+            }
+        };
         let given: Vec<&str> = ["controller", "capability", "resource"]
             .into_iter()
             .filter(|k| f.get(k).is_some())
@@ -370,6 +409,7 @@ impl Decoder {
         Some(HostEntry {
             fence: fence?,
             site: site?,
+            address: address?,
         })
     }
 
