@@ -141,21 +141,12 @@ impl Decoder {
                  evacuate to otherwise)",
             );
         }
-        self.cloud_timing(
+        self.cloud_timings(
             &f,
-            kdump_timeout,
-            kdump_max_wait,
-            "kdump_timeout_seconds",
-            "kdump_max_wait_seconds",
+            [kdump_timeout, kdump_max_wait],
+            [evacuation_poll, evacuation_timeout],
+            delta,
         );
-        self.cloud_timing(
-            &f,
-            evacuation_poll,
-            evacuation_timeout,
-            "evacuation_poll_seconds",
-            "evacuation_timeout_seconds",
-        );
-        self.check_delta(&f, delta);
         if let (Some(h), Some(r)) = (&hosts, &host_rules)
             && h.values().all(|e| e.fence.is_none())
             && r.is_empty()
@@ -194,6 +185,32 @@ impl Decoder {
             hosts: hosts?,
             host_rules: host_rules?,
         })
+    }
+
+    /// The cloud's durations agree with one another: each wait shorter than the limit that
+    /// bounds it, and `delta_seconds` long enough for nova-compute's reports.
+    fn cloud_timings(
+        &mut self,
+        f: &Fields<'_>,
+        [kdump_timeout, kdump_max_wait]: [Option<Duration>; 2],
+        [evacuation_poll, evacuation_timeout]: [Option<Duration>; 2],
+        delta: Option<Duration>,
+    ) {
+        self.cloud_timing(
+            f,
+            kdump_timeout,
+            kdump_max_wait,
+            "kdump_timeout_seconds",
+            "kdump_max_wait_seconds",
+        );
+        self.cloud_timing(
+            f,
+            evacuation_poll,
+            evacuation_timeout,
+            "evacuation_poll_seconds",
+            "evacuation_timeout_seconds",
+        );
+        self.check_delta(f, delta);
     }
 
     /// A `delta_seconds` under two nova-compute reports is allowed but warned of: one late
