@@ -153,19 +153,20 @@ impl Heard {
 pub type HeardByPort = Arc<Mutex<BTreeMap<u16, Heard>>>;
 
 /// Each host's messages for the core: those from its configured `address`, else from the
-/// addresses its name resolved to (`resolved`), for every host Nova reports.
-pub fn by_host<'a>(
+/// addresses its name resolved to (`resolved`, none when not resolved), for every host Nova
+/// reports.
+pub fn by_host<'a, 'r>(
     cloud: &CloudConfig,
     heard: &Heard,
     hosts: impl Iterator<Item = &'a HostName>,
-    resolved: &BTreeMap<HostName, Vec<IpAddr>>,
+    resolved: impl Fn(&HostName) -> &'r [IpAddr],
 ) -> BTreeMap<HostName, Vec<Millis>> {
     let mut out = BTreeMap::new();
     for host in hosts {
         let configured = cloud.hosts.get(host.as_str()).and_then(|e| e.address);
-        let addresses: Vec<IpAddr> = match configured {
-            Some(a) => vec![a],
-            None => resolved.get(host).cloned().unwrap_or_default(),
+        let addresses = match &configured {
+            Some(a) => std::slice::from_ref(a),
+            None => resolved(host),
         };
         let mut times: Vec<Millis> = addresses.iter().flat_map(|a| heard.from(a)).collect();
         if times.is_empty() {
@@ -324,7 +325,9 @@ mod tests {
             (host("compute-2"), vec![ip("192.0.2.2")]),
         ]);
         let hosts = [host("compute-1"), host("compute-2"), host("compute-3")];
-        let got = by_host(&cloud, &heard, hosts.iter(), &resolved);
+        let got = by_host(&cloud, &heard, hosts.iter(), |h| {
+            resolved.get(h).map_or(&[][..], Vec::as_slice)
+        });
         assert_eq!(
             got,
             BTreeMap::from([

@@ -409,16 +409,12 @@ impl CloudLoop {
         local.last_now = now;
         local.results.retain(|_, r| now.since(r.at) <= KEEP_RESULTS);
         if let Some(cloud) = config.cloud(self.cloud.as_str()) {
-            let resolved = local
-                .resolved
-                .iter()
-                .map(|(h, (_, a))| (h.clone(), a.clone()))
-                .collect();
             let heard = lock(&self.ha.heard);
             let empty = kdump::Heard::default();
             let on_port = heard.get(&cloud.kdump_port).unwrap_or(&empty);
             let hosts = local.view.computes.iter().map(|c| &c.host);
-            local.kdump = kdump::by_host(cloud, on_port, hosts, &resolved);
+            let resolved = |h: &HostName| local.resolved.get(h).map_or(&[][..], |(_, a)| a);
+            local.kdump = kdump::by_host(cloud, on_port, hosts, resolved);
         }
         let lost = lost_sites(&inner.node.candidates());
         if lost != local.observer.lost_sites {
