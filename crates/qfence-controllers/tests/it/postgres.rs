@@ -545,8 +545,11 @@ async fn a_slow_promotion_is_seen_through_by_the_read_back() {
         "it waited for the read-back: {:?}",
         start.elapsed()
     );
+    // The driver's clock starts at pg_promote, after its connection and recovery check, while
+    // the 5 s count from before the call: the named wait is a little under 5 s (CI read
+    // 4,970 ms). Without the wait it would be tens of milliseconds.
     let took = crate::postgres_switchover_gap::step_ms(&r.detail, "promote");
-    assert!(took >= 5000, "the reading names the wait: {}", r.detail);
+    assert!(took >= 4000, "the reading names the wait: {}", r.detail);
 }
 
 /// `db.demote` has no undo: the suite leaves the primary demoted, which is checked here
