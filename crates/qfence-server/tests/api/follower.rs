@@ -258,3 +258,87 @@ async fn every_operation_sent_to_a_follower_is_the_leaders_and_a_viewer_is_refus
     assert_eq!(r.status, StatusCode::ACCEPTED, "{r:?}");
     assert!(api.leader_recorded("token:oncall", "failover of erp-db requested"));
 }
+
+/// The rejoin of an old owner (ADR 0023), the one write the tests above leave out: erp-db gains
+/// a `db.rejoin` binding at dc1 (its server is nowhere: the rejoin itself is not the point),
+/// moves to dc2, and every answer to a rejoin sent to the follower is the leader's.
+#[tokio::test]
+async fn a_rejoin_sent_to_a_follower_is_the_leaders() {
+    let api = Api::follower().await;
+    let leader = api.leader_backend();
+    let erp = lab::plan();
+
+    phase("through the follower: a PostgreSQL controller at dc1 and a rejoin binding there");
+    let pg = json!({"type": "postgres", "endpoint": "postgresql://127.0.0.1:9/postgres",
+        "site": "dc1", "reach": ["dc2"], "secret": "lab-redfish", "username": "postgres"});
+    let r = api
+        .post(
+            "/api/v1/controllers",
+            ADMIN,
+            json!({"name": "pg-dc1", "spec": pg}),
+        )
+        .await;
+    assert_eq!(r.status, StatusCode::CREATED, "{r:?}");
+    let mut spec = erp_db_spec();
+    spec["instances"]["dc1"].as_array_mut().unwrap().push(
+        json!({"controller": "pg-dc1", "capability": "db.rejoin", "resource": "self",
+            "role": "rejoin", "params": {"data_dir": "/var/lib/postgresql/15/main"}}),
+    );
+    let r = api
+        .call(
+            Method::PUT,
+            "/api/v1/plans/erp-db/staged",
+            Some(ADMIN),
+            Some(json!({"spec": spec})),
+        )
+        .await;
+    assert_eq!(r.status, StatusCode::OK, "{r:?}");
+    let r = api
+        .post(
+            "/api/v1/plans/erp-db/apply",
+            ADMIN,
+            json!({"expected_generation": 1}),
+        )
+        .await;
+    assert_eq!(r.status, StatusCode::OK, "{r:?}");
+    assert_eq!(leader.plan(&erp).await.unwrap().generation, 2);
+
+    let path = "/api/v1/plans/erp-db/sites/dc1/rejoin";
+    let body = |g: u64| json!({"expected_generation": g, "reason": "dc1 is back, checked"});
+    phase("dc1 owns erp-db: the leader refuses its rejoin (409 refused)");
+    let r = api.post(path, OPERATOR, body(2)).await;
+    assert_eq!(
+        (r.status, r.code()),
+        (StatusCode::CONFLICT, "refused"),
+        "{r:?}"
+    );
+    assert!(
+        r.body["message"]
+            .as_str()
+            .unwrap()
+            .contains("dc1 already owns"),
+        "{r:?}"
+    );
+
+    phase("a switchover to dc2 through the follower leaves dc1 waiting to rejoin");
+    let r = api
+        .post(
+            "/api/v1/plans/erp-db/switchover",
+            OPERATOR,
+            json!({"target": "dc2", "expected_generation": 2, "reason": "move"}),
+        )
+        .await;
+    assert_eq!(r.status, StatusCode::ACCEPTED, "{r:?}");
+    api.lab.owner_is("dc2").await.unwrap();
+    let g = leader.plan(&erp).await.unwrap().generation;
+
+    phase("a viewer is refused on the follower; a stale generation is the leader's 409");
+    let r = api.post(path, VIEWER, body(g)).await;
+    assert_eq!(r.status, StatusCode::FORBIDDEN, "{r:?}");
+    Api::stale(&api.post(path, OPERATOR, body(g - 1)).await, g);
+
+    phase("at the current generation: accepted by the leader, recorded with the caller");
+    let r = api.post(path, OPERATOR, body(g)).await;
+    assert_eq!(r.status, StatusCode::OK, "{r:?}");
+    assert!(api.leader_recorded("token:oncall", "dc1 is back, checked"));
+}
