@@ -22,18 +22,18 @@ const HOSTS: usize = 4;
 const SERVERS_PER_HOST: usize = 2;
 
 /// The cloud and its BMC, with each host's power wired to its nova-compute.
-struct Cloud {
-    nova: Arc<NovaHandle>,
-    bmc: BmcHandle,
+pub(super) struct Cloud {
+    pub(super) nova: Arc<NovaHandle>,
+    pub(super) bmc: BmcHandle,
     wires: Vec<tokio::task::JoinHandle<()>>,
 }
 
-fn host(n: usize) -> String {
+pub(super) fn host(n: usize) -> String {
     format!("compute-{n}")
 }
 
 impl Cloud {
-    async fn start() -> Result<Self> {
+    pub(super) async fn start() -> Result<Self> {
         let mut state = NovaState::new(HOSTS, SERVERS_PER_HOST);
         // Nova reads a host down this long after its last heartbeat.
         state.service_down_time = Duration::from_secs(2);
@@ -81,7 +81,7 @@ impl Cloud {
     /// The configuration: one orchestrator, the Nova controller, the BMC, and the cloud
     /// `overcloud` with `extra` parameters. Each host but those in `unfenced` is fenced
     /// through the BMC's system of its name.
-    fn config(&self, extra: &str, unfenced: &[&str]) -> String {
+    pub(super) fn config(&self, extra: &str, unfenced: &[&str]) -> String {
         let pin = |fp: &str| format!("{{pin: \"sha256:{fp}\"}}");
         let hosts: String = (1..=HOSTS)
             .map(host)
@@ -106,7 +106,7 @@ impl Cloud {
         )
     }
 
-    fn servers_on(&self, name: &str) -> usize {
+    pub(super) fn servers_on(&self, name: &str) -> usize {
         self.nova
             .snapshot()
             .servers
@@ -115,7 +115,7 @@ impl Cloud {
             .count()
     }
 
-    async fn stop(self) {
+    pub(super) async fn stop(self) {
         for w in self.wires {
             w.abort();
             let _ = w.await;
@@ -128,7 +128,7 @@ impl Cloud {
 }
 
 /// The orchestrator with its Instance HA loop running.
-async fn start(config: &str) -> Result<(Orchestrator, RuntimeBackend)> {
+pub(super) async fn start(config: &str) -> Result<(Orchestrator, RuntimeBackend)> {
     let o = Orchestrator::start(config, true).await?;
     let ha = InstanceHa::new(&o.engine, o.drivers.clone());
     tokio::spawn(ha.run(o.stop.clone()));
@@ -160,7 +160,7 @@ async fn get(backend: &RuntimeBackend, path: &str) -> (StatusCode, serde_json::V
 }
 
 /// The Instance HA records of the event log, as `KIND message` lines.
-fn iha_events(o: &Orchestrator) -> Vec<String> {
+pub(super) fn iha_events(o: &Orchestrator) -> Vec<String> {
     o.engine
         .events()
         .into_iter()
@@ -169,14 +169,14 @@ fn iha_events(o: &Orchestrator) -> Vec<String> {
         .collect()
 }
 
-fn dump(o: &Orchestrator) {
+pub(super) fn dump(o: &Orchestrator) {
     for e in iha_events(o) {
         eprintln!("{e}");
     }
 }
 
 /// Where `needle` first appears in the log, after position `from`.
-fn position(events: &[String], from: usize, needle: &str) -> Option<usize> {
+pub(super) fn position(events: &[String], from: usize, needle: &str) -> Option<usize> {
     events
         .iter()
         .enumerate()
