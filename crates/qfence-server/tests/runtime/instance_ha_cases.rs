@@ -25,6 +25,16 @@ async fn first_decision(o: &Orchestrator, backend: &qfence_runtime::RuntimeBacke
     Ok(())
 }
 
+/// Waits up to a minute for an Instance HA record containing `needle`; dumps the log if none.
+async fn record_with(o: &Orchestrator, needle: &str) -> Result<String> {
+    let found = eventually(Duration::from_secs(60), needle, || async {
+        iha_events(o).into_iter().find(|e| e.contains(needle))
+    })
+    .await
+    .inspect_err(|_| dump(o))?;
+    Ok(found)
+}
+
 /// The ids of the servers on `host` now.
 fn servers_of(cloud: &Cloud, host: &str) -> Vec<String> {
     cloud
@@ -114,17 +124,11 @@ async fn leave_disabled_keeps_an_evacuated_host_off_disabled_and_forced_down() -
 
     phase("compute-3 dies: fenced and evacuated, then left as it is");
     cloud.nova.update(|s| s.stop_heartbeat("compute-3"));
-    eventually(
-        Duration::from_secs(60),
-        "compute-3 left disabled",
-        || async {
-            iha_events(&o)
-                .into_iter()
-                .find(|e| e.contains("compute-3: left disabled and forced down: leave_disabled"))
-        },
+    record_with(
+        &o,
+        "compute-3: left disabled and forced down: leave_disabled",
     )
-    .await
-    .inspect_err(|_| dump(&o))?;
+    .await?;
     // Without smart evacuation an accepted evacuation counts as done; Nova finishes it after.
     eventually(
         Duration::from_secs(10),
@@ -165,15 +169,11 @@ async fn an_unsuccessful_evacuation_leaves_the_host_out_unless_force_enable() ->
     let (o, backend) = start(&cloud.config("", &[])).await?;
     first_decision(&o, &backend).await?;
     cloud.nova.update(|s| s.stop_heartbeat("compute-2"));
-    eventually(Duration::from_secs(60), "compute-2 left out", || async {
-        iha_events(&o).into_iter().find(|e| {
-            e.contains(
-                "compute-2: left disabled and forced down: some evacuations were unsuccessful",
-            )
-        })
-    })
-    .await
-    .inspect_err(|_| dump(&o))?;
+    record_with(
+        &o,
+        "compute-2: left disabled and forced down: some evacuations were unsuccessful",
+    )
+    .await?;
     assert!(
         iha_events(&o)
             .iter()
@@ -191,17 +191,7 @@ async fn an_unsuccessful_evacuation_leaves_the_host_out_unless_force_enable() ->
     let (o, backend) = start(&cloud.config("    force_enable: true\n", &[])).await?;
     first_decision(&o, &backend).await?;
     cloud.nova.update(|s| s.stop_heartbeat("compute-2"));
-    eventually(
-        Duration::from_secs(60),
-        "compute-2 back in service",
-        || async {
-            iha_events(&o)
-                .into_iter()
-                .find(|e| e.contains("compute-2: back in service"))
-        },
-    )
-    .await
-    .inspect_err(|_| dump(&o))?;
+    record_with(&o, "compute-2: back in service").await?;
     let events = iha_events(&o);
     assert!(
         events
@@ -241,17 +231,7 @@ async fn a_reserved_host_is_enabled_for_a_failed_one_and_takes_its_servers() -> 
     phase("compute-1 dies: compute-4 is enabled first, then takes compute-1's servers");
     let servers = servers_of(&cloud, "compute-1");
     cloud.nova.update(|s| s.stop_heartbeat("compute-1"));
-    eventually(
-        Duration::from_secs(60),
-        "compute-1 back in service",
-        || async {
-            iha_events(&o)
-                .into_iter()
-                .find(|e| e.contains("compute-1: back in service"))
-        },
-    )
-    .await
-    .inspect_err(|_| dump(&o))?;
+    record_with(&o, "compute-1: back in service").await?;
     let events = iha_events(&o);
     let enabled = events
         .iter()
