@@ -1,5 +1,5 @@
 //! `cargo bench -p qfence --bench pg_failover -- [--runs N] [--switchovers N]
-//! [--soak-minutes M] [--show-events] [PROFILE...]` (issue 19): a real PostgreSQL 15 pair on
+//! [--soak-minutes M] [--show-events] [--keep] [PROFILE...]` (issue 19): a real PostgreSQL 15 pair on
 //! loopback (tools/emulators/start-pg-pair.sh), the built `qfence serve` at dc2 over it, a
 //! fence agent standing in for each host's BMC (`off` kills the server, `status` is OFF once
 //! none runs) and a client inserting a row every 100 ms into whichever server takes writes.
@@ -75,6 +75,21 @@ fn profile(name: &str) -> Option<Profile> {
             fence_agent_timeout: Some(0.5),
             interval: Duration::from_millis(200),
         },
+        // An experiment beside `fast` (2026-12-08): the same, tolerating three seconds of
+        // ambiguous readings instead of one; a refused connection still acts at once.
+        "fast-3s" => Profile {
+            name: "fast-3s",
+            plan: vec![
+                "interval_seconds: 0.2",
+                "failover_after_seconds: 3",
+                "failover_after_definitive: 2",
+                "fence_timeout_seconds: 0.8",
+                "max_recoveries: 0",
+            ],
+            pg_timeout: Some(0.3),
+            fence_agent_timeout: Some(0.5),
+            interval: Duration::from_millis(200),
+        },
         _ => return None,
     })
 }
@@ -85,6 +100,8 @@ struct Options {
     switchovers: usize,
     soak: Duration,
     show_events: bool,
+    /// Keep the lab's directories (event logs, server logs) at exit, for a post-mortem.
+    keep: bool,
 }
 
 fn options() -> Result<Options> {
@@ -94,6 +111,7 @@ fn options() -> Result<Options> {
         switchovers: 3,
         soak: Duration::ZERO,
         show_events: false,
+        keep: false,
     };
     let mut args = std::env::args().skip(1);
     while let Some(a) = args.next() {
@@ -109,6 +127,7 @@ fn options() -> Result<Options> {
             "--switchovers" => o.switchovers = usize::try_from(num("--switchovers")?)?,
             "--soak-minutes" => o.soak = Duration::from_secs(60 * num("--soak-minutes")?),
             "--show-events" => o.show_events = true,
+            "--keep" => o.keep = true,
             p => o
                 .profiles
                 .push(profile(p).with_context(|| format!("unknown profile or option {p}"))?),
@@ -443,6 +462,9 @@ async fn soak(lab: &Lab, profiles: &[Profile], d: Duration) -> Result<()> {
             acks.len(),
             gap,
         );
+        if owner != "dc1" || g != generation {
+            post_mortem(&events, start);
+        }
         o.stop().await;
         drop(pair);
     }
@@ -452,6 +474,34 @@ async fn soak(lab: &Lab, profiles: &[Profile], d: Duration) -> Result<()> {
         proxy::LOST.load(std::sync::atomic::Ordering::Relaxed)
     );
     Ok(())
+}
+
+/// What led to a soak's failover: the decision that started it and the five seconds of
+/// records before it (readings, commands, decisions), so the cause is read, not guessed.
+fn post_mortem(events: &[serde_json::Value], start: u64) {
+    let at = |e: &serde_json::Value| e["time_ms"].as_u64().unwrap_or(0);
+    let Some(first) = events.iter().position(|e| {
+        at(e) >= start
+            && e["kind"] == "decision"
+            && e["message"].as_str().is_some_and(|m| m.starts_with("failing"))
+    }) else {
+        println!("  post-mortem: no decision starting with \"failing\" in the log");
+        return;
+    };
+    let t = at(&events[first]);
+    println!("  post-mortem: the five seconds before the failover's decision:");
+    for e in events[..=first]
+        .iter()
+        .filter(|e| at(e) + 5000 >= t && at(e) >= start)
+    {
+        println!(
+            "  {:+6} ms {:<9} {:<4} {}",
+            at(e) as i64 - t as i64,
+            e["kind"].as_str().unwrap_or(""),
+            e["site"].as_str().unwrap_or(""),
+            e["message"].as_str().unwrap_or("")
+        );
+    }
 }
 
 fn stats(v: &mut [u64]) -> String {
@@ -549,6 +599,10 @@ async fn main() -> Result<()> {
     }
     let load = std::fs::read_to_string("/proc/loadavg").unwrap_or_default();
     println!("pg_failover: load average at end {}", load.trim());
-    let _ = std::fs::remove_dir_all(&lab.root);
+    if o.keep {
+        println!("pg_failover: kept {}", lab.root.display());
+    } else {
+        let _ = std::fs::remove_dir_all(&lab.root);
+    }
     Ok(())
 }
