@@ -1,5 +1,6 @@
 //! `qfence lab`: the demo lab on loopback (see `docs/lab.md`), and `qfence lab
-//! fail|heal|fault|state` against the running lab through its control endpoint.
+//! fail|heal|fault|fail-host|heal-host|state` against the running lab through its control
+//! endpoint.
 
 use std::path::PathBuf;
 use std::process::ExitCode;
@@ -45,7 +46,20 @@ pub enum LabCommand {
         #[arg(long)]
         off: bool,
     },
-    /// Show the lab: failed sites, VIP, host power, VM 101, orchestrators, faults.
+    /// Kill a compute host of the lab's cloud: its nova-compute stops reporting while it
+    /// stays powered (a panic, a hang). Instance HA fences it, evacuates its servers and
+    /// brings it back.
+    FailHost {
+        /// compute-1 to compute-4.
+        host: String,
+    },
+    /// Start a failed compute host's nova-compute again by hand (while it is powered on).
+    HealHost {
+        /// compute-1 to compute-4.
+        host: String,
+    },
+    /// Show the lab: failed sites, VIP, host power, VM 101, orchestrators, faults, the
+    /// cloud's compute hosts.
     State,
 }
 
@@ -72,6 +86,14 @@ async fn serve_lab(dir: PathBuf) -> anyhow::Result<ExitCode> {
     println!();
     println!(
         "The lab runs: dc1 owns erp-db (VM 101 at pve-dc1, VIP vip-erp-db -> 10.1.1.5), dc2 stands by fenced."
+    );
+    let hosts = lab.cloud.hosts();
+    println!(
+        "Instance HA watches the cloud overcloud (Nova {}): {} with {} servers, each host's BMC at {}.",
+        lab.cloud.nova.keystone_url(),
+        hosts.join(", "),
+        lab.cloud.nova.snapshot().servers.len(),
+        lab.cloud.bmc.base_url()
     );
     for o in &lab.orchestrators.list {
         println!(
@@ -110,6 +132,10 @@ async fn serve_lab(dir: PathBuf) -> anyhow::Result<ExitCode> {
     );
     println!("  qfence lab fail dc1    # dc1 cut off: watch erp-db fail over to dc2");
     println!("  qfence lab heal dc1    # dc1 comes back, fenced");
+    println!(
+        "  qfence lab fail-host compute-2    # a compute host dies: Instance HA fences it, evacuates its servers, brings it back"
+    );
+    println!("  qfence instance-ha hosts    # (and: qfence instance-ha evacuations)");
     println!("Ctrl-C stops the lab.");
     super::serve::signal().await;
     println!("Stopping the lab ...");
@@ -144,6 +170,8 @@ async fn control(dir: PathBuf, c: LabCommand, format: Format) -> anyhow::Result<
                     site: site.clone(),
                     on: !off,
                 }),
+            LabCommand::FailHost { host } => client.post(format!("{}/fail-host/{host}", file.url)),
+            LabCommand::HealHost { host } => client.post(format!("{}/heal-host/{host}", file.url)),
             LabCommand::State => client.get(format!("{}/state", file.url)),
         };
     let resp = req.bearer_auth(&file.token).send().await.with_context(|| {
@@ -173,6 +201,12 @@ async fn control(dir: PathBuf, c: LabCommand, format: Format) -> anyhow::Result<
             "Fault {name} at {site} is {}.",
             if *off { "off" } else { "on" }
         ),
+        LabCommand::FailHost { host } => println!(
+            "{host} is dead: its nova-compute stopped reporting, its BMC still reads it powered on. Watch Instance HA fence and evacuate it: qfence instance-ha hosts, qfence instance-ha evacuations."
+        ),
+        LabCommand::HealHost { host } => {
+            println!("{host}'s nova-compute reports again.");
+        }
         LabCommand::State => {}
     }
     println!(
@@ -201,6 +235,19 @@ async fn control(dir: PathBuf, c: LabCommand, format: Format) -> anyhow::Result<
     }
     if !state.faults.is_empty() {
         println!("faults: {}", state.faults.join(", "));
+    }
+    for h in &state.cloud {
+        println!(
+            "{}: power {}, nova-compute {} (service {}{}{}), {} server(s), {} ACTIVE",
+            h.host,
+            h.power,
+            if h.reporting { "reporting" } else { "silent" },
+            h.service,
+            if h.disabled { ", disabled" } else { "" },
+            if h.forced_down { ", forced down" } else { "" },
+            h.servers,
+            h.active
+        );
     }
     Ok(ExitCode::SUCCESS)
 }
