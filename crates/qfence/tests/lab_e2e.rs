@@ -143,16 +143,17 @@ impl Drop for LabProcess {
     }
 }
 
-/// `qfence lab --dir TMP/lab`, logging at [`LOG_FILTER`] as JSON into `TMP/lab.out`, once
+/// `qfence lab --dir TMP/lab EXTRA`, logging at [`LOG_FILTER`] as JSON into `TMP/lab.out`, once
 /// its env file is written and its control endpoint answers: the process, the lab directory
 /// and that directory as a string.
-fn start_lab(tmp: &Path) -> Result<(LabProcess, std::path::PathBuf, String)> {
+fn start_lab(tmp: &Path, extra: &[&str]) -> Result<(LabProcess, std::path::PathBuf, String)> {
     let dir_path = tmp.join("lab");
     let dir = dir_path.to_str().context("a UTF-8 temp dir")?.to_owned();
     let log = std::fs::File::create(tmp.join("lab.out"))?;
     let lab = LabProcess(
         Command::new(QFENCE)
             .args(["lab", "--dir", &dir])
+            .args(extra)
             .env("RUST_LOG", LOG_FILTER)
             .env("QFENCE_LOG_FORMAT", "json")
             .stdin(Stdio::null())
@@ -180,7 +181,7 @@ fn the_lab_fails_erp_db_over_to_dc2_within_30_seconds_and_dc1_comes_back_fenced(
     let tmp = tempfile::tempdir()?;
 
     phase("qfence lab starts the simulators and three orchestrators");
-    let (lab, dir_path, dir) = start_lab(tmp.path())?;
+    let (lab, dir_path, dir) = start_lab(tmp.path(), &[])?;
     let token = env_var(&dir_path, "QFENCE_TOKEN")?;
     let api = env_var(&dir_path, "QFENCE_API")?;
     assert!(
@@ -480,8 +481,8 @@ fn find_host<'a>(hosts: &'a Value, key: &str, host: &str) -> Option<&'a Value> {
 #[test]
 fn a_failed_compute_host_is_fenced_its_servers_evacuated_and_it_comes_back() -> Result<()> {
     let tmp = tempfile::tempdir()?;
-    phase("qfence lab starts with its cloud: four compute hosts, eight servers");
-    let (lab, dir_path, dir) = start_lab(tmp.path())?;
+    phase("qfence lab --cloud starts with a cloud: four compute hosts, eight servers");
+    let (lab, dir_path, dir) = start_lab(tmp.path(), &["--cloud"])?;
     let token = env_var(&dir_path, "QFENCE_TOKEN")?;
     // The env file's API (dc2-a), as an operator would use it: hosts being processed and
     // evacuations are replicated, so a follower shows them too.
@@ -581,6 +582,8 @@ fn a_failed_compute_host_is_fenced_its_servers_evacuated_and_it_comes_back() -> 
             "no {step:?} among {said:#?}"
         );
     }
+    // The Nova application credential's secret joins the others searched for.
+    check_no_secret(&dir_path, &tmp.path().join("lab.out"))?;
     drop(lab);
     Ok(())
 }

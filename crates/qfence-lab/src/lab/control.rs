@@ -66,7 +66,8 @@ pub struct LabState {
     pub orchestrators: Vec<OrchestratorView>,
     /// Demo faults switched on, as `NAME@SITE`.
     pub faults: Vec<String>,
-    /// The cloud's compute hosts.
+    /// The cloud's compute hosts (none when the lab runs without its cloud).
+    #[serde(default)]
     pub cloud: Vec<CloudHostView>,
 }
 
@@ -84,7 +85,7 @@ pub struct OrchestratorView {
 struct Shared {
     sims: Arc<Sims>,
     orchestrators: Arc<Orchestrators>,
-    cloud: Arc<Cloud>,
+    cloud: Option<Arc<Cloud>>,
     token: String,
     failed: Mutex<BTreeSet<String>>,
     faults: Mutex<BTreeSet<String>>,
@@ -126,6 +127,15 @@ impl Shared {
         }
     }
 
+    fn cloud(&self) -> Result<&Cloud, (StatusCode, String)> {
+        self.cloud.as_deref().ok_or_else(|| {
+            bad(
+                StatusCode::CONFLICT,
+                "the lab runs without its cloud: start it with `qfence lab --cloud`",
+            )
+        })
+    }
+
     fn state(&self) -> LabState {
         let mut power = BTreeMap::new();
         for bmc in [&self.sims.bmc1, &self.sims.bmc2] {
@@ -159,7 +169,7 @@ impl Shared {
                 })
                 .collect(),
             faults: lock(&self.faults).iter().cloned().collect(),
-            cloud: self.cloud.view(),
+            cloud: self.cloud.as_ref().map(|c| c.view()).unwrap_or_default(),
         }
     }
 
@@ -262,7 +272,7 @@ async fn fail_host(
     UrlPath(host): UrlPath<String>,
 ) -> Reply {
     s.authorised(&h)?;
-    s.cloud
+    s.cloud()?
         .fail_host(&host)
         .map_err(|e| bad(StatusCode::BAD_REQUEST, e.to_string()))?;
     tracing::info!(host = %host, "Failed a compute host: its nova-compute stopped reporting");
@@ -275,7 +285,7 @@ async fn heal_host(
     UrlPath(host): UrlPath<String>,
 ) -> Reply {
     s.authorised(&h)?;
-    s.cloud
+    s.cloud()?
         .heal_host(&host)
         .map_err(|e| bad(StatusCode::BAD_REQUEST, e.to_string()))?;
     tracing::info!(host = %host, "Healed a compute host: its nova-compute reports again");
@@ -293,7 +303,7 @@ impl ControlServer {
     pub(super) async fn start(
         sims: Arc<Sims>,
         orchestrators: Arc<Orchestrators>,
-        cloud: Arc<Cloud>,
+        cloud: Option<Arc<Cloud>>,
         dir: &Path,
     ) -> Result<Self, LabError> {
         let token = random_token("lab")?;

@@ -50,6 +50,9 @@ pub struct LabOptions {
     pub dir: PathBuf,
     /// The `qfence` executable to run the orchestrators with.
     pub exe: PathBuf,
+    /// Also run the small cloud Instance HA watches (`qfence lab --cloud`). Off by default:
+    /// its Nova polls cost the erp-db failover about 0.8 s on a 2-core machine.
+    pub cloud: bool,
 }
 
 /// The tokens of the lab's API users.
@@ -69,8 +72,8 @@ pub struct Lab {
     pub sims: std::sync::Arc<Sims>,
     /// The orchestrators.
     pub orchestrators: std::sync::Arc<Orchestrators>,
-    /// The small cloud Instance HA watches.
-    pub cloud: std::sync::Arc<Cloud>,
+    /// The small cloud Instance HA watches, if the lab runs it.
+    pub cloud: Option<std::sync::Arc<Cloud>>,
     /// The API users' tokens.
     pub tokens: LabTokens,
     /// `http://127.0.0.1:PORT` of the control endpoint.
@@ -135,9 +138,15 @@ impl Lab {
         }
         std::fs::create_dir_all(&dir).map_err(io_err(&dir))?;
         let sims = Sims::start().await?;
-        let cloud = Cloud::start(&CloudShape::lab()).await?;
+        let cloud = match o.cloud {
+            true => Some(Cloud::start(&CloudShape::lab()).await?),
+            false => None,
+        };
         let topology = Topology::pick()?;
-        let config = cloud.add_to(&sims.config_text(&topology.cluster_addresses()), &LAB_CLOUD);
+        let mut config = sims.config_text(&topology.cluster_addresses());
+        if let Some(cloud) = &cloud {
+            config = cloud.add_to(&config, &LAB_CLOUD);
+        }
         let config_path = dir.join("lab.yaml");
         std::fs::write(&config_path, &config).map_err(io_err(&config_path))?;
 
@@ -192,7 +201,7 @@ impl Lab {
 
         let sims = std::sync::Arc::new(sims);
         let orchestrators = std::sync::Arc::new(orchestrators);
-        let cloud = std::sync::Arc::new(cloud);
+        let cloud = cloud.map(std::sync::Arc::new);
         let control =
             control::ControlServer::start(sims.clone(), orchestrators.clone(), cloud.clone(), &dir)
                 .await?;
@@ -217,7 +226,7 @@ impl Lab {
         if let Ok(sims) = std::sync::Arc::try_unwrap(self.sims) {
             sims.stop().await;
         }
-        if let Ok(cloud) = std::sync::Arc::try_unwrap(self.cloud) {
+        if let Some(Ok(cloud)) = self.cloud.map(std::sync::Arc::try_unwrap) {
             cloud.stop().await;
         }
     }
@@ -299,7 +308,7 @@ mod tests {
                 .await
                 .expect("the cloud starts"),
         );
-        let server = ControlServer::start(sims.clone(), orchestrators, cloud.clone(), &dir)
+        let server = ControlServer::start(sims.clone(), orchestrators, Some(cloud.clone()), &dir)
             .await
             .expect("the control endpoint starts");
         let file: ControlFile = serde_json::from_str(
@@ -453,6 +462,38 @@ mod tests {
         if let Ok(cloud) = Arc::try_unwrap(cloud) {
             cloud.stop().await;
         }
+        let _ = std::fs::remove_dir_all(&dir);
+    }
+
+    #[tokio::test]
+    async fn without_its_cloud_the_lab_refuses_fail_host_and_says_how_to_start_it() {
+        let dir = std::env::temp_dir().join(format!("qfence-lab-nocloud-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).expect("a temp dir");
+        let sims = Arc::new(Sims::start().await.expect("simulators start"));
+        let orchestrators = Arc::new(Orchestrators { list: Vec::new() });
+        let server = ControlServer::start(sims, orchestrators, None, &dir)
+            .await
+            .expect("the control endpoint starts");
+        let file: ControlFile = serde_json::from_str(
+            &std::fs::read_to_string(ControlFile::path(&dir)).expect("control.json"),
+        )
+        .expect("control.json parses");
+        let _ = rustls::crypto::ring::default_provider().install_default();
+        let refused = reqwest::Client::new()
+            .post(format!("{}/fail-host/compute-2", file.url))
+            .bearer_auth(&file.token)
+            .send()
+            .await
+            .expect("an answer");
+        assert_eq!(refused.status(), 409);
+        assert!(
+            refused
+                .text()
+                .await
+                .unwrap_or_default()
+                .contains("qfence lab --cloud")
+        );
+        server.stop().await;
         let _ = std::fs::remove_dir_all(&dir);
     }
 

@@ -17,6 +17,10 @@ pub struct LabArgs {
     /// The lab directory: configuration, secrets, tokens, `env`, logs, orchestrator data.
     #[arg(long, global = true, default_value = ".qfence-lab")]
     pub dir: PathBuf,
+    /// Also run a small OpenStack cloud for Instance HA: the Nova simulator with compute-1 to
+    /// compute-4 and their BMCs (`qfence lab fail-host compute-2`).
+    #[arg(long)]
+    pub cloud: bool,
     #[command(subcommand)]
     pub command: Option<LabCommand>,
 }
@@ -69,17 +73,18 @@ pub fn run(a: LabArgs, format: Format) -> anyhow::Result<ExitCode> {
         .enable_all()
         .build()?;
     match a.command {
-        None => rt.block_on(serve_lab(a.dir)),
+        None => rt.block_on(serve_lab(a.dir, a.cloud)),
         Some(c) => rt.block_on(control(a.dir, c, format)),
     }
 }
 
-async fn serve_lab(dir: PathBuf) -> anyhow::Result<ExitCode> {
+async fn serve_lab(dir: PathBuf, cloud: bool) -> anyhow::Result<ExitCode> {
     let exe = std::env::current_exe().context("finding the qfence executable")?;
     println!("Starting the qfence lab in {} ...", dir.display());
     let lab = Lab::start(LabOptions {
         dir: dir.clone(),
         exe,
+        cloud,
     })
     .await?;
     let dir_shown = lab.dir.display().to_string();
@@ -87,14 +92,15 @@ async fn serve_lab(dir: PathBuf) -> anyhow::Result<ExitCode> {
     println!(
         "The lab runs: dc1 owns erp-db (VM 101 at pve-dc1, VIP vip-erp-db -> 10.1.1.5), dc2 stands by fenced."
     );
-    let hosts = lab.cloud.hosts();
-    println!(
-        "Instance HA watches the cloud overcloud (Nova {}): {} with {} servers, each host's BMC at {}.",
-        lab.cloud.nova.keystone_url(),
-        hosts.join(", "),
-        lab.cloud.nova.snapshot().servers.len(),
-        lab.cloud.bmc.base_url()
-    );
+    if let Some(cloud) = &lab.cloud {
+        println!(
+            "Instance HA watches the cloud overcloud (Nova {}): {} with {} servers, each host's BMC at {}.",
+            cloud.nova.keystone_url(),
+            cloud.hosts().join(", "),
+            cloud.nova.snapshot().servers.len(),
+            cloud.bmc.base_url()
+        );
+    }
     for o in &lab.orchestrators.list {
         println!(
             "  {:<10} {:<8} API {}  pin sha256:{}  (log {})",
@@ -132,10 +138,16 @@ async fn serve_lab(dir: PathBuf) -> anyhow::Result<ExitCode> {
     );
     println!("  qfence lab fail dc1    # dc1 cut off: watch erp-db fail over to dc2");
     println!("  qfence lab heal dc1    # dc1 comes back, fenced");
-    println!(
-        "  qfence lab fail-host compute-2    # a compute host dies: Instance HA fences it, evacuates its servers, brings it back"
-    );
-    println!("  qfence instance-ha hosts    # (and: qfence instance-ha evacuations)");
+    if lab.cloud.is_some() {
+        println!(
+            "  qfence lab fail-host compute-2    # a compute host dies: Instance HA fences it, evacuates its servers, brings it back"
+        );
+        println!("  qfence instance-ha hosts    # (and: qfence instance-ha evacuations)");
+    } else {
+        println!(
+            "  (qfence lab --cloud also runs a small OpenStack cloud: qfence lab fail-host compute-2 shows Instance HA)"
+        );
+    }
     println!("Ctrl-C stops the lab.");
     super::serve::signal().await;
     println!("Stopping the lab ...");
