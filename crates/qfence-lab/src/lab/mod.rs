@@ -297,18 +297,23 @@ mod tests {
         sims.stop().await;
     }
 
-    #[tokio::test]
-    async fn the_control_endpoint_wants_its_token_and_switches_cuts_and_faults() {
-        let dir = std::env::temp_dir().join(format!("qfence-lab-control-{}", std::process::id()));
+    /// The control endpoint over fresh simulators (and `cloud`) in a temp dir named `name`:
+    /// the endpoint, its control file, a client, the simulators and the dir.
+    async fn control_endpoint(
+        name: &str,
+        cloud: Option<Arc<Cloud>>,
+    ) -> (
+        ControlServer,
+        ControlFile,
+        reqwest::Client,
+        Arc<Sims>,
+        std::path::PathBuf,
+    ) {
+        let dir = std::env::temp_dir().join(format!("qfence-lab-{name}-{}", std::process::id()));
         std::fs::create_dir_all(&dir).expect("a temp dir");
         let sims = Arc::new(Sims::start().await.expect("simulators start"));
         let orchestrators = Arc::new(Orchestrators { list: Vec::new() });
-        let cloud = Arc::new(
-            Cloud::start(&CloudShape::lab())
-                .await
-                .expect("the cloud starts"),
-        );
-        let server = ControlServer::start(sims.clone(), orchestrators, Some(cloud.clone()), &dir)
+        let server = ControlServer::start(sims.clone(), orchestrators, cloud, &dir)
             .await
             .expect("the control endpoint starts");
         let file: ControlFile = serde_json::from_str(
@@ -317,7 +322,12 @@ mod tests {
         .expect("control.json parses");
         // reqwest is built without a default crypto provider (ring is the project's choice).
         let _ = rustls::crypto::ring::default_provider().install_default();
-        let client = reqwest::Client::new();
+        (server, file, reqwest::Client::new(), sims, dir)
+    }
+
+    #[tokio::test]
+    async fn the_control_endpoint_wants_its_token_and_switches_cuts_and_faults() {
+        let (server, file, client, sims, dir) = control_endpoint("control", None).await;
 
         let refused = client
             .get(format!("{}/state", file.url))
@@ -392,6 +402,19 @@ mod tests {
                 .contains("slow-bmc")
         );
 
+        server.stop().await;
+        let _ = std::fs::remove_dir_all(&dir);
+    }
+
+    #[tokio::test]
+    async fn fail_host_silences_a_powered_host_and_heal_host_or_its_power_line_restarts_it() {
+        let cloud = Arc::new(
+            Cloud::start(&CloudShape::lab())
+                .await
+                .expect("the cloud starts"),
+        );
+        let (server, file, client, _sims, dir) =
+            control_endpoint("fail-host", Some(cloud.clone())).await;
         let state: LabState = client
             .post(format!("{}/fail-host/compute-2", file.url))
             .bearer_auth(&file.token)
@@ -467,19 +490,8 @@ mod tests {
 
     #[tokio::test]
     async fn without_its_cloud_the_lab_refuses_fail_host_and_says_how_to_start_it() {
-        let dir = std::env::temp_dir().join(format!("qfence-lab-nocloud-{}", std::process::id()));
-        std::fs::create_dir_all(&dir).expect("a temp dir");
-        let sims = Arc::new(Sims::start().await.expect("simulators start"));
-        let orchestrators = Arc::new(Orchestrators { list: Vec::new() });
-        let server = ControlServer::start(sims, orchestrators, None, &dir)
-            .await
-            .expect("the control endpoint starts");
-        let file: ControlFile = serde_json::from_str(
-            &std::fs::read_to_string(ControlFile::path(&dir)).expect("control.json"),
-        )
-        .expect("control.json parses");
-        let _ = rustls::crypto::ring::default_provider().install_default();
-        let refused = reqwest::Client::new()
+        let (server, file, client, _sims, dir) = control_endpoint("nocloud", None).await;
+        let refused = client
             .post(format!("{}/fail-host/compute-2", file.url))
             .bearer_auth(&file.token)
             .send()
