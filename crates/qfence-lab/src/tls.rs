@@ -69,6 +69,9 @@ pub enum LabError {
     /// The initial state names something that does not exist or repeats a name.
     #[error("invalid initial state: {0}")]
     InvalidState(String),
+    /// A lab command names something the lab does not have, or asks what cannot be now.
+    #[error("{0}")]
+    Refused(String),
     /// A lab file could not be written or read (`qfence lab`).
     #[error("{path}: {source}")]
     Io {

@@ -43,13 +43,13 @@ fn lab_state(dir: &str) -> Result<Value> {
     ])?)?)
 }
 
-/// `qfence status --format json` against one orchestrator's API.
-fn status(o: &Value, token: &str) -> Result<Value> {
+/// `qfence ARGS --format json` against one orchestrator's API: its stdout.
+fn api_out(o: &Value, token: &str, args: &[&str]) -> Result<String> {
     let api = o["api"].as_str().context("api")?;
     let pin = o["pin"].as_str().context("pin")?;
     let out = Command::new(QFENCE)
+        .args(args)
         .args([
-            "status",
             "--format",
             "json",
             "--api",
@@ -63,11 +63,22 @@ fn status(o: &Value, token: &str) -> Result<Value> {
         .output()?;
     if !out.status.success() {
         bail!(
-            "status from {api}: {}",
+            "{} from {api}: {}",
+            args.join(" "),
             String::from_utf8_lossy(&out.stderr)
         );
     }
-    Ok(serde_json::from_slice(&out.stdout)?)
+    Ok(String::from_utf8(out.stdout)?)
+}
+
+/// `qfence ARGS --format json` against one orchestrator's API, parsed.
+fn api_json(o: &Value, token: &str, args: &[&str]) -> Result<Value> {
+    Ok(serde_json::from_str(&api_out(o, token, args)?)?)
+}
+
+/// `qfence status --format json` against one orchestrator's API.
+fn status(o: &Value, token: &str) -> Result<Value> {
+    api_json(o, token, &["status"])
 }
 
 /// The status as the leader sees it (a follower has no observations of its own), from the
@@ -132,17 +143,17 @@ impl Drop for LabProcess {
     }
 }
 
-#[test]
-fn the_lab_fails_erp_db_over_to_dc2_within_30_seconds_and_dc1_comes_back_fenced() -> Result<()> {
-    let tmp = tempfile::tempdir()?;
-    let dir_path = tmp.path().join("lab");
+/// `qfence lab --dir TMP/lab EXTRA`, logging at [`LOG_FILTER`] as JSON into `TMP/lab.out`, once
+/// its env file is written and its control endpoint answers: the process, the lab directory
+/// and that directory as a string.
+fn start_lab(tmp: &Path, extra: &[&str]) -> Result<(LabProcess, std::path::PathBuf, String)> {
+    let dir_path = tmp.join("lab");
     let dir = dir_path.to_str().context("a UTF-8 temp dir")?.to_owned();
-    let log = std::fs::File::create(tmp.path().join("lab.out"))?;
-
-    phase("qfence lab starts the simulators and three orchestrators");
+    let log = std::fs::File::create(tmp.join("lab.out"))?;
     let lab = LabProcess(
         Command::new(QFENCE)
             .args(["lab", "--dir", &dir])
+            .args(extra)
             .env("RUST_LOG", LOG_FILTER)
             .env("QFENCE_LOG_FORMAT", "json")
             .stdin(Stdio::null())
@@ -156,12 +167,21 @@ fn the_lab_fails_erp_db_over_to_dc2_within_30_seconds_and_dc1_comes_back_fenced(
     .inspect_err(|_| {
         eprintln!(
             "{}",
-            std::fs::read_to_string(tmp.path().join("lab.out")).unwrap_or_default()
+            std::fs::read_to_string(tmp.join("lab.out")).unwrap_or_default()
         );
     })?;
     wait(Duration::from_secs(10), "the control endpoint", || {
         lab_state(&dir).ok()
     })?;
+    Ok((lab, dir_path, dir))
+}
+
+#[test]
+fn the_lab_fails_erp_db_over_to_dc2_within_30_seconds_and_dc1_comes_back_fenced() -> Result<()> {
+    let tmp = tempfile::tempdir()?;
+
+    phase("qfence lab starts the simulators and three orchestrators");
+    let (lab, dir_path, dir) = start_lab(tmp.path(), &[])?;
     let token = env_var(&dir_path, "QFENCE_TOKEN")?;
     let api = env_var(&dir_path, "QFENCE_API")?;
     assert!(
@@ -440,5 +460,130 @@ fn check_no_secret(dir: &Path, lab_out: &Path) -> Result<()> {
     }) {
         bail!("no DEBUG record of qfence in dc2-a's log: the filter {LOG_FILTER} was not applied");
     }
+    Ok(())
+}
+
+/// The orchestrator that leads (its own status says so), among those not frozen.
+fn leader(state: &Value, token: &str) -> Option<Value> {
+    state["orchestrators"]
+        .as_array()?
+        .iter()
+        .filter(|o| o["frozen"] == false)
+        .find(|o| status(o, token).is_ok_and(|s| s["leader"]["is_self"] == true))
+        .cloned()
+}
+
+/// `host` in a list of hosts (the API's or the lab's).
+fn find_host<'a>(hosts: &'a Value, key: &str, host: &str) -> Option<&'a Value> {
+    hosts.as_array()?.iter().find(|h| h[key] == host)
+}
+
+#[test]
+fn a_failed_compute_host_is_fenced_its_servers_evacuated_and_it_comes_back() -> Result<()> {
+    let tmp = tempfile::tempdir()?;
+    phase("qfence lab --cloud starts with a cloud: four compute hosts, eight servers");
+    let (lab, dir_path, dir) = start_lab(tmp.path(), &["--cloud"])?;
+    let token = env_var(&dir_path, "QFENCE_TOKEN")?;
+    // The env file's API (dc2-a), as an operator would use it: hosts being processed and
+    // evacuations are replicated, so a follower shows them too.
+    let env_api = serde_json::json!({
+        "api": env_var(&dir_path, "QFENCE_API")?,
+        "pin": env_var(&dir_path, "QFENCE_API_PIN")?,
+    });
+    let leading = wait(Duration::from_secs(60), "the leader polling Nova", || {
+        let o = leader(&lab_state(&dir).ok()?, &token)?;
+        let hosts = api_json(&o, &token, &["instance-ha", "hosts"]).ok()?;
+        let up = hosts.as_array()?.iter().filter(|h| h["state"] == "up");
+        (up.count() == 4).then_some(o)
+    })?;
+    eprintln!("   {} leads and polls Nova", leading["name"]);
+
+    phase("qfence lab fail-host compute-2: its nova-compute stops, its BMC still reads On");
+    let said = q(&["lab", "--dir", &dir, "fail-host", "compute-2"])?;
+    assert!(said.contains("compute-2 is dead"), "{said}");
+    let failed_at = Instant::now();
+    let dead = lab_state(&dir)?;
+    let h = find_host(&dead["cloud"], "host", "compute-2").context("compute-2")?;
+    assert!(h["reporting"] == false && h["power"] == "On", "{h}");
+
+    phase("Instance HA fences it (read back) and evacuates its two servers");
+    let fenced = wait(Duration::from_secs(30), "compute-2 fenced", || {
+        let hosts = api_json(&env_api, &token, &["instance-ha", "hosts"]).ok()?;
+        let h = find_host(&hosts, "host", "compute-2")?;
+        (h["incident"].is_u64() && h["fenced_at_ms"].is_u64()).then(|| h.clone())
+    })?;
+    eprintln!(
+        "   fenced {:.1} s after fail-host: {fenced}",
+        failed_at.elapsed().as_secs_f64()
+    );
+    let evacuations = wait(Duration::from_secs(30), "compute-2's evacuations", || {
+        let es = api_json(&env_api, &token, &["instance-ha", "evacuations"]).ok()?;
+        let of_host: Vec<Value> = es
+            .as_array()?
+            .iter()
+            .filter(|e| e["host"] == "compute-2")
+            .cloned()
+            .collect();
+        (of_host.len() == 2).then_some(of_host)
+    })?;
+    eprintln!("   evacuations: {}", Value::from(evacuations));
+
+    phase("compute-2 comes back: powered on, reporting, enabled, no longer forced down");
+    let back = wait(Duration::from_secs(60), "compute-2 back in service", || {
+        let l = lab_state(&dir).ok()?;
+        let h = find_host(&l["cloud"], "host", "compute-2")?;
+        let back = h["power"] == "On"
+            && h["reporting"] == true
+            && h["service"] == "up"
+            && h["disabled"] == false
+            && h["forced_down"] == false;
+        back.then(|| l.clone())
+    })?;
+    eprintln!(
+        "   back in service {:.1} s after fail-host",
+        failed_at.elapsed().as_secs_f64()
+    );
+    let cloud = back["cloud"].as_array().context("the cloud's hosts")?;
+    let count = |key: &str| cloud.iter().filter_map(|h| h[key].as_u64()).sum::<u64>();
+    let h = find_host(&back["cloud"], "host", "compute-2").context("compute-2")?;
+    assert_eq!(h["servers"], 0, "its servers left it: {h}");
+    assert_eq!((count("servers"), count("active")), (8, 8), "{cloud:?}");
+
+    phase("the leader shows compute-2 up, its incident over; its log tells the story");
+    let o = leader(&lab_state(&dir)?, &token).context("a leader")?;
+    let hosts = wait(
+        Duration::from_secs(20),
+        "compute-2 up at the leader",
+        || {
+            let hosts = api_json(&o, &token, &["instance-ha", "hosts"]).ok()?;
+            let h = find_host(&hosts, "host", "compute-2")?;
+            (h["state"] == "up" && h["incident"].is_null()).then_some(hosts)
+        },
+    )?;
+    assert_eq!(hosts.as_array().map(Vec::len), Some(4), "{hosts}");
+    let evacuations = api_json(&o, &token, &["instance-ha", "evacuations"])?;
+    assert_eq!(evacuations, serde_json::json!([]), "a finished incident");
+    let said: Vec<String> = api_out(
+        &o,
+        &token,
+        &["events", "--kind", "decision", "--limit", "500"],
+    )?
+    .lines()
+    .filter_map(|l| serde_json::from_str::<Value>(l).ok())
+    .filter_map(|e| e["message"].as_str().map(str::to_owned))
+    .collect();
+    for step in [
+        "compute-2: fenced, read back",
+        "compute-2: evacuated: 2 done, 0 unsuccessful",
+        "compute-2: back in service",
+    ] {
+        assert!(
+            said.iter().any(|m| m.contains(step)),
+            "no {step:?} among {said:#?}"
+        );
+    }
+    // The Nova application credential's secret joins the others searched for.
+    check_no_secret(&dir_path, &tmp.path().join("lab.out"))?;
+    drop(lab);
     Ok(())
 }

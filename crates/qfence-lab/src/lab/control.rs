@@ -1,8 +1,9 @@
 //! The lab's control endpoint: plain HTTP on 127.0.0.1, one bearer token, for
-//! `qfence lab fail|heal|fault|state`.
+//! `qfence lab fail|heal|fault|fail-host|heal-host|state`.
 //!
 //! `GET /state`, `POST /fail/{site}`, `POST /heal/{site}`, `POST /fault` (a
-//! [`FaultRequest`]); each answers the [`LabState`] after the change.
+//! [`FaultRequest`]), `POST /fail-host/{host}`, `POST /heal-host/{host}`; each answers the
+//! [`LabState`] after the change.
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::net::SocketAddr;
@@ -17,7 +18,7 @@ use axum::{Json, Router};
 use serde::{Deserialize, Serialize};
 use tokio::task::JoinHandle;
 
-use super::{Orchestrators, Sims, random_token, write_private};
+use super::{Cloud, CloudHostView, Orchestrators, Sims, random_token, write_private};
 use crate::LabError;
 use crate::faults::Cut;
 use crate::proxmox::{Flapping, PveHandle};
@@ -65,6 +66,9 @@ pub struct LabState {
     pub orchestrators: Vec<OrchestratorView>,
     /// Demo faults switched on, as `NAME@SITE`.
     pub faults: Vec<String>,
+    /// The cloud's compute hosts (none when the lab runs without its cloud).
+    #[serde(default)]
+    pub cloud: Vec<CloudHostView>,
 }
 
 /// One orchestrator in [`LabState`].
@@ -81,6 +85,7 @@ pub struct OrchestratorView {
 struct Shared {
     sims: Arc<Sims>,
     orchestrators: Arc<Orchestrators>,
+    cloud: Option<Arc<Cloud>>,
     token: String,
     failed: Mutex<BTreeSet<String>>,
     faults: Mutex<BTreeSet<String>>,
@@ -122,6 +127,15 @@ impl Shared {
         }
     }
 
+    fn cloud(&self) -> Result<&Cloud, (StatusCode, String)> {
+        self.cloud.as_deref().ok_or_else(|| {
+            bad(
+                StatusCode::CONFLICT,
+                "the lab runs without its cloud: start it with `qfence lab --cloud`",
+            )
+        })
+    }
+
     fn state(&self) -> LabState {
         let mut power = BTreeMap::new();
         for bmc in [&self.sims.bmc1, &self.sims.bmc2] {
@@ -155,6 +169,7 @@ impl Shared {
                 })
                 .collect(),
             faults: lock(&self.faults).iter().cloned().collect(),
+            cloud: self.cloud.as_ref().map(|c| c.view()).unwrap_or_default(),
         }
     }
 
@@ -251,6 +266,32 @@ async fn fault(State(s): State<Arc<Shared>>, h: HeaderMap, Json(f): Json<FaultRe
     Ok(Json(s.state()))
 }
 
+async fn fail_host(
+    State(s): State<Arc<Shared>>,
+    h: HeaderMap,
+    UrlPath(host): UrlPath<String>,
+) -> Reply {
+    s.authorised(&h)?;
+    s.cloud()?
+        .fail_host(&host)
+        .map_err(|e| bad(StatusCode::BAD_REQUEST, e.to_string()))?;
+    tracing::info!(host = %host, "Failed a compute host: its nova-compute stopped reporting");
+    Ok(Json(s.state()))
+}
+
+async fn heal_host(
+    State(s): State<Arc<Shared>>,
+    h: HeaderMap,
+    UrlPath(host): UrlPath<String>,
+) -> Reply {
+    s.authorised(&h)?;
+    s.cloud()?
+        .heal_host(&host)
+        .map_err(|e| bad(StatusCode::BAD_REQUEST, e.to_string()))?;
+    tracing::info!(host = %host, "Healed a compute host: its nova-compute reports again");
+    Ok(Json(s.state()))
+}
+
 /// The running control endpoint.
 pub(super) struct ControlServer {
     addr: SocketAddr,
@@ -262,12 +303,14 @@ impl ControlServer {
     pub(super) async fn start(
         sims: Arc<Sims>,
         orchestrators: Arc<Orchestrators>,
+        cloud: Option<Arc<Cloud>>,
         dir: &Path,
     ) -> Result<Self, LabError> {
         let token = random_token("lab")?;
         let shared = Arc::new(Shared {
             sims,
             orchestrators,
+            cloud,
             token: token.clone(),
             failed: Mutex::new(BTreeSet::new()),
             faults: Mutex::new(BTreeSet::new()),
@@ -277,6 +320,8 @@ impl ControlServer {
             .route("/fail/{site}", post(fail))
             .route("/heal/{site}", post(heal))
             .route("/fault", post(fault))
+            .route("/fail-host/{host}", post(fail_host))
+            .route("/heal-host/{host}", post(heal_host))
             .with_state(shared);
         let bind = SocketAddr::from(([127, 0, 0, 1], 0));
         let listener = tokio::net::TcpListener::bind(bind)

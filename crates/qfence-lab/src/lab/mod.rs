@@ -24,10 +24,14 @@
 //! source address), so a cut is per simulator, not per caller: while a site's orchestrator
 //! is frozen nobody else should reach its Proxmox API anyway.
 
+mod cloud;
 mod control;
 mod orchestrators;
 mod sims;
 
+pub use cloud::{
+    CLOUD, Cloud, CloudHostView, CloudShape, CloudYaml, LAB_CLOUD, NOVA_SECRET, host_name,
+};
 pub use control::{ControlFile, FaultRequest, LabState, OrchestratorView};
 pub use orchestrators::{Orchestrator, Orchestrators, Topology};
 pub use sims::{
@@ -46,6 +50,9 @@ pub struct LabOptions {
     pub dir: PathBuf,
     /// The `qfence` executable to run the orchestrators with.
     pub exe: PathBuf,
+    /// Also run the small cloud Instance HA watches (`qfence lab --cloud`). Off by default:
+    /// its Nova polls cost the erp-db failover about 0.8 s on a 2-core machine.
+    pub cloud: bool,
 }
 
 /// The tokens of the lab's API users.
@@ -65,6 +72,8 @@ pub struct Lab {
     pub sims: std::sync::Arc<Sims>,
     /// The orchestrators.
     pub orchestrators: std::sync::Arc<Orchestrators>,
+    /// The small cloud Instance HA watches, if the lab runs it.
+    pub cloud: Option<std::sync::Arc<Cloud>>,
     /// The API users' tokens.
     pub tokens: LabTokens,
     /// `http://127.0.0.1:PORT` of the control endpoint.
@@ -129,8 +138,15 @@ impl Lab {
         }
         std::fs::create_dir_all(&dir).map_err(io_err(&dir))?;
         let sims = Sims::start().await?;
+        let cloud = match o.cloud {
+            true => Some(Cloud::start(&CloudShape::lab()).await?),
+            false => None,
+        };
         let topology = Topology::pick()?;
-        let config = sims.config_text(&topology.cluster_addresses());
+        let mut config = sims.config_text(&topology.cluster_addresses());
+        if let Some(cloud) = &cloud {
+            config = cloud.add_to(&config, &LAB_CLOUD);
+        }
         let config_path = dir.join("lab.yaml");
         std::fs::write(&config_path, &config).map_err(io_err(&config_path))?;
 
@@ -185,12 +201,15 @@ impl Lab {
 
         let sims = std::sync::Arc::new(sims);
         let orchestrators = std::sync::Arc::new(orchestrators);
+        let cloud = cloud.map(std::sync::Arc::new);
         let control =
-            control::ControlServer::start(sims.clone(), orchestrators.clone(), &dir).await?;
+            control::ControlServer::start(sims.clone(), orchestrators.clone(), cloud.clone(), &dir)
+                .await?;
         Ok(Self {
             control_url: control.url(),
             sims,
             orchestrators,
+            cloud,
             tokens,
             dir,
             control,
@@ -207,6 +226,9 @@ impl Lab {
         if let Ok(sims) = std::sync::Arc::try_unwrap(self.sims) {
             sims.stop().await;
         }
+        if let Some(Ok(cloud)) = self.cloud.map(std::sync::Arc::try_unwrap) {
+            cloud.stop().await;
+        }
     }
 }
 
@@ -218,7 +240,7 @@ mod tests {
     use super::control::ControlServer;
     use super::*;
     use crate::faults::Cut;
-    use crate::redfish::AlreadyInState;
+    use crate::redfish::{AlreadyInState, PowerState};
 
     fn addr(s: &str) -> SocketAddr {
         s.parse().expect("an address")
@@ -227,11 +249,15 @@ mod tests {
     #[tokio::test]
     async fn the_lab_configuration_pins_every_simulator_and_validates() {
         let sims = Sims::start().await.expect("simulators start");
+        let cloud = Cloud::start(&CloudShape::lab())
+            .await
+            .expect("the cloud starts");
         let text = sims.config_text(&[
             ("dc1-a", addr("127.0.0.1:17401")),
             ("dc2-a", addr("127.0.0.2:17402")),
             ("witness-a", addr("127.0.0.3:17403")),
         ]);
+        let text = cloud.add_to(&text, &LAB_CLOUD);
         assert!(
             !text.contains("insecure"),
             "no simulator is trusted blindly"
@@ -242,6 +268,8 @@ mod tests {
             sims.pve1.fingerprint(),
             sims.pve2.fingerprint(),
             sims.fgt_pin.as_str(),
+            cloud.nova.fingerprint(),
+            cloud.bmc.fingerprint(),
         ] {
             assert!(
                 text.contains(&format!("pin: \"sha256:{pin}\"")),
@@ -251,19 +279,41 @@ mod tests {
         assert!(text.contains(&format!("endpoint: {}", sims.pve1.base_url())));
         assert!(text.contains("address: \"127.0.0.2:17402\""));
         assert!(text.contains("failover_after_seconds: 6"));
-        if let Err(issues) = qfence_model::config::load_str(&text, "lab.yaml") {
-            panic!("the lab configuration validates: {issues:#?}");
-        }
+        let config = match qfence_model::config::load_str(&text, "lab.yaml") {
+            Ok(c) => c,
+            Err(issues) => panic!("the lab configuration validates: {issues:#?}\n{text}"),
+        };
+        let cloud_config = config
+            .config
+            .config()
+            .instance_ha
+            .values()
+            .next()
+            .expect("a cloud");
+        assert_eq!(cloud_config.hosts.len(), 4, "every host has its fence");
+        assert!(text.contains("compute-3: {controller: bmc-compute, capability: power.off, resource: compute-3, site: dc2}"));
+        assert!(text.contains(&format!("endpoint: {}", cloud.nova.keystone_url())));
+        cloud.stop().await;
         sims.stop().await;
     }
 
-    #[tokio::test]
-    async fn the_control_endpoint_wants_its_token_and_switches_cuts_and_faults() {
-        let dir = std::env::temp_dir().join(format!("qfence-lab-control-{}", std::process::id()));
+    /// The control endpoint over fresh simulators (and `cloud`) in a temp dir named `name`:
+    /// the endpoint, its control file, a client, the simulators and the dir.
+    async fn control_endpoint(
+        name: &str,
+        cloud: Option<Arc<Cloud>>,
+    ) -> (
+        ControlServer,
+        ControlFile,
+        reqwest::Client,
+        Arc<Sims>,
+        std::path::PathBuf,
+    ) {
+        let dir = std::env::temp_dir().join(format!("qfence-lab-{name}-{}", std::process::id()));
         std::fs::create_dir_all(&dir).expect("a temp dir");
         let sims = Arc::new(Sims::start().await.expect("simulators start"));
         let orchestrators = Arc::new(Orchestrators { list: Vec::new() });
-        let server = ControlServer::start(sims.clone(), orchestrators, &dir)
+        let server = ControlServer::start(sims.clone(), orchestrators, cloud, &dir)
             .await
             .expect("the control endpoint starts");
         let file: ControlFile = serde_json::from_str(
@@ -272,7 +322,12 @@ mod tests {
         .expect("control.json parses");
         // reqwest is built without a default crypto provider (ring is the project's choice).
         let _ = rustls::crypto::ring::default_provider().install_default();
-        let client = reqwest::Client::new();
+        (server, file, reqwest::Client::new(), sims, dir)
+    }
+
+    #[tokio::test]
+    async fn the_control_endpoint_wants_its_token_and_switches_cuts_and_faults() {
+        let (server, file, client, sims, dir) = control_endpoint("control", None).await;
 
         let refused = client
             .get(format!("{}/state", file.url))
@@ -349,5 +404,132 @@ mod tests {
 
         server.stop().await;
         let _ = std::fs::remove_dir_all(&dir);
+    }
+
+    #[tokio::test]
+    async fn fail_host_silences_a_powered_host_and_heal_host_or_its_power_line_restarts_it() {
+        let cloud = Arc::new(
+            Cloud::start(&CloudShape::lab())
+                .await
+                .expect("the cloud starts"),
+        );
+        let (server, file, client, _sims, dir) =
+            control_endpoint("fail-host", Some(cloud.clone())).await;
+        let state: LabState = client
+            .post(format!("{}/fail-host/compute-2", file.url))
+            .bearer_auth(&file.token)
+            .send()
+            .await
+            .expect("an answer")
+            .json()
+            .await
+            .expect("a lab state");
+        let host = |state: &LabState, name: &str| {
+            state
+                .cloud
+                .iter()
+                .find(|h| h.host == name)
+                .cloned()
+                .expect("a host")
+        };
+        let dead = host(&state, "compute-2");
+        assert!(!dead.reporting, "its nova-compute stopped: {dead:?}");
+        assert_eq!(dead.power, "On", "a dead host is still powered");
+        assert!(host(&state, "compute-1").reporting);
+        let unknown = client
+            .post(format!("{}/fail-host/compute-9", file.url))
+            .bearer_auth(&file.token)
+            .send()
+            .await
+            .expect("an answer");
+        assert_eq!(unknown.status(), 400);
+        assert!(
+            unknown
+                .text()
+                .await
+                .unwrap_or_default()
+                .contains("compute-1, compute-2, compute-3, compute-4")
+        );
+
+        // Powered off at its BMC, a host cannot be brought back by hand; powered on, it can.
+        cloud.bmc.set_power("compute-2", PowerState::Off);
+        let refused = client
+            .post(format!("{}/heal-host/compute-2", file.url))
+            .bearer_auth(&file.token)
+            .send()
+            .await
+            .expect("an answer");
+        assert_eq!(refused.status(), 400);
+        cloud.bmc.set_power("compute-2", PowerState::On);
+        let state = eventually_reporting(&client, &file, "compute-2").await;
+        assert!(
+            host(&state, "compute-2").reporting,
+            "the power line restarted it"
+        );
+        cloud.fail_host("compute-2").expect("a known host");
+        let state: LabState = client
+            .post(format!("{}/heal-host/compute-2", file.url))
+            .bearer_auth(&file.token)
+            .send()
+            .await
+            .expect("an answer")
+            .json()
+            .await
+            .expect("a lab state");
+        assert!(
+            host(&state, "compute-2").reporting,
+            "heal-host restarted it"
+        );
+
+        server.stop().await;
+        if let Ok(cloud) = Arc::try_unwrap(cloud) {
+            cloud.stop().await;
+        }
+        let _ = std::fs::remove_dir_all(&dir);
+    }
+
+    #[tokio::test]
+    async fn without_its_cloud_the_lab_refuses_fail_host_and_says_how_to_start_it() {
+        let (server, file, client, _sims, dir) = control_endpoint("nocloud", None).await;
+        let refused = client
+            .post(format!("{}/fail-host/compute-2", file.url))
+            .bearer_auth(&file.token)
+            .send()
+            .await
+            .expect("an answer");
+        assert_eq!(refused.status(), 409);
+        assert!(
+            refused
+                .text()
+                .await
+                .unwrap_or_default()
+                .contains("qfence lab --cloud")
+        );
+        server.stop().await;
+        let _ = std::fs::remove_dir_all(&dir);
+    }
+
+    /// The lab's state once `host` reports again (its power line is followed by a task).
+    async fn eventually_reporting(
+        client: &reqwest::Client,
+        file: &ControlFile,
+        host: &str,
+    ) -> LabState {
+        for _ in 0..50 {
+            let state: LabState = client
+                .get(format!("{}/state", file.url))
+                .bearer_auth(&file.token)
+                .send()
+                .await
+                .expect("an answer")
+                .json()
+                .await
+                .expect("a lab state");
+            if state.cloud.iter().any(|h| h.host == host && h.reporting) {
+                return state;
+            }
+            tokio::time::sleep(std::time::Duration::from_millis(100)).await;
+        }
+        panic!("{host} never reported again");
     }
 }

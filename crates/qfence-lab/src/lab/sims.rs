@@ -108,10 +108,11 @@ pub fn pve_state(
 
 /// The secrets the lab's controllers name, with their values: the lab writes them to its
 /// secret directory; in-process tests and the scale benchmark look them up from a map.
-pub const SECRETS: [(&str, &str); 3] = [
+pub const SECRETS: [(&str, &str); 4] = [
     ("lab-redfish", BMC_PASSWORD),
     ("lab-proxmox", PVE_TOKEN),
     ("lab-fortigate", FGT_KEY),
+    ("lab-nova", super::cloud::NOVA_SECRET),
 ];
 
 /// One plan of a [`Scenario`]: the VM it keeps running (at dc1, its stopped replica at dc2)

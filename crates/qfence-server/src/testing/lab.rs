@@ -98,14 +98,14 @@ impl Sims {
 }
 
 /// The Nova simulator's application credential secret (`qfence`), stored as `lab-nova`.
-pub const LAB_NOVA_SECRET: &str = "qfence-secret";
+pub const LAB_NOVA_SECRET: &str = lab::NOVA_SECRET;
 
 /// The orchestrator's own secret store: environment-style names, looked up in a map (the test
 /// does not touch the process environment).
 pub fn secrets() -> SecretStore {
     let values: BTreeMap<String, String> = lab::SECRETS
         .into_iter()
-        .chain([("lab-ipmi", "password"), ("lab-nova", LAB_NOVA_SECRET)])
+        .chain([("lab-ipmi", "password")])
         .map(|(k, v)| (env_name(ENV_PREFIX, k), v.to_owned()))
         .collect();
     SecretStore::new(vec![SecretSource::Env {

@@ -9,122 +9,50 @@ use std::time::Duration;
 use anyhow::Result;
 use axum::body::Body;
 use axum::http::{Request, StatusCode, header};
-use qfence_lab::TlsIdentity;
-use qfence_lab::nova::{self as sim, NovaHandle, NovaState, VmState};
-use qfence_lab::redfish::{self, Account, BmcHandle, BmcState, PowerState, Role, System};
+use qfence_lab::lab::{Cloud, CloudShape, CloudYaml, host_name as host};
+use qfence_lab::nova::VmState;
+use qfence_lab::redfish::PowerState;
 use qfence_runtime::events::EventKind;
 use qfence_runtime::{Access, Backend, InstanceHa, Metrics, RuntimeBackend, TokenStore};
 use tower::ServiceExt as _;
 
-use super::lab::{BMC_PASSWORD, Orchestrator, eventually, phase, secrets};
+use super::lab::{Orchestrator, eventually, phase, secrets};
 
 const HOSTS: usize = 4;
 const SERVERS_PER_HOST: usize = 2;
 
-/// The cloud and its BMC, with each host's power wired to its nova-compute.
-pub(super) struct Cloud {
-    pub(super) nova: Arc<NovaHandle>,
-    pub(super) bmc: BmcHandle,
-    wires: Vec<tokio::task::JoinHandle<()>>,
+/// The cloud (the lab's, `qfence_lab::lab::Cloud`): Nova, a BMC per host, each host's power
+/// wired to its nova-compute; evacuations of 0.3 s.
+pub(super) async fn start_cloud() -> Result<Cloud> {
+    Ok(Cloud::start(&CloudShape {
+        hosts: HOSTS,
+        servers_per_host: SERVERS_PER_HOST,
+        service_down_time: Duration::from_secs(2),
+        evacuation_time: Duration::from_millis(300),
+    })
+    .await?)
 }
 
-pub(super) fn host(n: usize) -> String {
-    format!("compute-{n}")
-}
-
-impl Cloud {
-    pub(super) async fn start() -> Result<Self> {
-        let mut state = NovaState::new(HOSTS, SERVERS_PER_HOST);
-        // Nova reads a host down this long after its last heartbeat.
-        state.service_down_time = Duration::from_secs(2);
-        let nova = sim::start("127.0.0.1:0".parse()?, TlsIdentity::loopback()?, state).await?;
-        let systems = (1..=HOSTS)
-            .map(|n| System::new(&host(n), &sim::state::uuid_from(0xb0 + n as u64)))
-            .collect();
-        let accounts = vec![Account::new("qfence", BMC_PASSWORD, Role::Operator)];
-        let bmc = redfish::start(
-            "127.0.0.1:0".parse()?,
-            TlsIdentity::loopback()?,
-            BmcState::new(systems, accounts),
-        )
-        .await?;
-        let mut cloud = Self {
-            nova: Arc::new(nova),
-            bmc,
-            wires: Vec::new(),
-        };
-        for n in 1..=HOSTS {
-            cloud.wire(&host(n));
-        }
-        Ok(cloud)
-    }
-
-    /// Follows `name`'s power line: off stops its nova-compute, on starts it again.
-    fn wire(&mut self, name: &str) {
-        let mut line = self.bmc.power_line(name).expect("a system");
-        let nova = self.nova.clone();
-        let name = name.to_owned();
-        self.wires.push(tokio::spawn(async move {
-            while line.changed().await.is_ok() {
-                let powered = *line.borrow_and_update();
-                nova.update(|s| {
-                    if powered {
-                        s.restart_host(&name)
-                    } else {
-                        s.stop_heartbeat(&name)
-                    }
-                });
-            }
-        }));
-    }
-
-    /// The configuration: one orchestrator, the Nova controller, the BMC, and the cloud
-    /// `overcloud` with `extra` parameters. Each host but those in `unfenced` is fenced
-    /// through the BMC's system of its name.
-    pub(super) fn config(&self, extra: &str, unfenced: &[&str]) -> String {
-        let pin = |fp: &str| format!("{{pin: \"sha256:{fp}\"}}");
-        let hosts: String = (1..=HOSTS)
-            .map(host)
-            .filter(|h| !unfenced.contains(&h.as_str()))
-            .map(|h| {
-                format!("      {h}: {{controller: bmc, capability: power.off, resource: {h}}}\n")
-            })
-            .collect();
-        format!(
-            "cluster:\n  name: iha\nsites:\n  dc1: {{}}\norchestrators:\n  dc1-a: {{site: dc1, \
-             address: \"127.0.0.1:7401\"}}\ncontrollers:\n  nova:\n    type: nova\n    \
-             endpoint: {keystone}\n    site: dc1\n    secret: lab-nova\n    \
-             application_credential_id: qfence\n    timeout_seconds: 5\n    tls: {nova_pin}\n  \
-             bmc:\n    type: redfish\n    endpoint: {bmc}\n    site: dc1\n    secret: \
-             lab-redfish\n    username: qfence\n    timeout_seconds: 5\n    tls: {bmc_pin}\n\
-             instance_ha:\n  overcloud:\n    nova: nova\n    poll_seconds: 1\n    \
-             delta_seconds: 20\n{extra}    hosts:\n{hosts}",
-            keystone = self.nova.keystone_url(),
-            nova_pin = pin(self.nova.fingerprint()),
-            bmc = self.bmc.base_url(),
-            bmc_pin = pin(self.bmc.fingerprint()),
-        )
-    }
-
-    pub(super) fn servers_on(&self, name: &str) -> usize {
-        self.nova
-            .snapshot()
-            .servers
-            .iter()
-            .filter(|s| s.host == name)
-            .count()
-    }
-
-    pub(super) async fn stop(self) {
-        for w in self.wires {
-            w.abort();
-            let _ = w.await;
-        }
-        if let Ok(nova) = Arc::try_unwrap(self.nova) {
-            nova.shutdown().await;
-        }
-        self.bmc.shutdown().await;
-    }
+/// The configuration: one orchestrator, the Nova controller, the BMC, and the cloud
+/// `overcloud` with `extra` parameters. Each host but those in `unfenced` is fenced through
+/// the BMC's system of its name.
+pub(super) fn config(cloud: &Cloud, extra: &str, unfenced: &[&str]) -> String {
+    let parameters = format!("    poll_seconds: 1\n    delta_seconds: 20\n{extra}");
+    let c = CloudYaml {
+        nova: "nova",
+        bmc: "bmc",
+        site: "dc1",
+        reach: &[],
+        timeout_seconds: 5,
+        host_sites: &[],
+        unfenced,
+        parameters: &parameters,
+    };
+    cloud.add_to(
+        "cluster:\n  name: iha\nsites:\n  dc1: {}\norchestrators:\n  dc1-a: {site: dc1, \
+         address: \"127.0.0.1:7401\"}\n",
+        &c,
+    )
 }
 
 /// The orchestrator with its Instance HA loop running.
@@ -187,8 +115,8 @@ pub(super) fn position(events: &[String], from: usize, needle: &str) -> Option<u
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_dead_compute_host_is_fenced_evacuated_powered_on_and_re_enabled() -> Result<()> {
-    let cloud = Cloud::start().await?;
-    let (o, backend) = start(&cloud.config("", &[])).await?;
+    let cloud = start_cloud().await?;
+    let (o, backend) = start(&config(&cloud, "", &[])).await?;
 
     phase("steady: every host up, the loop quiet");
     eventually(Duration::from_secs(20), "a first decision", || async {
@@ -321,9 +249,9 @@ async fn a_dead_compute_host_is_fenced_evacuated_powered_on_and_re_enabled() -> 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn over_the_threshold_nothing_is_fenced_or_evacuated_and_an_event_has_the_figures()
 -> Result<()> {
-    let cloud = Cloud::start().await?;
+    let cloud = start_cloud().await?;
     // The heartbeat cliff would close too; this test is about the threshold alone.
-    let (o, backend) = start(&cloud.config("    heartbeat_cliff_percent: 100\n", &[])).await?;
+    let (o, backend) = start(&config(&cloud, "    heartbeat_cliff_percent: 100\n", &[])).await?;
     eventually(Duration::from_secs(20), "a first decision", || async {
         let s = backend.instance_ha().await.ok()?;
         s.clouds.first()?.last_decision.clone()
@@ -384,8 +312,8 @@ async fn over_the_threshold_nothing_is_fenced_or_evacuated_and_an_event_has_the_
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_host_without_a_fence_is_never_evacuated_and_the_event_says_so() -> Result<()> {
-    let cloud = Cloud::start().await?;
-    let (o, backend) = start(&cloud.config("", &["compute-4"])).await?;
+    let cloud = start_cloud().await?;
+    let (o, backend) = start(&config(&cloud, "", &["compute-4"])).await?;
     eventually(Duration::from_secs(20), "a first decision", || async {
         let s = backend.instance_ha().await.ok()?;
         s.clouds.first()?.last_decision.clone()
@@ -431,8 +359,8 @@ async fn a_host_without_a_fence_is_never_evacuated_and_the_event_says_so() -> Re
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_restarted_loop_resumes_the_host_from_the_replicated_state_and_never_fences_twice()
 -> Result<()> {
-    let cloud = Cloud::start().await?;
-    let o = Orchestrator::start(&cloud.config("", &[]), true).await?;
+    let cloud = start_cloud().await?;
+    let o = Orchestrator::start(&config(&cloud, "", &[]), true).await?;
     let backend = RuntimeBackend::new(&o.engine, secrets());
     let first = o.stop.child_token();
     tokio::spawn(InstanceHa::new(&o.engine, o.drivers.clone()).run(first.clone()));
@@ -510,7 +438,7 @@ fn kdump_config(cloud: &Cloud, port: u16, host: &str) -> String {
         "    check_kdump: true\n    kdump_port: {port}\n    kdump_timeout_seconds: 4\n    \
          kdump_max_wait_seconds: 120\n"
     );
-    cloud.config(&extra, &[]).replace(
+    config(cloud, &extra, &[]).replace(
         &format!("      {host}: {{controller: bmc,"),
         &format!("      {host}: {{address: 127.0.0.1, controller: bmc,"),
     )
@@ -522,7 +450,7 @@ async fn a_host_sending_fence_kdump_messages_is_fenced_only_after_its_dump_ends(
         super::emulators::missing("fence_kdump_send (fence-agents)");
         return Ok(());
     };
-    let cloud = Cloud::start().await?;
+    let cloud = start_cloud().await?;
     let port = super::emulators::free_udp_port();
     let config = kdump_config(&cloud, port, "compute-2");
     assert!(config.contains("address: 127.0.0.1"), "{config}");
@@ -599,7 +527,7 @@ async fn a_host_sending_fence_kdump_messages_is_fenced_only_after_its_dump_ends(
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn datagrams_that_are_not_fence_kdump_messages_never_hold_a_fence_back() -> Result<()> {
-    let cloud = Cloud::start().await?;
+    let cloud = start_cloud().await?;
     let port = super::emulators::free_udp_port();
     let (o, backend) = start(&kdump_config(&cloud, port, "compute-3")).await?;
     eventually(Duration::from_secs(20), "a first decision", || async {
@@ -649,11 +577,10 @@ async fn datagrams_that_are_not_fence_kdump_messages_never_hold_a_fence_back() -
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_host_of_a_site_the_cluster_lost_is_left_to_the_site_failover() -> Result<()> {
-    let cloud = Cloud::start().await?;
+    let cloud = start_cloud().await?;
     // dc1 and dc2 with an orchestrator each, and a witness: dc1-a keeps the quorum alone with
     // the witness. compute-3 and compute-4 are dc2's.
-    let text = cloud
-        .config("", &[])
+    let text = config(&cloud, "", &[])
         .replacen(
             "sites:\n  dc1: {}\n",
             "sites:\n  dc1: {}\n  dc2: {}\n  witness: {witness: true}\n",

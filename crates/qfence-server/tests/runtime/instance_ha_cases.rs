@@ -11,7 +11,9 @@ use qfence_lab::redfish::PowerState;
 use qfence_runtime::Backend;
 use qfence_runtime::events::EventKind;
 
-use super::instance_ha::{Cloud, dump, iha_events, start};
+use qfence_lab::lab::Cloud;
+
+use super::instance_ha::{config, dump, iha_events, start, start_cloud};
 use super::lab::{Orchestrator, eventually, phase};
 
 /// Waits for the loop's first decision: the cloud was read once, nothing is failed.
@@ -65,13 +67,13 @@ fn left_out(cloud: &Cloud, host: &str) {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn smart_evacuation_gives_a_host_up_after_five_failures_and_lists_the_operators_steps()
 -> Result<()> {
-    let cloud = Cloud::start().await?;
+    let cloud = start_cloud().await?;
     let servers = servers_of(&cloud, "compute-2");
     let stuck = servers[0].clone();
     cloud
         .nova
         .update(|s| s.evacuation.always_fail.insert(stuck.clone()));
-    let (o, backend) = start(&cloud.config("    smart_evacuation: true\n", &[])).await?;
+    let (o, backend) = start(&config(&cloud, "    smart_evacuation: true\n", &[])).await?;
     first_decision(&o, &backend).await?;
 
     phase("compute-2 dies; one of its servers fails every evacuation");
@@ -118,8 +120,8 @@ async fn smart_evacuation_gives_a_host_up_after_five_failures_and_lists_the_oper
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn leave_disabled_keeps_an_evacuated_host_off_disabled_and_forced_down() -> Result<()> {
-    let cloud = Cloud::start().await?;
-    let (o, backend) = start(&cloud.config("    leave_disabled: true\n", &[])).await?;
+    let cloud = start_cloud().await?;
+    let (o, backend) = start(&config(&cloud, "    leave_disabled: true\n", &[])).await?;
     first_decision(&o, &backend).await?;
 
     phase("compute-3 dies: fenced and evacuated, then left as it is");
@@ -164,9 +166,9 @@ fn busy_server_on(cloud: &Cloud, host: &str) -> String {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_unsuccessful_evacuation_leaves_the_host_out_unless_force_enable() -> Result<()> {
     phase("without force_enable: compute-2 is left disabled, forced down and off");
-    let cloud = Cloud::start().await?;
+    let cloud = start_cloud().await?;
     busy_server_on(&cloud, "compute-2");
-    let (o, backend) = start(&cloud.config("", &[])).await?;
+    let (o, backend) = start(&config(&cloud, "", &[])).await?;
     first_decision(&o, &backend).await?;
     cloud.nova.update(|s| s.stop_heartbeat("compute-2"));
     record_with(
@@ -186,9 +188,9 @@ async fn an_unsuccessful_evacuation_leaves_the_host_out_unless_force_enable() ->
     cloud.stop().await;
 
     phase("with force_enable: the same host is powered on and back in service");
-    let cloud = Cloud::start().await?;
+    let cloud = start_cloud().await?;
     busy_server_on(&cloud, "compute-2");
-    let (o, backend) = start(&cloud.config("    force_enable: true\n", &[])).await?;
+    let (o, backend) = start(&config(&cloud, "    force_enable: true\n", &[])).await?;
     first_decision(&o, &backend).await?;
     cloud.nova.update(|s| s.stop_heartbeat("compute-2"));
     record_with(&o, "compute-2: back in service").await?;
@@ -216,7 +218,7 @@ async fn an_unsuccessful_evacuation_leaves_the_host_out_unless_force_enable() ->
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_reserved_host_is_enabled_for_a_failed_one_and_takes_its_servers() -> Result<()> {
-    let cloud = Cloud::start().await?;
+    let cloud = start_cloud().await?;
     // compute-4 is the spare: disabled by an operator with a reason that says reserved, and
     // in the same aggregate as every host.
     cloud.nova.update(|s| {
@@ -225,7 +227,7 @@ async fn a_reserved_host_is_enabled_for_a_failed_one_and_takes_its_servers() -> 
         h.disabled_reason = Some("reserved for instance HA".into());
     });
     let extra = "    reserved_hosts: true\n    evacuate_to_reserved: true\n";
-    let (o, backend) = start(&cloud.config(extra, &[])).await?;
+    let (o, backend) = start(&config(&cloud, extra, &[])).await?;
     first_decision(&o, &backend).await?;
 
     phase("compute-1 dies: compute-4 is enabled first, then takes compute-1's servers");

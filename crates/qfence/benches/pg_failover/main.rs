@@ -483,7 +483,9 @@ fn post_mortem(events: &[serde_json::Value], start: u64) {
     let Some(first) = events.iter().position(|e| {
         at(e) >= start
             && e["kind"] == "decision"
-            && e["message"].as_str().is_some_and(|m| m.starts_with("failing"))
+            && e["message"]
+                .as_str()
+                .is_some_and(|m| m.starts_with("failing"))
     }) else {
         println!("  post-mortem: no decision starting with \"failing\" in the log");
         return;

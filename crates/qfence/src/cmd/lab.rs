@@ -1,5 +1,6 @@
 //! `qfence lab`: the demo lab on loopback (see `docs/lab.md`), and `qfence lab
-//! fail|heal|fault|state` against the running lab through its control endpoint.
+//! fail|heal|fault|fail-host|heal-host|state` against the running lab through its control
+//! endpoint.
 
 use std::path::PathBuf;
 use std::process::ExitCode;
@@ -16,6 +17,10 @@ pub struct LabArgs {
     /// The lab directory: configuration, secrets, tokens, `env`, logs, orchestrator data.
     #[arg(long, global = true, default_value = ".qfence-lab")]
     pub dir: PathBuf,
+    /// Also run a small OpenStack cloud for Instance HA: the Nova simulator with compute-1 to
+    /// compute-4 and their BMCs (`qfence lab fail-host compute-2`).
+    #[arg(long)]
+    pub cloud: bool,
     #[command(subcommand)]
     pub command: Option<LabCommand>,
 }
@@ -45,7 +50,20 @@ pub enum LabCommand {
         #[arg(long)]
         off: bool,
     },
-    /// Show the lab: failed sites, VIP, host power, VM 101, orchestrators, faults.
+    /// Kill a compute host of the lab's cloud: its nova-compute stops reporting while it
+    /// stays powered (a panic, a hang). Instance HA fences it, evacuates its servers and
+    /// brings it back.
+    FailHost {
+        /// compute-1 to compute-4.
+        host: String,
+    },
+    /// Start a failed compute host's nova-compute again by hand (while it is powered on).
+    HealHost {
+        /// compute-1 to compute-4.
+        host: String,
+    },
+    /// Show the lab: failed sites, VIP, host power, VM 101, orchestrators, faults, the
+    /// cloud's compute hosts.
     State,
 }
 
@@ -55,17 +73,18 @@ pub fn run(a: LabArgs, format: Format) -> anyhow::Result<ExitCode> {
         .enable_all()
         .build()?;
     match a.command {
-        None => rt.block_on(serve_lab(a.dir)),
+        None => rt.block_on(serve_lab(a.dir, a.cloud)),
         Some(c) => rt.block_on(control(a.dir, c, format)),
     }
 }
 
-async fn serve_lab(dir: PathBuf) -> anyhow::Result<ExitCode> {
+async fn serve_lab(dir: PathBuf, cloud: bool) -> anyhow::Result<ExitCode> {
     let exe = std::env::current_exe().context("finding the qfence executable")?;
     println!("Starting the qfence lab in {} ...", dir.display());
     let lab = Lab::start(LabOptions {
         dir: dir.clone(),
         exe,
+        cloud,
     })
     .await?;
     let dir_shown = lab.dir.display().to_string();
@@ -73,6 +92,15 @@ async fn serve_lab(dir: PathBuf) -> anyhow::Result<ExitCode> {
     println!(
         "The lab runs: dc1 owns erp-db (VM 101 at pve-dc1, VIP vip-erp-db -> 10.1.1.5), dc2 stands by fenced."
     );
+    if let Some(cloud) = &lab.cloud {
+        println!(
+            "Instance HA watches the cloud overcloud (Nova {}): {} with {} servers, each host's BMC at {}.",
+            cloud.nova.keystone_url(),
+            cloud.hosts().join(", "),
+            cloud.nova.snapshot().servers.len(),
+            cloud.bmc.base_url()
+        );
+    }
     for o in &lab.orchestrators.list {
         println!(
             "  {:<10} {:<8} API {}  pin sha256:{}  (log {})",
@@ -110,6 +138,16 @@ async fn serve_lab(dir: PathBuf) -> anyhow::Result<ExitCode> {
     );
     println!("  qfence lab fail dc1    # dc1 cut off: watch erp-db fail over to dc2");
     println!("  qfence lab heal dc1    # dc1 comes back, fenced");
+    if lab.cloud.is_some() {
+        println!(
+            "  qfence lab fail-host compute-2    # a compute host dies: Instance HA fences it, evacuates its servers, brings it back"
+        );
+        println!("  qfence instance-ha hosts    # (and: qfence instance-ha evacuations)");
+    } else {
+        println!(
+            "  (qfence lab --cloud also runs a small OpenStack cloud: qfence lab fail-host compute-2 shows Instance HA)"
+        );
+    }
     println!("Ctrl-C stops the lab.");
     super::serve::signal().await;
     println!("Stopping the lab ...");
@@ -144,6 +182,8 @@ async fn control(dir: PathBuf, c: LabCommand, format: Format) -> anyhow::Result<
                     site: site.clone(),
                     on: !off,
                 }),
+            LabCommand::FailHost { host } => client.post(format!("{}/fail-host/{host}", file.url)),
+            LabCommand::HealHost { host } => client.post(format!("{}/heal-host/{host}", file.url)),
             LabCommand::State => client.get(format!("{}/state", file.url)),
         };
     let resp = req.bearer_auth(&file.token).send().await.with_context(|| {
@@ -173,6 +213,12 @@ async fn control(dir: PathBuf, c: LabCommand, format: Format) -> anyhow::Result<
             "Fault {name} at {site} is {}.",
             if *off { "off" } else { "on" }
         ),
+        LabCommand::FailHost { host } => println!(
+            "{host} is dead: its nova-compute stopped reporting, its BMC still reads it powered on. Watch Instance HA fence and evacuate it: qfence instance-ha hosts, qfence instance-ha evacuations."
+        ),
+        LabCommand::HealHost { host } => {
+            println!("{host}'s nova-compute reports again.");
+        }
         LabCommand::State => {}
     }
     println!(
@@ -201,6 +247,19 @@ async fn control(dir: PathBuf, c: LabCommand, format: Format) -> anyhow::Result<
     }
     if !state.faults.is_empty() {
         println!("faults: {}", state.faults.join(", "));
+    }
+    for h in &state.cloud {
+        println!(
+            "{}: power {}, nova-compute {} (service {}{}{}), {} server(s), {} ACTIVE",
+            h.host,
+            h.power,
+            if h.reporting { "reporting" } else { "silent" },
+            h.service,
+            if h.disabled { ", disabled" } else { "" },
+            if h.forced_down { ", forced down" } else { "" },
+            h.servers,
+            h.active
+        );
     }
     Ok(ExitCode::SUCCESS)
 }
