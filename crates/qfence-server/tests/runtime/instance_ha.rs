@@ -18,22 +18,22 @@ use tower::ServiceExt as _;
 
 use super::lab::{BMC_PASSWORD, Orchestrator, eventually, phase, secrets};
 
-const HOSTS: usize = 4;
-const SERVERS_PER_HOST: usize = 2;
+pub(super) const HOSTS: usize = 4;
+pub(super) const SERVERS_PER_HOST: usize = 2;
 
 /// The cloud and its BMC, with each host's power wired to its nova-compute.
-struct Cloud {
-    nova: Arc<NovaHandle>,
-    bmc: BmcHandle,
+pub(super) struct Cloud {
+    pub(super) nova: Arc<NovaHandle>,
+    pub(super) bmc: BmcHandle,
     wires: Vec<tokio::task::JoinHandle<()>>,
 }
 
-fn host(n: usize) -> String {
+pub(super) fn host(n: usize) -> String {
     format!("compute-{n}")
 }
 
 impl Cloud {
-    async fn start() -> Result<Self> {
+    pub(super) async fn start() -> Result<Self> {
         let mut state = NovaState::new(HOSTS, SERVERS_PER_HOST);
         // Nova reads a host down this long after its last heartbeat.
         state.service_down_time = Duration::from_secs(2);
@@ -81,7 +81,7 @@ impl Cloud {
     /// The configuration: one orchestrator, the Nova controller, the BMC, and the cloud
     /// `overcloud` with `extra` parameters. Each host but those in `unfenced` is fenced
     /// through the BMC's system of its name.
-    fn config(&self, extra: &str, unfenced: &[&str]) -> String {
+    pub(super) fn config(&self, extra: &str, unfenced: &[&str]) -> String {
         let pin = |fp: &str| format!("{{pin: \"sha256:{fp}\"}}");
         let hosts: String = (1..=HOSTS)
             .map(host)
@@ -115,7 +115,7 @@ impl Cloud {
             .count()
     }
 
-    async fn stop(self) {
+    pub(super) async fn stop(self) {
         for w in self.wires {
             w.abort();
             let _ = w.await;
@@ -128,7 +128,7 @@ impl Cloud {
 }
 
 /// The orchestrator with its Instance HA loop running.
-async fn start(config: &str) -> Result<(Orchestrator, RuntimeBackend)> {
+pub(super) async fn start(config: &str) -> Result<(Orchestrator, RuntimeBackend)> {
     let o = Orchestrator::start(config, true).await?;
     let ha = InstanceHa::new(&o.engine, o.drivers.clone());
     tokio::spawn(ha.run(o.stop.clone()));
@@ -169,7 +169,7 @@ fn iha_events(o: &Orchestrator) -> Vec<String> {
         .collect()
 }
 
-fn dump(o: &Orchestrator) {
+pub(super) fn dump(o: &Orchestrator) {
     for e in iha_events(o) {
         eprintln!("{e}");
     }

@@ -13,6 +13,7 @@ mod deadman_stories;
 #[path = "../../../qfence-controllers/tests/it/emulators.rs"]
 mod emulators;
 mod instance_ha;
+mod instance_ha_console;
 mod ipmi_bmc;
 mod lab;
 mod metrics;

@@ -1,0 +1,270 @@
+//! The Instance HA page: for each cloud, whether it acts (or only records failures), its last
+//! decision's sentence, the gates closed, each compute host with its state and since when,
+//! and the evacuations with their server, from and to host, state and attempts. The clouds
+//! are a live part (`live.rs`), so an operator watching a host die sees it fenced and
+//! evacuated without reloading. Everything comes from the backend's `instance_ha()`, the
+//! same answer as `GET /api/v1/instance-ha`.
+
+use askama::Template;
+use axum::Router;
+use axum::extract::State;
+use axum::response::Response;
+use axum::routing::get;
+
+use super::{Session, error_page, fmt_ms, page};
+use crate::api::AppState;
+use qfence_runtime::auth::Caller;
+use qfence_runtime::backend::BackendError;
+use qfence_runtime::dto::{CloudStatus, EvacuationStatus, HostStatus, InstanceHaStatus};
+
+pub(super) fn routes() -> Router<AppState> {
+    Router::new().route("/instance-ha", get(instance_ha))
+}
+
+/// The id of the live part: every cloud's card.
+pub(crate) const PART: &str = "iha-clouds";
+
+/// A compute host, as its row shows it.
+#[derive(Debug, Clone)]
+pub(crate) struct HostRow {
+    pub host: String,
+    pub state: String,
+    /// The state chip's CSS class.
+    pub class: &'static str,
+    /// `2026-12-08 00:14:03 UTC`, or empty for a host that is up.
+    pub since: String,
+    pub service: String,
+    /// When its fence was proven by read-back.
+    pub fenced_at: String,
+    pub incident: String,
+    pub why: String,
+}
+
+/// A server's evacuation, as its row shows it.
+#[derive(Debug, Clone)]
+pub(crate) struct EvacRow {
+    pub server: String,
+    pub from: String,
+    pub to: String,
+    pub state: String,
+    pub class: &'static str,
+    pub attempts: u32,
+    pub failures: u32,
+    pub lock: String,
+}
+
+/// One cloud, as its card shows it.
+#[derive(Debug, Clone)]
+pub(crate) struct CloudCard {
+    pub name: String,
+    pub nova: String,
+    pub disabled: bool,
+    pub leading: bool,
+    pub nova_reachable: bool,
+    pub last_decision: Option<String>,
+    pub decided_at: String,
+    pub gates_closed: Vec<String>,
+    /// Hosts by state, in the order first seen: (state, how many).
+    pub counts: Vec<(String, usize)>,
+    pub hosts: Vec<HostRow>,
+    pub evacuations: Vec<EvacRow>,
+}
+
+/// The CSS class of a host's state: what an operator should make of it at a glance.
+pub(crate) fn host_class(state: &str) -> &'static str {
+    match state {
+        "up" => "ok",
+        "disabled" => "idle",
+        "failed" | "halted" => "bad",
+        "kdump wait" | "fencing" | "verifying" => "fencing",
+        "left disabled" => "warn",
+        // isolating, evacuating, powering on, enabling: the incident moves.
+        _ => "busy",
+    }
+}
+
+fn evac_class(state: &str) -> &'static str {
+    match state {
+        "done" => "ok",
+        "unsuccessful" => "bad",
+        _ => "busy",
+    }
+}
+
+fn time(ms: Option<u64>) -> String {
+    ms.map(|t| format!("{} UTC", fmt_ms(t))).unwrap_or_default()
+}
+
+fn host_row(h: &HostStatus) -> HostRow {
+    let mut service = h.service.clone().unwrap_or_default();
+    if h.forced_down == Some(true) {
+        service.push_str(", forced down");
+    }
+    HostRow {
+        host: h.host.clone(),
+        state: h.state.clone(),
+        class: host_class(&h.state),
+        since: time(h.since_ms),
+        service,
+        fenced_at: time(h.fenced_at_ms),
+        incident: h.incident.map(|i| i.to_string()).unwrap_or_default(),
+        why: h.why.clone().unwrap_or_default(),
+    }
+}
+
+fn evac_row(e: &EvacuationStatus) -> EvacRow {
+    EvacRow {
+        server: e.server.clone(),
+        from: e.host.clone(),
+        to: e.to_host.clone().unwrap_or_default(),
+        state: e.state.clone(),
+        class: evac_class(&e.state),
+        attempts: e.requests,
+        failures: e.failures,
+        lock: e.lock.clone(),
+    }
+}
+
+impl CloudCard {
+    pub fn new(c: &CloudStatus) -> Self {
+        let mut counts: Vec<(String, usize)> = Vec::new();
+        for h in &c.hosts {
+            match counts.iter_mut().find(|(s, _)| *s == h.state) {
+                Some((_, n)) => *n += 1,
+                None => counts.push((h.state.clone(), 1)),
+            }
+        }
+        let mut evacuations: Vec<EvacRow> = c.evacuations.iter().map(evac_row).collect();
+        evacuations.sort_by(|a, b| (&a.from, &a.server).cmp(&(&b.from, &b.server)));
+        Self {
+            name: c.cloud.clone(),
+            nova: c.nova.clone(),
+            disabled: c.disabled,
+            leading: c.leading,
+            nova_reachable: c.nova_reachable,
+            last_decision: c.last_decision.clone(),
+            decided_at: time(c.decided_at_ms),
+            gates_closed: c.gates_closed.clone(),
+            counts,
+            hosts: c.hosts.iter().map(host_row).collect(),
+            evacuations,
+        }
+    }
+}
+
+/// Every cloud's card: the page's live part.
+#[derive(Template)]
+#[template(path = "console/instance_ha_clouds.html")]
+pub(crate) struct CloudsPart {
+    pub clouds: Vec<CloudCard>,
+}
+
+impl CloudsPart {
+    pub fn new(status: &InstanceHaStatus) -> Self {
+        Self {
+            clouds: status.clouds.iter().map(CloudCard::new).collect(),
+        }
+    }
+
+    /// Loads and renders the part, as the page and the live stream show it.
+    pub async fn load(s: &AppState) -> Result<String, BackendError> {
+        let status = s.backend.instance_ha().await?;
+        Self::new(&status).render().map_err(|e| {
+            tracing::error!(error = %e, "A console template failed to render: this is a bug");
+            BackendError::Unavailable("the page could not be rendered".into())
+        })
+    }
+}
+
+#[derive(Template)]
+#[template(path = "console/instance_ha.html")]
+struct InstanceHaPage {
+    who: Option<Caller>,
+    title: String,
+    clouds_html: String,
+}
+
+async fn instance_ha(session: Session, State(s): State<AppState>) -> Response {
+    match CloudsPart::load(&s).await {
+        Ok(clouds_html) => page(&InstanceHaPage {
+            who: Some(session.caller),
+            title: "Instance HA".into(),
+            clouds_html,
+        }),
+        Err(e) => error_page(Some(&session), &e),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn host(name: &str, state: &str) -> HostStatus {
+        HostStatus {
+            cloud: "overcloud".into(),
+            host: name.into(),
+            state: state.into(),
+            incident: None,
+            since_ms: None,
+            site: None,
+            service: Some("up, enabled".into()),
+            forced_down: Some(false),
+            fenced_at_ms: None,
+            why: None,
+        }
+    }
+
+    #[test]
+    fn a_card_counts_hosts_by_state_and_escapes_what_nova_names() {
+        let mut dead = host("<b>compute-2</b>", "evacuating");
+        dead.incident = Some(3);
+        dead.since_ms = Some(0);
+        dead.fenced_at_ms = Some(1_000);
+        dead.forced_down = Some(true);
+        let status = InstanceHaStatus {
+            clouds: vec![CloudStatus {
+                cloud: "overcloud".into(),
+                nova: "nova".into(),
+                disabled: false,
+                leading: true,
+                last_decision: Some("fencing decision: compute-2 <evacuating>".into()),
+                decided_at_ms: Some(2_000),
+                nova_reachable: true,
+                hosts: vec![host("compute-1", "up"), dead, host("compute-3", "up")],
+                evacuations: vec![EvacuationStatus {
+                    cloud: "overcloud".into(),
+                    host: "<b>compute-2</b>".into(),
+                    incident: 3,
+                    server: "vm-1".into(),
+                    to_host: Some("compute-3".into()),
+                    state: "done".into(),
+                    requests: 2,
+                    failures: 1,
+                    lock: "unlocked".into(),
+                }],
+                gates_closed: vec![],
+            }],
+        };
+        let part = CloudsPart::new(&status);
+        let card = &part.clouds[0];
+        assert_eq!(
+            card.counts,
+            vec![("up".to_owned(), 2), ("evacuating".to_owned(), 1)]
+        );
+        assert_eq!(card.hosts[1].service, "up, enabled, forced down");
+        assert_eq!(card.hosts[1].since, "1970-01-01 00:00:00 UTC");
+        let html = part.render().unwrap();
+        assert!(!html.contains("<b>compute-2"), "{html}");
+        assert!(html.contains("&#60;b&#62;compute-2"), "{html}");
+        assert!(html.contains("compute-2 &#60;evacuating&#62;"), "{html}");
+        assert!(html.contains("compute-3"), "{html}");
+    }
+
+    #[test]
+    fn no_cloud_renders_the_empty_state() {
+        let html = CloudsPart::new(&InstanceHaStatus { clouds: vec![] })
+            .render()
+            .unwrap();
+        assert!(html.contains("No Instance HA cloud"), "{html}");
+    }
+}
