@@ -12,8 +12,8 @@ use futures_util::StreamExt;
 use qfence_runtime::{Access, Metrics, RuntimeBackend, TokenStore};
 use tower::ServiceExt as _;
 
-use super::instance_ha::{Cloud, HOSTS, dump, host, start};
 use super::lab::{eventually, phase};
+use super::nova_cloud::{Cloud, HOSTS, dump, host, start};
 
 const VIEWER: &str = "viewer-token";
 

@@ -17,6 +17,7 @@ mod instance_ha_console;
 mod ipmi_bmc;
 mod lab;
 mod metrics;
+mod nova_cloud;
 mod registration;
 mod routing;
 mod scale;
