@@ -91,6 +91,9 @@ pub struct EvacuationStatus {
     pub host: String,
     pub incident: u64,
     pub server: String,
+    /// The server's name, as the last poll of Nova read it.
+    #[serde(default)]
+    pub server_name: Option<String>,
     /// The host it went to, when Nova says: its migration's destination, or where the last
     /// poll found it once it left `host`.
     #[serde(default)]
@@ -230,6 +233,7 @@ pub fn cloud_status(
                 host: h.to_string(),
                 incident: r.incident.0,
                 server: id.to_string(),
+                server_name: view.and_then(|v| v.server(id)).map(|s| s.name.clone()),
                 to_host: to_host(view, id, h),
                 state: evac_state(&e.state).to_owned(),
                 requests: e.requests,
