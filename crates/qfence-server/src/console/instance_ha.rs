@@ -44,6 +44,8 @@ pub(crate) struct HostRow {
 #[derive(Debug, Clone)]
 pub(crate) struct EvacRow {
     pub server: String,
+    /// Its name, or its id when the name is not known.
+    pub name: String,
     pub from: String,
     pub to: String,
     pub state: String,
@@ -108,13 +110,28 @@ fn host_row(h: &HostStatus) -> HostRow {
         service,
         fenced_at: time(h.fenced_at_ms),
         incident: h.incident.map(|i| i.to_string()).unwrap_or_default(),
-        why: h.why.clone().unwrap_or_default(),
+        why: h.why.as_deref().map(why_in_words).unwrap_or_default(),
     }
+}
+
+/// Why a host was left disabled or halted, in words (the API's `why` is a keyword).
+fn why_in_words(why: &str) -> String {
+    match why {
+        "asked" => "leave_disabled is set: an operator brings it back",
+        "unsuccessful" => "some evacuations were unsuccessful, and force_enable is off",
+        "poweronfailed" => "it could not be powered back on",
+        "fence-not-proven" => "its fence could not be proven: nothing of it is evacuated",
+        "smart-evacuation-failed" => "a server's evacuation failed every retry: act by hand",
+        "powered-on-while-evacuated" => "it powered on while its servers were being evacuated",
+        other => other,
+    }
+    .to_owned()
 }
 
 fn evac_row(e: &EvacuationStatus) -> EvacRow {
     EvacRow {
         server: e.server.clone(),
+        name: e.server_name.clone().unwrap_or_else(|| e.server.clone()),
         from: e.host.clone(),
         to: e.to_host.clone().unwrap_or_default(),
         state: e.state.clone(),
@@ -236,6 +253,7 @@ mod tests {
                     host: "<b>compute-2</b>".into(),
                     incident: 3,
                     server: "vm-1".into(),
+                    server_name: Some("erp-app".into()),
                     to_host: Some("compute-3".into()),
                     state: "done".into(),
                     requests: 2,
@@ -258,6 +276,40 @@ mod tests {
         assert!(html.contains("&#60;b&#62;compute-2"), "{html}");
         assert!(html.contains("compute-2 &#60;evacuating&#62;"), "{html}");
         assert!(html.contains("compute-3"), "{html}");
+        assert!(html.contains("erp-app"), "{html}");
+    }
+
+    #[test]
+    fn a_follower_and_a_disabled_cloud_say_so() {
+        let cloud = CloudStatus {
+            cloud: "overcloud".into(),
+            nova: "nova".into(),
+            disabled: true,
+            leading: false,
+            last_decision: None,
+            decided_at_ms: None,
+            nova_reachable: false,
+            hosts: vec![],
+            evacuations: vec![],
+            gates_closed: vec!["heartbeat cliff".into()],
+        };
+        let html = CloudsPart::new(&InstanceHaStatus {
+            clouds: vec![cloud],
+        })
+        .render()
+        .unwrap();
+        for want in [
+            "disabled: failures are recorded",
+            "This orchestrator does not lead",
+            "read by the leader",
+            "heartbeat cliff",
+        ] {
+            assert!(html.contains(want), "{want} in {html}");
+        }
+        assert!(
+            !html.contains("UNREACHABLE"),
+            "a follower does not poll Nova: {html}"
+        );
     }
 
     #[test]
