@@ -69,6 +69,57 @@ fn evacuated_to(row: &str) -> Option<&str> {
     Some(&rest[..rest.find("</td>")?]).filter(|to| !to.is_empty())
 }
 
+/// Reads the Instance HA stream until it shows compute-2 left disabled with each of `doomed`
+/// evacuated (done, with the host it went to): that event, and compute-2's states on the way.
+async fn follow_until_evacuated<S, B, E>(
+    stream: &mut S,
+    doomed: &[String],
+) -> Result<(String, Vec<String>)>
+where
+    S: futures_util::Stream<Item = Result<B, E>> + Unpin,
+    B: AsRef<[u8]>,
+    E: Into<anyhow::Error>,
+{
+    let mut states: Vec<String> = Vec::new();
+    let follow = async {
+        let mut text = String::new();
+        while let Some(chunk) = stream.next().await {
+            text.push_str(&String::from_utf8_lossy(
+                chunk.map_err(Into::into)?.as_ref(),
+            ));
+            // One event per part: `event: iha-clouds\ndata: ...\n\n`.
+            while let Some(end) = text.find("\n\n") {
+                let event: String = text.drain(..end + 2).collect();
+                // Keep-alive comments and a passing `live-error` are not the part.
+                if !event.starts_with("event: iha-clouds\n") {
+                    continue;
+                }
+                let Some(state) = host_state(&event, "compute-2") else {
+                    continue;
+                };
+                if states.last() != Some(&state) {
+                    states.push(state.clone());
+                }
+                // Done once Nova accepted it; the server's new host shows from the poll after
+                // Nova placed it there.
+                let evacuated = doomed.iter().all(|id| {
+                    evacuation_row(&event, id).is_some_and(|r| {
+                        r.contains("data-state=\"done\"") && evacuated_to(r).is_some()
+                    })
+                });
+                if state == "left disabled" && evacuated {
+                    return Ok::<_, anyhow::Error>(event);
+                }
+            }
+        }
+        bail!("the stream ended")
+    };
+    let followed = tokio::time::timeout(Duration::from_secs(60), follow).await;
+    let last = followed
+        .with_context(|| format!("compute-2 not shown evacuated on the stream: {states:?}"))??;
+    Ok((last, states))
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_console_page_shows_a_dead_host_fenced_and_its_servers_evacuated_live() -> Result<()> {
     let cloud = Cloud::start().await?;
@@ -121,41 +172,9 @@ async fn the_console_page_shows_a_dead_host_fenced_and_its_servers_evacuated_liv
     // so the stream must show it between `up` and the end.
     cloud.bmc.faults().set_latency(Duration::from_millis(600));
     cloud.nova.update(|s| s.stop_heartbeat("compute-2"));
-    let mut states: Vec<String> = Vec::new();
-    let last = tokio::time::timeout(Duration::from_secs(60), async {
-        let mut text = String::new();
-        while let Some(chunk) = stream.next().await {
-            text.push_str(&String::from_utf8_lossy(&chunk?));
-            // One event per part: `event: iha-clouds\ndata: ...\n\n`.
-            while let Some(end) = text.find("\n\n") {
-                let event: String = text.drain(..end + 2).collect();
-                // Keep-alive comments and a passing `live-error` are not the part.
-                if !event.starts_with("event: iha-clouds\n") {
-                    continue;
-                }
-                let Some(state) = host_state(&event, "compute-2") else {
-                    continue;
-                };
-                if states.last() != Some(&state) {
-                    states.push(state.clone());
-                }
-                // Done once Nova accepted it; the server's new host shows from the poll after
-                // Nova placed it there.
-                let evacuated = doomed.iter().all(|id| {
-                    evacuation_row(&event, id).is_some_and(|r| {
-                        r.contains("data-state=\"done\"") && evacuated_to(r).is_some()
-                    })
-                });
-                if state == "left disabled" && evacuated {
-                    return Ok::<_, anyhow::Error>(event);
-                }
-            }
-        }
-        bail!("the stream ended")
-    })
-    .await
-    .context("compute-2 left disabled with its servers evacuated, on the stream")
-    .inspect_err(|_| dump(&o))??;
+    let (last, states) = follow_until_evacuated(&mut stream, &doomed)
+        .await
+        .inspect_err(|_| dump(&o))?;
     eprintln!("compute-2 as the stream showed it: {states:?}");
     assert_eq!(states.first().map(String::as_str), Some("up"), "{states:?}");
     assert!(
