@@ -1,9 +1,10 @@
 //! The Instance HA page: for each cloud, whether it acts (or only records failures), its last
 //! decision's sentence, the gates closed, each compute host with its state and since when,
-//! and the evacuations with their server, from and to host, state and attempts. The clouds
-//! are a live part (`live.rs`), so an operator watching a host die sees it fenced and
-//! evacuated without reloading. Everything comes from the backend's `instance_ha()`, the
-//! same answer as `GET /api/v1/instance-ha`.
+//! and the evacuations with their server, from and to host, state and attempts, then the
+//! cloud's recent steps from the event log (they outlive an incident, which closes once its
+//! host is back). The clouds are a live part (`live.rs`), so an operator watching a host die
+//! sees it fenced and evacuated without reloading. The state comes from the backend's
+//! `instance_ha()`, the same answer as `GET /api/v1/instance-ha`.
 
 use askama::Template;
 use axum::Router;
@@ -16,6 +17,7 @@ use crate::api::AppState;
 use qfence_runtime::auth::Caller;
 use qfence_runtime::backend::BackendError;
 use qfence_runtime::dto::{CloudStatus, EvacuationStatus, HostStatus, InstanceHaStatus};
+use qfence_runtime::events::{Event, EventKind, EventQuery, MAX_PAGE};
 
 pub(super) fn routes() -> Router<AppState> {
     Router::new().route("/instance-ha", get(instance_ha))
@@ -23,6 +25,16 @@ pub(super) fn routes() -> Router<AppState> {
 
 /// The id of the live part: every cloud's card.
 pub(crate) const PART: &str = "iha-clouds";
+/// How many of the cloud's steps a card lists, newest first.
+const STEPS_SHOWN: usize = 15;
+
+/// A step of the cloud's incidents, from the event log.
+#[derive(Debug, Clone)]
+pub(crate) struct StepRow {
+    pub time: String,
+    pub alarm: bool,
+    pub message: String,
+}
 
 /// A compute host, as its row shows it.
 #[derive(Debug, Clone)]
@@ -70,6 +82,8 @@ pub(crate) struct CloudCard {
     pub counts: Vec<(String, usize)>,
     pub hosts: Vec<HostRow>,
     pub evacuations: Vec<EvacRow>,
+    /// Its newest steps (a host down, fenced, evacuated, back in service, alarms).
+    pub steps: Vec<StepRow>,
 }
 
 /// The CSS class of a host's state: what an operator should make of it at a glance.
@@ -142,8 +156,55 @@ fn evac_row(e: &EvacuationStatus) -> EvacRow {
     }
 }
 
+/// The newest [`STEPS_SHOWN`] steps of `cloud` among `records` (oldest first): the records
+/// Instance HA writes for each step of an incident and each gate, not its sentences, commands
+/// or results.
+fn steps(cloud: &str, records: &[Event]) -> Vec<StepRow> {
+    // Every record names its cloud first; the card already does.
+    let prefix = format!("instance-ha {cloud}: ");
+    records
+        .iter()
+        .rev()
+        .filter(|e| {
+            e.data.get("instance_ha").and_then(|c| c.as_str()) == Some(cloud)
+                && e.data.get("event").is_some()
+        })
+        .take(STEPS_SHOWN)
+        .map(|e| StepRow {
+            time: time(Some(e.time_ms)),
+            alarm: e.kind == EventKind::Alarm,
+            message: e
+                .message
+                .strip_prefix(&prefix)
+                .unwrap_or(&e.message)
+                .to_owned(),
+        })
+        .collect()
+}
+
+/// The log's newest records (at most one page), oldest first.
+async fn newest_records(s: &AppState) -> Result<Vec<Event>, BackendError> {
+    let head = s
+        .backend
+        .events(&EventQuery {
+            limit: Some(1),
+            ..EventQuery::default()
+        })
+        .await?
+        .head_seq;
+    let page = s
+        .backend
+        .events(&EventQuery {
+            after: Some(head.saturating_sub(u64::from(MAX_PAGE))).filter(|a| *a > 0),
+            limit: Some(MAX_PAGE),
+            ..EventQuery::default()
+        })
+        .await?;
+    Ok(page.events)
+}
+
 impl CloudCard {
-    pub fn new(c: &CloudStatus) -> Self {
+    pub fn new(c: &CloudStatus, records: &[Event]) -> Self {
         let mut counts: Vec<(String, usize)> = Vec::new();
         for h in &c.hosts {
             match counts.iter_mut().find(|(s, _)| *s == h.state) {
@@ -165,6 +226,7 @@ impl CloudCard {
             counts,
             hosts: c.hosts.iter().map(host_row).collect(),
             evacuations,
+            steps: steps(&c.cloud, records),
         }
     }
 }
@@ -177,16 +239,26 @@ pub(crate) struct CloudsPart {
 }
 
 impl CloudsPart {
-    pub fn new(status: &InstanceHaStatus) -> Self {
+    pub fn new(status: &InstanceHaStatus, records: &[Event]) -> Self {
         Self {
-            clouds: status.clouds.iter().map(CloudCard::new).collect(),
+            clouds: status
+                .clouds
+                .iter()
+                .map(|c| CloudCard::new(c, records))
+                .collect(),
         }
     }
 
     /// Loads and renders the part, as the page and the live stream show it.
     pub async fn load(s: &AppState) -> Result<String, BackendError> {
         let status = s.backend.instance_ha().await?;
-        Self::new(&status).render().map_err(|e| {
+        // No cloud, no steps to look for.
+        let records = if status.clouds.is_empty() {
+            Vec::new()
+        } else {
+            newest_records(s).await?
+        };
+        Self::new(&status, &records).render().map_err(|e| {
             tracing::error!(error = %e, "A console template failed to render: this is a bug");
             BackendError::Unavailable("the page could not be rendered".into())
         })
@@ -263,7 +335,7 @@ mod tests {
                 gates_closed: vec![],
             }],
         };
-        let part = CloudsPart::new(&status);
+        let part = CloudsPart::new(&status, &[]);
         let card = &part.clouds[0];
         assert_eq!(
             card.counts,
@@ -293,9 +365,12 @@ mod tests {
             evacuations: vec![],
             gates_closed: vec!["heartbeat cliff".into()],
         };
-        let html = CloudsPart::new(&InstanceHaStatus {
-            clouds: vec![cloud],
-        })
+        let html = CloudsPart::new(
+            &InstanceHaStatus {
+                clouds: vec![cloud],
+            },
+            &[],
+        )
         .render()
         .unwrap();
         for want in [
@@ -312,9 +387,70 @@ mod tests {
         );
     }
 
+    fn record(seq: u64, kind: EventKind, message: &str, data: serde_json::Value) -> Event {
+        Event {
+            seq,
+            time_ms: seq * 1_000,
+            kind,
+            plan: None,
+            site: None,
+            term: Some(1),
+            generation: None,
+            actor: "dc1-a".into(),
+            message: message.into(),
+            data,
+            prev: String::new(),
+            hash: String::new(),
+        }
+    }
+
+    #[test]
+    fn a_cards_steps_are_its_clouds_step_records_newest_first() {
+        use serde_json::json;
+        let step = |c: &str| json!({"instance_ha": c, "host": "compute-2", "event": {}});
+        let records = vec![
+            record(
+                1,
+                EventKind::Decision,
+                "instance-ha overcloud: compute-2: host down",
+                step("overcloud"),
+            ),
+            record(
+                2,
+                EventKind::Decision,
+                "fencing decision: ...",
+                json!({"instance_ha": "overcloud"}),
+            ),
+            record(
+                3,
+                EventKind::Command,
+                "instance-ha overcloud: fence compute-2",
+                json!({"instance_ha": "overcloud", "op": "x"}),
+            ),
+            record(
+                4,
+                EventKind::Decision,
+                "compute-9: host down",
+                step("undercloud"),
+            ),
+            record(5, EventKind::Alarm, "compute-2: halted", step("overcloud")),
+        ];
+        let shown: Vec<(String, bool)> = steps("overcloud", &records)
+            .into_iter()
+            .map(|s| (s.message, s.alarm))
+            .collect();
+        assert_eq!(
+            shown,
+            vec![
+                ("compute-2: halted".to_owned(), true),
+                ("compute-2: host down".to_owned(), false)
+            ]
+        );
+    }
+
     #[test]
     fn no_cloud_renders_the_empty_state() {
-        let html = CloudsPart::new(&InstanceHaStatus { clouds: vec![] })
+        let html = CloudsPart::new(&InstanceHaStatus { clouds: vec![] }, &[])
             .render()
             .unwrap();
         assert!(html.contains("No Instance HA cloud"), "{html}");

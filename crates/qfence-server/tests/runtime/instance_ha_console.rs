@@ -208,6 +208,14 @@ async fn the_console_page_shows_a_dead_host_fenced_and_its_servers_evacuated_liv
     assert!(row.contains("left disabled"), "{row}");
     assert!(row.contains("(leave_disabled is set"), "{row}");
     assert!(row.contains("forced down"), "{row}");
+    let steps = &html[html.find("class=\"plain iha-steps\"").expect("its steps")..];
+    for step in [
+        "compute-2: host down",
+        "compute-2: fenced, read back",
+        "compute-2: evacuating 2 server(s)",
+    ] {
+        assert!(steps.contains(step), "{step} in {steps}");
+    }
     assert_eq!(
         row.matches(" UTC</td>").count(),
         2,
