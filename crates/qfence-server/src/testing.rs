@@ -453,4 +453,7 @@ impl Backend for FaultyBackend {
         }
         self.inner.orchestrators().await
     }
+    async fn instance_ha(&self) -> Result<InstanceHaStatus, BackendError> {
+        self.inner.instance_ha().await
+    }
 }

@@ -4,7 +4,8 @@
 //! own loop (a follower says it is not the leader).
 
 use qfence_core::Millis;
-use qfence_core::instance_ha::{CloudState, EvacState, HostPhase, LockState, NovaView};
+use qfence_core::instance_ha::{CloudState, EvacState, HostPhase, LockState, NovaView, ServerId};
+use qfence_model::config::HostName;
 use qfence_model::{CloudId, Term};
 use serde::{Deserialize, Serialize};
 
@@ -37,6 +38,9 @@ pub struct CloudStatus {
     pub cloud: String,
     /// The Nova controller.
     pub nova: String,
+    /// `disabled: true` in its configuration: failures are recorded, nothing else is done.
+    #[serde(default)]
+    pub disabled: bool,
     /// Whether the answering orchestrator runs this cloud's decisions (it leads); a follower
     /// shows the replicated hosts only.
     pub leading: bool,
@@ -64,6 +68,10 @@ pub struct HostStatus {
     pub state: String,
     /// Its incident's number while it is being processed.
     pub incident: Option<u64>,
+    /// Since when it is in this state, Unix ms: its incident's phase was entered, or it was
+    /// first seen failed. `None` for a host that is up or disabled.
+    #[serde(default)]
+    pub since_ms: Option<u64>,
     pub site: Option<String>,
     /// Nova's word on its service: `up`/`down`, `enabled`/`disabled`, forced down.
     pub service: Option<String>,
@@ -83,8 +91,16 @@ pub struct EvacuationStatus {
     pub host: String,
     pub incident: u64,
     pub server: String,
+    /// The server's name, as the last poll of Nova read it.
+    #[serde(default)]
+    pub server_name: Option<String>,
+    /// The host it went to, when Nova says: its migration's destination, or where the last
+    /// poll found it once it left `host`.
+    #[serde(default)]
+    pub to_host: Option<String>,
     /// `pending`, `requested`, `following`, `done`, `unsuccessful`.
     pub state: String,
+    /// Evacuate requests sent (the attempts).
     pub requests: u32,
     pub failures: u32,
     /// qfence's lock on it: `unlocked`, `locking`, `locked`, `unlocking`, `skipped`.
@@ -124,10 +140,25 @@ fn lock_state(l: &LockState) -> &'static str {
     }
 }
 
-/// The status of `cloud` from its replicated state and, on the leader, its loop's view.
+/// Where `server`, evacuated from `from`, went: the destination of its newest evacuation's
+/// migration from `from`, else the host the view places it on when that is not `from`.
+fn to_host(view: Option<&NovaView>, server: &ServerId, from: &HostName) -> Option<String> {
+    let view = view?;
+    let migrated = view
+        .migrations
+        .iter()
+        .filter(|m| &m.server == server && &m.source == from && m.dest.is_some())
+        .max_by_key(|m| m.id)
+        .and_then(|m| m.dest.as_ref());
+    let placed = view.server(server).map(|s| &s.host).filter(|h| *h != from);
+    migrated.or(placed).map(ToString::to_string)
+}
+
+/// The status of `cloud` (its Nova controller, whether it is `disabled`) from its replicated
+/// state and, on the leader, its loop's view.
 pub fn cloud_status(
     cloud: &CloudId,
-    nova: &str,
+    (nova, disabled): (&str, bool),
     state: &CloudState,
     shown: Option<&CloudRuntime>,
 ) -> CloudStatus {
@@ -162,6 +193,10 @@ pub fn cloud_status(
             host: c.host.to_string(),
             state: state_word,
             incident: record.map(|r| r.incident.0),
+            since_ms: record
+                .map(|r| r.phase_since)
+                .or_else(|| state.failed.get(&c.host).copied())
+                .map(|m| m.0),
             site: record.map(|r| r.site.to_string()),
             service: Some(service),
             forced_down: Some(c.forced_down),
@@ -179,6 +214,7 @@ pub fn cloud_status(
             host: h.to_string(),
             state: r.phase.as_str().to_owned(),
             incident: Some(r.incident.0),
+            since_ms: Some(r.phase_since.0),
             site: Some(r.site.to_string()),
             service: None,
             forced_down: None,
@@ -197,6 +233,8 @@ pub fn cloud_status(
                 host: h.to_string(),
                 incident: r.incident.0,
                 server: id.to_string(),
+                server_name: view.and_then(|v| v.server(id)).map(|s| s.name.clone()),
+                to_host: to_host(view, id, h),
                 state: evac_state(&e.state).to_owned(),
                 requests: e.requests,
                 failures: e.failures,
@@ -207,6 +245,7 @@ pub fn cloud_status(
     CloudStatus {
         cloud: name,
         nova: nova.to_owned(),
+        disabled,
         leading,
         last_decision: shown
             .filter(|s| s.leading)

@@ -1,9 +1,10 @@
-//! Server-sent events for the live parts of the overview and a plan's page.
+//! Server-sent events for the live parts of the overview, a plan's page and the Instance HA
+//! page.
 //!
 //! Each stream polls the backend once a second and sends the part of the page that changed,
 //! rendered by the same template as the page (`overview_rows.html`; a plan's status, actions,
-//! timeline and history), as an event named after the element it replaces; `console.js` swaps
-//! it in. A plan's actions are rendered by the same rules as at the first render
+//! timeline and history; `instance_ha_clouds.html`), as an event named after the element it
+//! replaces; `console.js` swaps it in. A plan's actions are rendered by the same rules as at the first render
 //! (`PlanAction::offer`), so its forms carry the generation the operator sees. Polling the
 //! backend's status keeps one source of truth: what the API's `/status` answers is what the
 //! console shows. A stream ends when the server shuts down (the API's shutdown token) or the
@@ -21,6 +22,7 @@ use axum::response::{IntoResponse, Response};
 use axum::routing::get;
 use futures_util::Stream;
 
+use super::instance_ha::{self, CloudsPart};
 use super::overview::{OverviewQuery, OverviewRows, page_number};
 use super::plans::PlanLive;
 use super::{SESSION_COOKIE, Session, cookie};
@@ -33,6 +35,7 @@ pub(super) fn routes() -> Router<AppState> {
     Router::new()
         .route("/live/overview", get(overview))
         .route("/live/plans/{plan}", get(plan))
+        .route("/live/instance-ha", get(instance_ha))
 }
 
 /// What a stream renders each poll: the element ids it replaces and their HTML, or an error
@@ -137,6 +140,19 @@ async fn plan(
                 .map_err(|e| e.to_string())?;
             live.render_parts()
                 .map_err(|e| format!("rendering failed: {e}"))
+        })
+    })
+}
+
+async fn instance_ha(
+    _session: Session,
+    headers: axum::http::HeaderMap,
+    State(s): State<AppState>,
+) -> Response {
+    sse(s, token(&headers), |s| {
+        Box::pin(async move {
+            let html = CloudsPart::load(&s).await.map_err(|e| e.to_string())?;
+            Ok(vec![(instance_ha::PART, html)])
         })
     })
 }

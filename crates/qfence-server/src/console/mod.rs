@@ -15,12 +15,14 @@
 //! Pages: the overview ([`overview`], live: counts, filters and paging for thousands of
 //! plans), a plan's page ([`plans`]: the diagram, its moves' timeline ([`timeline`]), its
 //! history, operator actions with a confirmation step showing the dry run), the sites
-//! ([`sites`]), the event log and the orchestrators ([`pages`]). The live parts are server-sent events ([`live`]) carrying HTML
+//! ([`sites`]), Instance HA's clouds, hosts and evacuations ([`instance_ha`], live), the event
+//! log and the orchestrators ([`pages`]). The live parts are server-sent events ([`live`]) carrying HTML
 //! fragments rendered by the same templates as the page.
 
 mod actions;
 mod diagram;
 mod editor;
+mod instance_ha;
 mod live;
 mod overview;
 mod pages;
@@ -60,6 +62,7 @@ pub(crate) fn routes() -> Router<AppState> {
         .merge(plans::routes())
         .merge(pages::routes())
         .merge(sites::routes())
+        .merge(instance_ha::routes())
         .merge(live::routes())
         .merge(editor::routes())
         .merge(register::routes())

@@ -79,7 +79,9 @@ async fn signing_in_sets_a_strict_http_only_cookie_and_goes_where_asked() {
         "/events?kind=alarm",
         "/orchestrators",
         "/sites",
+        "/instance-ha",
         "/live/overview",
+        "/live/instance-ha",
     ] {
         let r = req(&api, Method::GET, path, None, None, None).await;
         assert_eq!(r.status, StatusCode::SEE_OTHER, "{path}");
@@ -225,6 +227,7 @@ async fn the_overview_lists_every_plan_with_verdicts_in_words() {
         "/events",
         "/orchestrators",
         "/sites",
+        "/instance-ha",
     ] {
         let r = page(&api, path, VIEWER).await;
         assert_eq!(r.headers[header::X_FRAME_OPTIONS], "DENY", "{path}");
@@ -765,6 +768,20 @@ async fn the_live_streams_send_the_page_parts_at_once() {
     let text = first_event(&api, "/live/plans/erp-db").await;
     assert!(text.starts_with("event: plan-status-live\n"), "{text}");
     assert!(text.contains("data-generation=\"1\""));
+}
+
+#[tokio::test]
+async fn the_instance_ha_page_of_an_orchestrator_without_a_cloud_says_so() {
+    let api = Api::new().await;
+    let r = page(&api, "/instance-ha", VIEWER).await;
+    assert_eq!(r.status, StatusCode::OK, "a viewer may see it");
+    let h = html(&r);
+    assert!(h.contains("id=\"iha-empty\""), "{h}");
+    assert!(h.contains("No Instance HA cloud is configured"), "{h}");
+    assert!(h.contains("href=\"/instance-ha\">Instance HA</a>"), "{h}");
+    let text = first_event(&api, "/live/instance-ha").await;
+    assert!(text.starts_with("event: iha-clouds\n"), "{text}");
+    assert!(text.contains("No Instance HA cloud"), "{text}");
 }
 
 #[tokio::test]

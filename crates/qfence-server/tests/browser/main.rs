@@ -10,7 +10,14 @@
 #![allow(clippy::disallowed_methods)]
 
 mod harness;
+mod instance_ha;
+#[path = "../runtime/lab.rs"]
+#[allow(dead_code)]
+mod lab;
 mod moves;
+// The runtime tests' small cloud on the Nova simulator.
+#[path = "../runtime/nova_cloud.rs"]
+mod nova_cloud;
 
 use std::time::Duration;
 

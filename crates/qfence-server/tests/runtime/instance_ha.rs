@@ -1,7 +1,6 @@
 //! Instance HA through the real runtime (ADR 0025): the Nova simulator as the cloud, a Redfish
-//! simulator as every compute host's BMC, one orchestrator running the Instance HA loop. A
-//! host's power line is wired to its `nova-compute`: powered off, its heartbeats stop;
-//! powered on, it starts again (and cleans up what was evacuated away, as Nova's does).
+//! simulator as every compute host's BMC, one orchestrator running the Instance HA loop
+//! ([`super::nova_cloud`]).
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -9,7 +8,6 @@ use std::time::Duration;
 use anyhow::Result;
 use axum::body::Body;
 use axum::http::{Request, StatusCode, header};
-use qfence_lab::lab::{Cloud, CloudShape, CloudYaml, host_name as host};
 use qfence_lab::nova::VmState;
 use qfence_lab::redfish::PowerState;
 use qfence_runtime::events::EventKind;
@@ -17,52 +15,9 @@ use qfence_runtime::{Access, Backend, InstanceHa, Metrics, RuntimeBackend, Token
 use tower::ServiceExt as _;
 
 use super::lab::{Orchestrator, eventually, phase, secrets};
-
-const HOSTS: usize = 4;
-const SERVERS_PER_HOST: usize = 2;
-
-/// The cloud (the lab's, `qfence_lab::lab::Cloud`): Nova, a BMC per host, each host's power
-/// wired to its nova-compute; evacuations of 0.3 s.
-pub(super) async fn start_cloud() -> Result<Cloud> {
-    Ok(Cloud::start(&CloudShape {
-        hosts: HOSTS,
-        servers_per_host: SERVERS_PER_HOST,
-        service_down_time: Duration::from_secs(2),
-        evacuation_time: Duration::from_millis(300),
-    })
-    .await?)
-}
-
-/// The configuration: one orchestrator, the Nova controller, the BMC, and the cloud
-/// `overcloud` with `extra` parameters. Each host but those in `unfenced` is fenced through
-/// the BMC's system of its name.
-pub(super) fn config(cloud: &Cloud, extra: &str, unfenced: &[&str]) -> String {
-    let parameters = format!("    poll_seconds: 1\n    delta_seconds: 20\n{extra}");
-    let c = CloudYaml {
-        nova: "nova",
-        bmc: "bmc",
-        site: "dc1",
-        reach: &[],
-        timeout_seconds: 5,
-        host_sites: &[],
-        unfenced,
-        parameters: &parameters,
-    };
-    cloud.add_to(
-        "cluster:\n  name: iha\nsites:\n  dc1: {}\norchestrators:\n  dc1-a: {site: dc1, \
-         address: \"127.0.0.1:7401\"}\n",
-        &c,
-    )
-}
-
-/// The orchestrator with its Instance HA loop running.
-pub(super) async fn start(config: &str) -> Result<(Orchestrator, RuntimeBackend)> {
-    let o = Orchestrator::start(config, true).await?;
-    let ha = InstanceHa::new(&o.engine, o.drivers.clone());
-    tokio::spawn(ha.run(o.stop.clone()));
-    let backend = RuntimeBackend::new(&o.engine, secrets());
-    Ok((o, backend))
-}
+use super::nova_cloud::{
+    Cloud, HOSTS, SERVERS_PER_HOST, config, dump, host, iha_events, start, start_cloud,
+};
 
 const VIEWER: &str = "viewer-token";
 
@@ -87,24 +42,8 @@ async fn get(backend: &RuntimeBackend, path: &str) -> (StatusCode, serde_json::V
     (status, serde_json::from_slice(&bytes).unwrap_or_default())
 }
 
-/// The Instance HA records of the event log, as `KIND message` lines.
-pub(super) fn iha_events(o: &Orchestrator) -> Vec<String> {
-    o.engine
-        .events()
-        .into_iter()
-        .filter(|e| e.data.get("instance_ha").is_some())
-        .map(|e| format!("{} {}", e.kind.as_str(), e.message))
-        .collect()
-}
-
-pub(super) fn dump(o: &Orchestrator) {
-    for e in iha_events(o) {
-        eprintln!("{e}");
-    }
-}
-
 /// Where `needle` first appears in the log, after position `from`.
-pub(super) fn position(events: &[String], from: usize, needle: &str) -> Option<usize> {
+fn position(events: &[String], from: usize, needle: &str) -> Option<usize> {
     events
         .iter()
         .enumerate()

@@ -11,10 +11,8 @@ use qfence_lab::redfish::PowerState;
 use qfence_runtime::Backend;
 use qfence_runtime::events::EventKind;
 
-use qfence_lab::lab::Cloud;
-
-use super::instance_ha::{config, dump, iha_events, start, start_cloud};
 use super::lab::{Orchestrator, eventually, phase};
+use super::nova_cloud::{Cloud, config, dump, iha_events, start, start_cloud};
 
 /// Waits for the loop's first decision: the cloud was read once, nothing is failed.
 async fn first_decision(o: &Orchestrator, backend: &qfence_runtime::RuntimeBackend) -> Result<()> {

@@ -772,7 +772,7 @@ impl Backend for RuntimeBackend {
                 .cloned();
             clouds.push(crate::instance_ha::view::cloud_status(
                 id,
-                cloud.nova.as_str(),
+                (cloud.nova.as_str(), cloud.disabled),
                 &state,
                 shown.as_ref(),
             ));
