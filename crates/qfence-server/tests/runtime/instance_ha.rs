@@ -264,8 +264,8 @@ async fn a_dead_compute_host_is_fenced_evacuated_powered_on_and_re_enabled() -> 
         "command instance-ha overcloud: evacuate",
         "compute-2: evacuated: 2 done, 0 unsuccessful",
         "command instance-ha overcloud: power-on compute-2",
-        "command instance-ha overcloud: enable compute-2",
         "command instance-ha overcloud: clear-forced-down compute-2",
+        "command instance-ha overcloud: enable compute-2",
         "compute-2: back in service",
     ] {
         at = position(&events, at, step).unwrap_or_else(|| {

@@ -269,8 +269,8 @@ async fn instance_ha_real_nova_a_killed_host_is_fenced_evacuated_powered_on_and_
         "command instance-ha overcloud: evacuate".to_owned(),
         format!("{victim}: evacuated: {SERVERS_PER_HOST} done, 0 unsuccessful"),
         format!("command instance-ha overcloud: power-on {victim}"),
-        format!("command instance-ha overcloud: enable {victim}"),
         format!("command instance-ha overcloud: clear-forced-down {victim}"),
+        format!("command instance-ha overcloud: enable {victim}"),
         back.clone(),
     ] {
         at = events
@@ -290,6 +290,14 @@ async fn instance_ha_real_nova_a_killed_host_is_fenced_evacuated_powered_on_and_
             "only {victim} was fenced: {events:#?}"
         );
     }
+    // Nova refuses to clear forced-down while the evacuations' records read `done`: the loop
+    // waits for the restarted nova-compute to clean them up rather than be refused.
+    assert!(
+        !events
+            .iter()
+            .any(|e| e.contains("clear-forced-down failed")),
+        "the clear was never refused: {events:#?}"
+    );
 
     phase("Nova: the victim enabled, not forced down, up; its servers ACTIVE elsewhere, unlocked");
     admin
@@ -314,6 +322,18 @@ async fn instance_ha_real_nova_a_killed_host_is_fenced_evacuated_powered_on_and_
             .all(|s| s["status"] == "ACTIVE" && s["locked"] == false),
         "every server ACTIVE and unlocked: {servers:#?}"
     );
+    phase(
+        "the victim takes a new server at once (enabled while up, Nova cleared its placement trait)",
+    );
+    let fresh = admin.boot_on("iha-after", &victim, 1).await;
+    let servers = admin.servers().await;
+    assert!(
+        servers
+            .iter()
+            .any(|s| s["id"] == fresh[0].as_str() && s["OS-EXT-SRV-ATTR:host"] == victim.as_str()),
+        "{servers:#?}"
+    );
+
     phase("the victim's BMC reads On again, and no other host was powered off");
     for h in &hosts {
         assert_eq!(bmcs.power(h), Some(PowerState::On), "{h}");
