@@ -261,10 +261,10 @@ async fn instance_ha_real_nova_a_killed_host_is_fenced_evacuated_powered_on_and_
         format!("{victim}: host down"),
         format!("command instance-ha overcloud: fence {victim}"),
         format!("{victim}: fenced, read back"),
+        format!("command instance-ha overcloud: force-down {victim}"),
         format!(
             "command instance-ha overcloud: disable {victim}: qfence instance-ha: evacuating since"
         ),
-        format!("command instance-ha overcloud: force-down {victim}"),
         format!("{victim}: evacuating {SERVERS_PER_HOST} server(s)"),
         "command instance-ha overcloud: evacuate".to_owned(),
         format!("{victim}: evacuated: {SERVERS_PER_HOST} done, 0 unsuccessful"),
@@ -291,12 +291,14 @@ async fn instance_ha_real_nova_a_killed_host_is_fenced_evacuated_powered_on_and_
         );
     }
     // Nova refuses to clear forced-down while the evacuations' records read `done`: the loop
-    // waits for the restarted nova-compute to clean them up rather than be refused.
+    // waits for the restarted nova-compute to clean them up rather than be refused. And Nova
+    // answers every call in time: the host is forced down before it is disabled, so the
+    // disable does not wait on an RPC call to the dead nova-compute.
     assert!(
         !events
             .iter()
-            .any(|e| e.contains("clear-forced-down failed")),
-        "the clear was never refused: {events:#?}"
+            .any(|e| e.contains("clear-forced-down failed") || e.contains(" UNKNOWN")),
+        "no call refused or unanswered: {events:#?}"
     );
 
     phase("Nova: the victim enabled, not forced down, up; its servers ACTIVE elsewhere, unlocked");
