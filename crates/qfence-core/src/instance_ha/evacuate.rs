@@ -167,34 +167,7 @@ impl Cx<'_, '_> {
                 )
         });
         if finished {
-            // Without smart evacuation, one is done once Nova accepted it: a poll since then
-            // shows its record, and whether it is still under way.
-            let last = r
-                .servers
-                .values()
-                .filter_map(|e| match e.state {
-                    EvacState::Done { at } => Some(at),
-                    _ => None,
-                })
-                .max();
-            let seen = self.cloud.smart_evacuation || last.is_none_or(|t| self.s.nova.read_at > t);
-            let waited = self.now().since(r.phase_since) > self.cloud.evacuation_timeout;
-            let under_way = self.nova_evacuating(host);
-            if waited || (seen && under_way == 0) {
-                return self.evacuated(host);
-            }
-            let what = if seen {
-                format!(
-                    "waiting for Nova to finish {under_way} evacuation(s) before it is powered on"
-                )
-            } else {
-                "waiting for a poll of Nova to show its evacuations".to_owned()
-            };
-            self.notes.push(Note::Waiting {
-                host: host.clone(),
-                what,
-            });
-            return;
+            return self.evacuations_ended(host);
         }
         self.notes.push(Note::Evacuating {
             host: host.clone(),
@@ -403,6 +376,37 @@ impl Cx<'_, '_> {
             },
         );
         true
+    }
+
+    /// Every server ended: on to steps 9 and 12 once a poll shows Nova's evacuations from the
+    /// host ended too (at most `evacuation_timeout` after they began).
+    fn evacuations_ended(&mut self, host: &HostName) {
+        let r = self.record(host);
+        // Without smart evacuation, one is done once Nova accepted it: a poll since then
+        // shows its record, and whether it is still under way.
+        let last = r
+            .servers
+            .values()
+            .filter_map(|e| match e.state {
+                EvacState::Done { at } => Some(at),
+                _ => None,
+            })
+            .max();
+        let seen = self.cloud.smart_evacuation || last.is_none_or(|t| self.s.nova.read_at > t);
+        let waited = self.now().since(r.phase_since) > self.cloud.evacuation_timeout;
+        let under_way = self.nova_evacuating(host);
+        if waited || (seen && under_way == 0) {
+            return self.evacuated(host);
+        }
+        let what = if seen {
+            format!("waiting for Nova to finish {under_way} evacuation(s) before it is powered on")
+        } else {
+            "waiting for a poll of Nova to show its evacuations".to_owned()
+        };
+        self.notes.push(Note::Waiting {
+            host: host.clone(),
+            what,
+        });
     }
 
     /// Every server ended: steps 9 and 12.

@@ -22,7 +22,7 @@ use qfence_runtime::{Backend, InstanceHa, RuntimeBackend};
 use serde_json::Value;
 
 use super::lab::{Orchestrator, eventually, phase};
-use super::nova_peer::{Cloud, cloud};
+use super::nova_peer::{Admin, Cloud, cloud};
 
 /// The system id of a one-host BMC (an iDRAC's), the same on every host.
 const SYSTEM: &str = "System.Embedded.1";
@@ -199,6 +199,184 @@ fn all_active_elsewhere(servers: &[Value], ids: &[String], from: &str) -> bool {
     })
 }
 
+/// When the event log first holds a record containing `needle`, if it does.
+fn event_ms(o: &Orchestrator, needle: &str) -> Option<u64> {
+    o.engine
+        .events()
+        .into_iter()
+        .find(|e| e.data.get("instance_ha").is_some() && e.message.contains(needle))
+        .map(|e| e.time_ms)
+}
+
+/// Polls Nova every 250 ms from the kill until the victims are ACTIVE elsewhere and the loop
+/// says the victim is back in service: when the victims were first seen ACTIVE elsewhere.
+async fn wait_until_back(
+    o: &Orchestrator,
+    admin: &Admin,
+    victim: &str,
+    victims: &[String],
+) -> Result<u64> {
+    let until = Instant::now() + Duration::from_secs(240);
+    let back = format!("{victim}: back in service");
+    let mut active_ms = None;
+    loop {
+        if active_ms.is_none() && all_active_elsewhere(&admin.servers().await, victims, victim) {
+            active_ms = Some(epoch_ms());
+        }
+        if let Some(at) = active_ms
+            && iha_events(o).iter().any(|e| e.contains(&back))
+        {
+            return Ok(at);
+        }
+        if Instant::now() > until {
+            dump(o);
+            bail!("{victim} not evacuated and back in service within 240 s");
+        }
+        tokio::time::sleep(Duration::from_millis(250)).await;
+    }
+}
+
+/// The event log tells each step in order, for the victim alone, and no Nova call was refused
+/// or left unanswered.
+fn assert_story(o: &Orchestrator, victim: &str, others: &[String]) {
+    let events = iha_events(o);
+    let mut at = 0;
+    for step in [
+        format!("{victim}: host down"),
+        format!("command instance-ha overcloud: fence {victim}"),
+        format!("{victim}: fenced, read back"),
+        format!("command instance-ha overcloud: force-down {victim}"),
+        format!(
+            "command instance-ha overcloud: disable {victim}: qfence instance-ha: evacuating since"
+        ),
+        format!("{victim}: evacuating {SERVERS_PER_HOST} server(s)"),
+        "command instance-ha overcloud: evacuate".to_owned(),
+        format!("{victim}: evacuated: {SERVERS_PER_HOST} done, 0 unsuccessful"),
+        format!("command instance-ha overcloud: power-on {victim}"),
+        format!("command instance-ha overcloud: clear-forced-down {victim}"),
+        format!("command instance-ha overcloud: enable {victim}"),
+        format!("{victim}: back in service"),
+    ] {
+        at = events
+            .iter()
+            .enumerate()
+            .skip(at)
+            .find(|(_, e)| e.contains(&step))
+            .map(|(i, _)| i)
+            .unwrap_or_else(|| {
+                dump(o);
+                panic!("no {step:?} after record {at}")
+            });
+    }
+    for h in others {
+        assert!(
+            !events.iter().any(|e| e.contains(&format!(": fence {h}"))),
+            "only {victim} was fenced: {events:#?}"
+        );
+    }
+    // Nova refuses to clear forced-down while the evacuations' records read `done`: the loop
+    // waits for the restarted nova-compute to clean them up rather than be refused. And Nova
+    // answers every call in time: the host is forced down before it is disabled, so the
+    // disable does not wait on an RPC call to the dead nova-compute.
+    assert!(
+        !events
+            .iter()
+            .any(|e| e.contains("clear-forced-down failed") || e.contains(" UNKNOWN")),
+        "no call refused or unanswered: {events:#?}"
+    );
+}
+
+/// Nova after the incident: the victim enabled, up, not forced down, taking a new server at
+/// once; the victims ACTIVE elsewhere and unlocked; their evacuation records completed.
+async fn assert_nova_after(
+    admin: &Admin,
+    victim: &str,
+    victims: &[String],
+    servers_before: usize,
+) -> Result<()> {
+    admin
+        .wait_state(victim, "up", Duration::from_secs(30))
+        .await;
+    let services = admin.services().await;
+    let svc = services
+        .iter()
+        .find(|s| s["host"] == victim)
+        .context("the victim's service")?;
+    assert_eq!(svc["status"], "enabled", "{svc}");
+    assert_eq!(svc["forced_down"], false, "{svc}");
+    let servers = admin.servers().await;
+    assert_eq!(servers.len(), servers_before);
+    assert!(
+        all_active_elsewhere(&servers, victims, victim),
+        "{servers:#?}"
+    );
+    assert!(
+        servers
+            .iter()
+            .all(|s| s["status"] == "ACTIVE" && s["locked"] == false),
+        "every server ACTIVE and unlocked: {servers:#?}"
+    );
+
+    phase(
+        "the victim takes a new server at once (enabled while up, Nova lifted its placement trait)",
+    );
+    let fresh = admin.boot_on("iha-after", victim, 1).await;
+    let servers = admin.servers().await;
+    assert!(
+        servers
+            .iter()
+            .any(|s| s["id"] == fresh[0].as_str() && s["OS-EXT-SRV-ATTR:host"] == victim),
+        "{servers:#?}"
+    );
+
+    phase("Nova's evacuation records: one per server, cleaned up by the restarted nova-compute");
+    let (code, migrations) = admin
+        .call(
+            reqwest::Method::GET,
+            "/os-migrations?migration_type=evacuation",
+            None,
+        )
+        .await;
+    assert_eq!(code, 200, "{migrations}");
+    let records: Vec<&Value> = migrations["migrations"]
+        .as_array()
+        .context("migrations")?
+        .iter()
+        .filter(|m| victims.iter().any(|v| m["instance_uuid"] == v.as_str()))
+        .collect();
+    assert_eq!(records.len(), SERVERS_PER_HOST, "{migrations}");
+    assert!(
+        records
+            .iter()
+            .all(|m| m["status"] == "completed" && m["source_compute"] == victim),
+        "{records:#?}"
+    );
+    Ok(())
+}
+
+/// The incident's records with their time since the kill, and the figures for
+/// docs/benchmarks.md.
+fn print_figures(o: &Orchestrator, victim: &str, killed_ms: u64, active_ms: u64) -> Result<()> {
+    for e in o.engine.events() {
+        if e.data.get("instance_ha").is_some() && e.time_ms >= killed_ms {
+            let at = (e.time_ms - killed_ms) as f64 / 1000.0;
+            eprintln!("{at:>6.1} s {} {}", e.kind.as_str(), e.message);
+        }
+    }
+    let secs = |ms: u64| ms.saturating_sub(killed_ms) as f64 / 1000.0;
+    let first = first_evacuation_ms(o).context("an evacuate command")?;
+    let back = event_ms(o, &format!("{victim}: back in service")).context("back in service")?;
+    eprintln!(
+        "figures (real Nova): host death -> first evacuation {:.1} s, -> last instance ACTIVE \
+         {:.1} s, -> back in service {:.1} s (poll 2 s, delta {DELTA_SECONDS} s, \
+         {SERVERS_PER_HOST} servers)",
+        secs(first),
+        secs(active_ms),
+        secs(back),
+    );
+    Ok(())
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn instance_ha_real_nova_a_killed_host_is_fenced_evacuated_powered_on_and_re_enabled()
 -> Result<()> {
@@ -209,10 +387,8 @@ async fn instance_ha_real_nova_a_killed_host_is_fenced_evacuated_powered_on_and_
     let victim = hosts[0].clone();
     let mut on = BTreeMap::new();
     for (i, h) in hosts.iter().enumerate() {
-        on.insert(
-            h.clone(),
-            admin.boot_on(&format!("iha{i}"), h, SERVERS_PER_HOST).await,
-        );
+        let ids = admin.boot_on(&format!("iha{i}"), h, SERVERS_PER_HOST).await;
+        on.insert(h.clone(), ids);
     }
     let victims = on[&victim].clone();
     let bmcs = Bmcs::start(c).await?;
@@ -236,149 +412,20 @@ async fn instance_ha_real_nova_a_killed_host_is_fenced_evacuated_powered_on_and_
 
     phase("the victim's nova-compute dies (SIGKILL); its BMC still reads On");
     let killed_ms = epoch_ms();
-    let killed = Instant::now();
     c.kill_compute(&victim);
-    let mut active_ms = None;
-    let back = format!("{victim}: back in service");
-    loop {
-        if active_ms.is_none() && all_active_elsewhere(&admin.servers().await, &victims, &victim) {
-            active_ms = Some(epoch_ms());
-        }
-        if active_ms.is_some() && iha_events(&o).iter().any(|e| e.contains(&back)) {
-            break;
-        }
-        if killed.elapsed() > Duration::from_secs(240) {
-            dump(&o);
-            bail!("{victim} not evacuated and back in service within 240 s");
-        }
-        tokio::time::sleep(Duration::from_millis(250)).await;
-    }
+    let active_ms = wait_until_back(&o, &admin, &victim, &victims).await?;
 
     phase("the log tells each step in order");
-    let events = iha_events(&o);
-    let mut at = 0;
-    for step in [
-        format!("{victim}: host down"),
-        format!("command instance-ha overcloud: fence {victim}"),
-        format!("{victim}: fenced, read back"),
-        format!("command instance-ha overcloud: force-down {victim}"),
-        format!(
-            "command instance-ha overcloud: disable {victim}: qfence instance-ha: evacuating since"
-        ),
-        format!("{victim}: evacuating {SERVERS_PER_HOST} server(s)"),
-        "command instance-ha overcloud: evacuate".to_owned(),
-        format!("{victim}: evacuated: {SERVERS_PER_HOST} done, 0 unsuccessful"),
-        format!("command instance-ha overcloud: power-on {victim}"),
-        format!("command instance-ha overcloud: clear-forced-down {victim}"),
-        format!("command instance-ha overcloud: enable {victim}"),
-        back.clone(),
-    ] {
-        at = events
-            .iter()
-            .enumerate()
-            .skip(at)
-            .find(|(_, e)| e.contains(&step))
-            .map(|(i, _)| i)
-            .unwrap_or_else(|| {
-                dump(&o);
-                panic!("no {step:?} after record {at}")
-            });
-    }
-    for h in &hosts[1..] {
-        assert!(
-            !events.iter().any(|e| e.contains(&format!(": fence {h}"))),
-            "only {victim} was fenced: {events:#?}"
-        );
-    }
-    // Nova refuses to clear forced-down while the evacuations' records read `done`: the loop
-    // waits for the restarted nova-compute to clean them up rather than be refused. And Nova
-    // answers every call in time: the host is forced down before it is disabled, so the
-    // disable does not wait on an RPC call to the dead nova-compute.
-    assert!(
-        !events
-            .iter()
-            .any(|e| e.contains("clear-forced-down failed") || e.contains(" UNKNOWN")),
-        "no call refused or unanswered: {events:#?}"
-    );
+    assert_story(&o, &victim, &hosts[1..]);
 
     phase("Nova: the victim enabled, not forced down, up; its servers ACTIVE elsewhere, unlocked");
-    admin
-        .wait_state(&victim, "up", Duration::from_secs(30))
-        .await;
-    let services = admin.services().await;
-    let svc = services
-        .iter()
-        .find(|s| s["host"] == victim.as_str())
-        .context("the victim's service")?;
-    assert_eq!(svc["status"], "enabled", "{svc}");
-    assert_eq!(svc["forced_down"], false, "{svc}");
-    let servers = admin.servers().await;
-    assert_eq!(servers.len(), hosts.len() * SERVERS_PER_HOST);
-    assert!(
-        all_active_elsewhere(&servers, &victims, &victim),
-        "{servers:#?}"
-    );
-    assert!(
-        servers
-            .iter()
-            .all(|s| s["status"] == "ACTIVE" && s["locked"] == false),
-        "every server ACTIVE and unlocked: {servers:#?}"
-    );
-    phase(
-        "the victim takes a new server at once (enabled while up, Nova cleared its placement trait)",
-    );
-    let fresh = admin.boot_on("iha-after", &victim, 1).await;
-    let servers = admin.servers().await;
-    assert!(
-        servers
-            .iter()
-            .any(|s| s["id"] == fresh[0].as_str() && s["OS-EXT-SRV-ATTR:host"] == victim.as_str()),
-        "{servers:#?}"
-    );
+    assert_nova_after(&admin, &victim, &victims, hosts.len() * SERVERS_PER_HOST).await?;
 
     phase("the victim's BMC reads On again, and no other host was powered off");
     for h in &hosts {
         assert_eq!(bmcs.power(h), Some(PowerState::On), "{h}");
     }
-    phase("Nova's evacuation records: one per server, cleaned up by the restarted nova-compute");
-    let (code, migrations) = admin
-        .call(
-            reqwest::Method::GET,
-            "/os-migrations?migration_type=evacuation",
-            None,
-        )
-        .await;
-    assert_eq!(code, 200, "{migrations}");
-    let records: Vec<&Value> = migrations["migrations"]
-        .as_array()
-        .context("migrations")?
-        .iter()
-        .filter(|m| victims.iter().any(|v| m["instance_uuid"] == v.as_str()))
-        .collect();
-    assert_eq!(records.len(), SERVERS_PER_HOST, "{migrations}");
-    assert!(
-        records
-            .iter()
-            .all(|m| m["status"] == "completed" && m["source_compute"] == victim.as_str()),
-        "{records:#?}"
-    );
-
-    for e in o.engine.events() {
-        if e.data.get("instance_ha").is_some() && e.time_ms >= killed_ms {
-            let at = (e.time_ms - killed_ms) as f64 / 1000.0;
-            eprintln!("{at:>6.1} s {} {}", e.kind.as_str(), e.message);
-        }
-    }
-    let first = first_evacuation_ms(&o).context("an evacuate command")?;
-    let active = active_ms.context("the servers ACTIVE")?;
-    eprintln!(
-        "figures (real Nova): host death -> first evacuation {:.1} s, -> last instance ACTIVE \
-         {:.1} s, -> back in service {:.1} s (poll 2 s, delta {DELTA_SECONDS} s, {} servers)",
-        first.saturating_sub(killed_ms) as f64 / 1000.0,
-        active.saturating_sub(killed_ms) as f64 / 1000.0,
-        killed.elapsed().as_secs_f64(),
-        victims.len(),
-    );
+    print_figures(&o, &victim, killed_ms, active_ms)?;
 
     o.shutdown().await;
     bmcs.stop().await;
