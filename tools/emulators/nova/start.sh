@@ -9,8 +9,9 @@
 #   start.sh                    start what is not running; print the endpoints (KEY=VALUE)
 #   NOVA_COMPUTES=5 start.sh    five fake hosts compute-1..compute-5
 #   NOVA_FRESH=1 start.sh       stop everything, wipe $NOVA_RUN, start anew
-#   start.sh computes           only start again the nova-compute processes that are not
-#                               running (a host a test killed); needs a full start first
+#   start.sh computes [HOST...] only start again the nova-compute processes that are not
+#                               running (a host a test killed), of every host or of those
+#                               named; needs a full start first
 #
 # Knobs (ports, timings, passwords): see _common.sh. Logs and pid files:
 # $NOVA_RUN/<name>.log and <name>.pid ($QFENCE_EMU_RUN/nova). Needs
@@ -22,9 +23,12 @@ source "$(dirname "${BASH_SOURCE[0]}")/_common.sh"
 [ -x "$PG_BIN/postgres" ] || { log "no PostgreSQL binaries: run install.sh"; exit 1; }
 [ -x /usr/lib/rabbitmq/bin/rabbitmq-server ] || { log "no RabbitMQ: run install.sh"; exit 1; }
 
-start_computes() {  # one nova-compute per fake host, through fake_compute.py (stable node UUID)
+# start_computes [HOST...] : one nova-compute per fake host (every host without arguments),
+# through fake_compute.py (stable node UUID)
+start_computes() {
     local h
-    for h in $(compute_hosts); do
+    [ $# -gt 0 ] || set -- $(compute_hosts)
+    for h in "$@"; do
         is_running "nova-compute-$h" ||
             start_bg "nova-compute-$h" env QFENCE_FAKE_HOST="$h" \
                 QFENCE_FAKE_STATE_PATH="$NOVA_RUN/state/$h" "$NOVA_VENV/bin/python" \
@@ -34,7 +38,11 @@ start_computes() {  # one nova-compute per fake host, through fake_compute.py (s
 }
 if [ "${1:-}" = computes ]; then
     [ -f "$ETC/nova-compute.conf" ] || { log "no configuration in $ETC: start the whole peer first"; exit 1; }
-    start_computes
+    shift
+    for h in "$@"; do
+        [ -f "$ETC/$h.conf" ] || { log "no fake host $h (hosts: $(compute_hosts | tr '\n' ' '))"; exit 1; }
+    done
+    start_computes "$@"
     exit 0
 fi
 

@@ -276,23 +276,50 @@ impl Cloud {
         PathBuf::from(self.var("NOVA_RUN"))
     }
 
-    /// SIGKILLs the `nova-compute` of `host` (a host that died).
-    pub fn kill_compute(&self, host: &str) {
+    /// The pid of `host`'s `nova-compute` while it runs.
+    fn compute_pid(&self, host: &str) -> Option<rustix::process::Pid> {
         let pidfile = self.nova_run().join(format!("nova-compute-{host}.pid"));
         let pid: i32 = std::fs::read_to_string(&pidfile)
-            .unwrap()
+            .ok()?
             .trim()
             .parse()
-            .unwrap();
-        let pid = rustix::process::Pid::from_raw(pid).unwrap();
+            .ok()?;
+        let pid = rustix::process::Pid::from_raw(pid)?;
+        // Signal 0: is it alive (a zombie too, until its parent reaps it).
+        rustix::process::test_kill_process(pid).ok().map(|()| pid)
+    }
+
+    /// SIGKILLs the `nova-compute` of `host` (a host that died).
+    pub fn kill_compute(&self, host: &str) {
+        let pid = self
+            .compute_pid(host)
+            .unwrap_or_else(|| panic!("{host}'s nova-compute is not running"));
         rustix::process::kill_process(pid, rustix::process::Signal::KILL).unwrap();
+    }
+
+    /// SIGKILLs the `nova-compute` of `host` if it runs (its power cut); true if it ran.
+    pub fn cut_compute(&self, host: &str) -> bool {
+        let Some(pid) = self.compute_pid(host) else {
+            return false;
+        };
+        rustix::process::kill_process(pid, rustix::process::Signal::KILL).is_ok()
     }
 
     /// Starts again every `nova-compute` that is not running.
     pub fn start_computes(&self) {
+        self.run_computes(&[]);
+    }
+
+    /// Starts `host`'s `nova-compute` if it is not running (its host powered on).
+    pub fn start_compute(&self, host: &str) {
+        self.run_computes(&[host]);
+    }
+
+    fn run_computes(&self, hosts: &[&str]) {
         let out = Command::new("bash")
             .arg(tools_dir().join("nova/start.sh"))
             .arg("computes")
+            .args(hosts)
             .env("QFENCE_EMU_RUN", &self.run)
             .envs(self.port_env())
             .stdin(Stdio::null())

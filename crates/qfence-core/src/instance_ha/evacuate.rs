@@ -58,6 +58,26 @@ impl Cx<'_, '_> {
             .count()
     }
 
+    /// Nova's evacuations of this incident's servers from the host still under way (neither
+    /// succeeded nor failed). The host's nova-compute, started again, marks every record from
+    /// it that is accepted, pre-migrating or done as completed; one still under way then ends
+    /// `done`, and Nova refuses to clear forced-down until nova-compute restarts again.
+    fn nova_evacuating(&self, host: &HostName) -> usize {
+        let r = self.record(host);
+        self.s
+            .nova
+            .migrations
+            .iter()
+            .filter(|m| {
+                m.source == *host
+                    && m.created_at >= r.detected
+                    && r.servers.contains_key(&m.server)
+                    && !m.status.succeeded()
+                    && !m.status.failed()
+            })
+            .count()
+    }
+
     /// The servers to evacuate, added as they are seen on the host.
     fn capture(&mut self, host: &HostName) {
         let tags = self.server_tags_in_use();
@@ -147,7 +167,7 @@ impl Cx<'_, '_> {
                 )
         });
         if finished {
-            return self.evacuated(host);
+            return self.evacuations_ended(host);
         }
         self.notes.push(Note::Evacuating {
             host: host.clone(),
@@ -356,6 +376,37 @@ impl Cx<'_, '_> {
             },
         );
         true
+    }
+
+    /// Every server ended: on to steps 9 and 12 once a poll shows Nova's evacuations from the
+    /// host ended too (at most `evacuation_timeout` after they began).
+    fn evacuations_ended(&mut self, host: &HostName) {
+        let r = self.record(host);
+        // Without smart evacuation, one is done once Nova accepted it: a poll since then
+        // shows its record, and whether it is still under way.
+        let last = r
+            .servers
+            .values()
+            .filter_map(|e| match e.state {
+                EvacState::Done { at } => Some(at),
+                _ => None,
+            })
+            .max();
+        let seen = self.cloud.smart_evacuation || last.is_none_or(|t| self.s.nova.read_at > t);
+        let waited = self.now().since(r.phase_since) > self.cloud.evacuation_timeout;
+        let under_way = self.nova_evacuating(host);
+        if waited || (seen && under_way == 0) {
+            return self.evacuated(host);
+        }
+        let what = if seen {
+            format!("waiting for Nova to finish {under_way} evacuation(s) before it is powered on")
+        } else {
+            "waiting for a poll of Nova to show its evacuations".to_owned()
+        };
+        self.notes.push(Note::Waiting {
+            host: host.clone(),
+            what,
+        });
     }
 
     /// Every server ended: steps 9 and 12.

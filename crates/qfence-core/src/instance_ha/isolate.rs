@@ -1,5 +1,5 @@
-//! A fenced host isolated in Nova (steps 6 and 8): disabled with a timestamped reason, forced
-//! down, and a reserved host enabled for it.
+//! A fenced host isolated in Nova (steps 6 and 8): forced down, disabled with a timestamped
+//! reason, and a reserved host enabled for it.
 
 use qfence_model::config::HostName;
 
@@ -12,7 +12,7 @@ use super::state::{HostPhase, Step};
 use super::types::{Action, EventKind};
 
 impl Cx<'_, '_> {
-    /// Step 8 (and 6): disabled with a timestamped reason, forced down, a reserved host
+    /// Step 8 (and 6): forced down, disabled with a timestamped reason, a reserved host
     /// enabled for it; then its servers are evacuated.
     pub(super) fn isolating(&mut self, host: &HostName) {
         let nova = self.s.nova;
@@ -20,6 +20,21 @@ impl Cx<'_, '_> {
         let Some(reason) = self.record(host).disable_reason.clone() else {
             return;
         };
+        // Forced down first: Nova then reads the service down, so the disable does not call
+        // the dead host's nova-compute to update its placement trait (an RPC call Nova waits
+        // on, a minute by default, when it still reads the host up).
+        let forced = svc.is_some_and(|c| c.forced_down);
+        let h = host.clone();
+        if self.step(host, Step::ForceDown, forced, || Action::ForceDown {
+            host: h,
+        }) != StepState::Done
+        {
+            self.notes.push(Note::Isolating {
+                host: host.clone(),
+                what: "forcing it down".into(),
+            });
+            return;
+        }
         let disabled = svc.is_some_and(|c| {
             c.status == ServiceStatus::Disabled
                 && c.disabled_reason.as_deref() == Some(reason.to_string().as_str())
@@ -33,18 +48,6 @@ impl Cx<'_, '_> {
             self.notes.push(Note::Isolating {
                 host: host.clone(),
                 what: format!("disabling it ({reason})"),
-            });
-            return;
-        }
-        let forced = svc.is_some_and(|c| c.forced_down);
-        let h = host.clone();
-        if self.step(host, Step::ForceDown, forced, || Action::ForceDown {
-            host: h,
-        }) != StepState::Done
-        {
-            self.notes.push(Note::Isolating {
-                host: host.clone(),
-                what: "forcing it down".into(),
             });
             return;
         }

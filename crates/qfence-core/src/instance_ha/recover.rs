@@ -1,16 +1,17 @@
-//! After the evacuation (steps 9, 10 and 12): powered on through its binding, enabled, its
-//! forced-down flag cleared once it reports again; or left disabled, or halted, for an operator.
+//! After the evacuation (steps 9, 10 and 12): powered on through its binding, its forced-down
+//! flag cleared once it reports again and Nova cleaned up its evacuations, then enabled; or
+//! left disabled, or halted, for an operator.
 
 use qfence_model::config::HostName;
 
 use super::gates;
 use super::host::{RETRY, StepState};
 use super::reason::Note;
-use super::snapshot::ServiceStatus;
+use super::snapshot::{MigrationStatus, ServiceStatus};
 use super::state::{Halt, HostPhase, LeftWhy, Step};
 use super::types::{Action, DisableReason, EventKind, Target};
 use super::{Cx, Settled};
-use crate::types::{Millis, Outcome};
+use crate::types::Outcome;
 
 impl Cx<'_, '_> {
     /// Step 9: powered back on through its fence binding's undo.
@@ -72,35 +73,52 @@ impl Cx<'_, '_> {
         });
     }
 
-    /// Step 10: enabled; its forced-down flag cleared once it reports again; back in service
-    /// once Nova shows all three.
+    /// Step 10: once the powered-on host reports again and Nova has cleaned up its
+    /// evacuations, its forced-down flag is cleared, then it is enabled; back in service once
+    /// Nova shows both.
     pub(super) fn enabling(&mut self, host: &HostName) {
         let nova = self.s.nova;
         let cloud = self.cloud;
         let Some(svc) = nova.compute(host) else {
             return;
         };
-        let h = host.clone();
-        let enabled = svc.status == ServiceStatus::Enabled;
-        if self.step(host, Step::Enable, enabled, || Action::Enable { host: h }) != StepState::Done
-        {
-            self.notes.push(Note::Enabling {
-                host: host.clone(),
-                what: "enabling it".into(),
-            });
-            return;
-        }
-        // Forced down, Nova says `down` whatever its reports: its updated_at tells.
-        let proven = self.record(host).fence.proven.unwrap_or(Millis(0));
-        let reports = svc
-            .updated_at
-            .is_some_and(|u| u > proven && nova.read_at.since(u) <= cloud.delta);
-        if !reports {
-            self.notes.push(Note::Enabling {
-                host: host.clone(),
-                what: "waiting for it to report again (it stays forced down until then)".into(),
-            });
-            return;
+        let cleared = self.record(host).done.contains(&Step::ClearForcedDown)
+            || (self.view_current(host) && !svc.forced_down);
+        if !cleared {
+            // Forced down, Nova says `down` whatever its reports, and every write to the
+            // service (qfence's own disable and force-down too) moves its updated_at: only an
+            // update since the power-on, in a view read since, tells that its nova-compute
+            // runs again.
+            let since = self.record(host).phase_since;
+            let reports = self.view_current(host)
+                && svc
+                    .updated_at
+                    .is_some_and(|u| u > since && nova.read_at.since(u) <= cloud.delta);
+            if !reports {
+                self.notes.push(Note::Enabling {
+                    host: host.clone(),
+                    what: "waiting for it to report again (it stays forced down until then)".into(),
+                });
+                return;
+            }
+            // Nova refuses to clear forced-down while evacuation records from the host read
+            // `done`: its nova-compute, started again, destroys what was evacuated away and
+            // marks them `completed`.
+            let uncleaned = nova
+                .migrations
+                .iter()
+                .filter(|m| m.source == *host && m.status == MigrationStatus::Done)
+                .count();
+            if uncleaned > 0 {
+                self.notes.push(Note::Enabling {
+                    host: host.clone(),
+                    what: format!(
+                        "waiting for its nova-compute to clean up {uncleaned} evacuation(s) (Nova \
+                         refuses to clear forced-down before)"
+                    ),
+                });
+                return;
+            }
         }
         let h = host.clone();
         if self.step(host, Step::ClearForcedDown, !svc.forced_down, || {
@@ -110,6 +128,19 @@ impl Cx<'_, '_> {
             self.notes.push(Note::Enabling {
                 host: host.clone(),
                 what: "clearing its forced-down flag".into(),
+            });
+            return;
+        }
+        // Enabled only once it is up: Nova updates the host's placement trait
+        // (COMPUTE_STATUS_DISABLED) at the enable only for a service it reads up; enabled
+        // while forced down, it would take no new server until its next resource update.
+        let enabled = svc.status == ServiceStatus::Enabled;
+        let h = host.clone();
+        if self.step(host, Step::Enable, enabled, || Action::Enable { host: h }) != StepState::Done
+        {
+            self.notes.push(Note::Enabling {
+                host: host.clone(),
+                what: "enabling it".into(),
             });
             return;
         }

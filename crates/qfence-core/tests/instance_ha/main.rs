@@ -9,6 +9,7 @@
 mod check;
 mod invariants;
 mod planted;
+mod recovery;
 mod scenarios;
 mod sim;
 #[path = "../support/spread.rs"]

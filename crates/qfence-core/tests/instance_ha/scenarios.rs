@@ -137,7 +137,7 @@ fn a_quiet_cloud_is_a_routine_cycle_with_one_sentence() {
 }
 
 #[test]
-fn step_8_a_failed_host_is_fenced_read_back_disabled_forced_down_and_evacuated() {
+fn step_8_a_failed_host_is_fenced_read_back_forced_down_disabled_and_evacuated() {
     let mut r = run(&names("dc1", 4), 2, &[]);
     r.world.add_server("paused", "dc1-c1", ServerStatus::Paused);
     r.world.add_server("error", "dc1-c1", ServerStatus::Error);
@@ -174,6 +174,10 @@ fn step_8_a_failed_host_is_fenced_read_back_disabled_forced_down_and_evacuated()
     r.execute(&mut NoFaults);
     assert_eq!(acts(&r.decide()), ["check-fence dc1-c1"]);
     r.execute(&mut NoFaults);
+    // Forced down before it is disabled: a disable of a service Nova still reads up would
+    // wait on an RPC call to the dead host's nova-compute.
+    assert_eq!(acts(&r.decide()), ["force-down dc1-c1"]);
+    r.execute(&mut NoFaults);
     let d = r.decide();
     assert_eq!(acts(&d), ["disable dc1-c1"]);
     let reason = d
@@ -190,8 +194,6 @@ fn step_8_a_failed_host_is_fenced_read_back_disabled_forced_down_and_evacuated()
             .starts_with("qfence instance-ha: evacuating since 2023-11-14T"),
         "{reason}"
     );
-    r.execute(&mut NoFaults);
-    assert_eq!(acts(&r.decide()), ["force-down dc1-c1"]);
     r.execute(&mut NoFaults);
 
     // ACTIVE, ERROR and STOPPED servers are evacuated, each locked first; a PAUSED one is not.
@@ -214,15 +216,24 @@ fn step_8_a_failed_host_is_fenced_read_back_disabled_forced_down_and_evacuated()
     );
     r.execute(&mut NoFaults);
 
-    // Step 9: evacuated, so powered on through its binding, then enabled.
+    // Step 9: evacuated, and once a poll shows Nova's evacuations ended, powered on through
+    // its binding.
+    let d = r.decide();
+    assert!(acts(&d).is_empty(), "{}", d.sentence);
+    assert!(
+        d.sentence
+            .to_string()
+            .contains("waiting for a poll of Nova to show its evacuations"),
+        "{}",
+        d.sentence
+    );
+    r.world.advance(Duration::from_secs(15));
+    r.poll();
     let d = r.decide();
     assert_eq!(acts(&d), ["power-on dc1-c1"], "{}", d.sentence);
     r.execute(&mut NoFaults);
-    let d = r.decide();
-    assert_eq!(acts(&d), ["enable dc1-c1"], "{}", d.sentence);
-    r.execute(&mut NoFaults);
 
-    // Step 10: forced down stays until it reports again.
+    // Step 10: forced down stays until it reports again; then cleared, then enabled.
     let d = r.decide();
     assert!(acts(&d).is_empty());
     assert!(
@@ -235,6 +246,8 @@ fn step_8_a_failed_host_is_fenced_read_back_disabled_forced_down_and_evacuated()
     r.world.advance(Duration::from_secs(25));
     r.poll();
     assert_eq!(acts(&r.decide()), ["clear-forced-down dc1-c1"]);
+    r.execute(&mut NoFaults);
+    assert_eq!(acts(&r.decide()), ["enable dc1-c1"]);
     r.execute(&mut NoFaults);
     r.poll();
     let d = r.decide();
@@ -661,8 +674,8 @@ fn step_9_by_default_the_host_is_powered_on_and_enabled_after_its_evacuation() {
             .unwrap_or_else(|| panic!("{s}: {done:?}"))
     };
     assert!(at("evacuate dc1-c1-s1") < at("power-on dc1-c1"));
-    assert!(at("power-on dc1-c1") < at("enable dc1-c1"));
-    assert!(at("enable dc1-c1") < at("clear-forced-down dc1-c1"));
+    assert!(at("power-on dc1-c1") < at("clear-forced-down dc1-c1"));
+    assert!(at("clear-forced-down dc1-c1") < at("enable dc1-c1"));
     assert!(r.state.hosts.is_empty());
     let c1 = &r.world.hosts["dc1-c1"];
     assert!(c1.powered && !c1.forced_down && c1.status == ServiceStatus::Enabled);
@@ -1207,7 +1220,7 @@ fn resume_a_new_leader_reads_a_half_done_fence_back_before_fencing_again() {
     assert_eq!(acts(&d), ["check-fence dc1-c1"], "{}", d.sentence);
     r.execute(&mut NoFaults);
     let d = r.decide();
-    assert_eq!(acts(&d), ["disable dc1-c1"], "{}", d.sentence);
+    assert_eq!(acts(&d), ["force-down dc1-c1"], "{}", d.sentence);
 }
 
 #[test]
@@ -1294,11 +1307,12 @@ fn an_orphan_host_disabled_by_qfence_is_adopted_and_its_fence_read_back() {
         r.decide();
         r.execute(&mut NoFaults);
     }
-    // The state is lost (a new cluster); Nova still says qfence was evacuating dc1-c1.
+    // The state is lost (a new cluster); Nova still says qfence was evacuating dc1-c1 (and
+    // reads it stale once its isolating writes are older than delta_seconds).
     r.state = CloudState::default();
     r.queue.clear();
     r.results.clear();
-    r.world.advance(Duration::from_secs(5));
+    r.world.advance(Duration::from_secs(35));
     r.poll();
     let d = r.decide();
     assert_eq!(acts(&d), ["check-fence dc1-c1"], "{}", d.sentence);

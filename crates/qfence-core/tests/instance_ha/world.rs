@@ -85,11 +85,18 @@ pub struct WHost {
     /// Sends fence_kdump messages every 10 s until then.
     pub kdump_until: Option<Millis>,
     pub last_kdump: Option<Millis>,
+    /// Its nova-compute ran at the last step: one that starts again cleans up.
+    pub was_running: bool,
 }
 
 impl WHost {
     pub fn reporting(&self, now: Millis) -> bool {
-        self.powered && !self.crashed && !self.partitioned && self.boots_at.is_none_or(|b| now >= b)
+        self.running(now) && !self.partitioned
+    }
+
+    /// Its nova-compute runs (whether Nova hears it or not).
+    pub fn running(&self, now: Millis) -> bool {
+        self.powered && !self.crashed && self.boots_at.is_none_or(|b| now >= b)
     }
 }
 
@@ -189,6 +196,7 @@ impl World {
                     updated_at: Some(T0),
                     kdump_until: None,
                     last_kdump: None,
+                    was_running: true,
                 },
             );
             for i in 0..per_host {
@@ -237,7 +245,13 @@ impl World {
         self.now = self.now.plus(d);
         let now = self.now;
         let recording = self.recording;
+        let mut started = Vec::new();
         for (name, h) in self.hosts.iter_mut() {
+            let running = h.running(now);
+            if running && !h.was_running {
+                started.push(name.clone());
+            }
+            h.was_running = running;
             if recording && h.reporting(now) {
                 h.updated_at = Some(now);
             }
@@ -247,6 +261,20 @@ impl World {
             {
                 h.last_kdump = Some(now);
                 self.kdump.entry(name.clone()).or_default().push(now);
+            }
+        }
+        // Nova: a nova-compute that starts destroys what was evacuated away from its host and
+        // marks those records completed, also those still under way (they end `done` later).
+        for m in &mut self.migrations {
+            if started.contains(&m.source)
+                && matches!(
+                    m.status,
+                    MigrationStatus::Accepted
+                        | MigrationStatus::PreMigrating
+                        | MigrationStatus::Done
+                )
+            {
+                m.status = MigrationStatus::Completed;
             }
         }
         let due: Vec<Moving> = self
@@ -323,24 +351,40 @@ impl World {
                 h.boots_at = Some(now.plus(BOOT));
                 outcome
             }
+            // Nova: every write to a service record moves its updated_at, as a report does.
             Action::Disable { host, reason } => {
                 let h = self.h(host.as_str());
                 h.status = ServiceStatus::Disabled;
                 h.reason = Some(reason.to_string());
+                h.updated_at = Some(now);
                 outcome
             }
             Action::ForceDown { host } => {
-                self.h(host.as_str()).forced_down = true;
+                let h = self.h(host.as_str());
+                h.forced_down = true;
+                h.updated_at = Some(now);
                 outcome
             }
             Action::Enable { host } | Action::EnableReserved { host, .. } => {
                 let h = self.h(host.as_str());
                 h.status = ServiceStatus::Enabled;
                 h.reason = None;
+                h.updated_at = Some(now);
                 outcome
             }
+            // Nova: refused (400) while evacuation records from the host read `done`.
+            Action::ClearForcedDown { host }
+                if self
+                    .migrations
+                    .iter()
+                    .any(|m| m.source == *host && m.status == MigrationStatus::Done) =>
+            {
+                Outcome::Failed
+            }
             Action::ClearForcedDown { host } => {
-                self.h(host.as_str()).forced_down = false;
+                let h = self.h(host.as_str());
+                h.forced_down = false;
+                h.updated_at = Some(now);
                 outcome
             }
             Action::Lock { server, reason } => {

@@ -150,8 +150,28 @@ impl Orchestrator {
 
     /// `dc1-a` alone: it creates a one-voter cluster, with its loop running if `run_loop`.
     pub async fn start(config_text: &str, run_loop: bool) -> Result<Self> {
+        Self::start_with_secrets(config_text, &secrets(), run_loop).await
+    }
+
+    /// `dc1-a` alone, as [`Self::start`], its drivers' secrets from `secrets` instead of the
+    /// lab's (a peer outside the lab, with credentials of its own).
+    pub async fn start_with_secrets(
+        config_text: &str,
+        secrets: &SecretStore,
+        run_loop: bool,
+    ) -> Result<Self> {
         let ca = CertificateAuthority::generate("lab")?;
-        Self::start_as(config_text, "dc1-a", "dc1", &ca, None, run_loop).await
+        let dir = tempfile::tempdir()?;
+        let o = Self::start_at(
+            dir.path(),
+            config_text,
+            ("dc1-a", "dc1"),
+            &ca,
+            Boot::Create,
+            secrets,
+        )
+        .await?;
+        Ok(o.with_dir(dir, run_loop))
     }
 
     /// Starts orchestrator `name` at `site` with a certificate from `ca`; it creates the
@@ -169,7 +189,7 @@ impl Orchestrator {
             Some(seed) => Boot::Join(seed),
         };
         let dir = tempfile::tempdir()?;
-        let o = Self::start_at(dir.path(), config_text, name, at, ca, boot).await?;
+        let o = Self::start_at(dir.path(), config_text, (name, at), ca, boot, &secrets()).await?;
         Ok(o.with_dir(dir, run_loop))
     }
 
@@ -194,16 +214,17 @@ impl Orchestrator {
         drop((engine, node, drivers));
         // Cancelled operations let go of the store a moment later.
         let deadline = tokio::time::Instant::now() + Duration::from_secs(10);
+        let secrets = secrets();
         loop {
             let boot = Boot::Restart(listen);
             let name = member.name.as_str();
             let started = Self::start_at(
                 dir.path(),
                 config_text,
-                name,
-                member.site.as_str(),
+                (name, member.site.as_str()),
                 ca,
                 boot,
+                &secrets,
             );
             match started.await {
                 Ok(o) => return Ok(o.with_dir(dir, true)),
@@ -220,10 +241,10 @@ impl Orchestrator {
     async fn start_at(
         dir: &std::path::Path,
         config_text: &str,
-        name: &str,
-        at: &str,
+        (name, at): (&str, &str),
         ca: &CertificateAuthority,
         boot: Boot<'_>,
+        secrets: &SecretStore,
     ) -> Result<Started> {
         let loaded = match qfence_model::config::load_str(config_text, "lab.yaml") {
             Ok(l) => l,
@@ -233,7 +254,7 @@ impl Orchestrator {
         let me = OrchestratorId::new(name)?;
         let tls = ca.issue(name, &["127.0.0.1".into()])?;
         let cell = ConfigCell::new(config.clone(), config_text);
-        let drivers = Arc::new(LocalDrivers::build(me.clone(), &cell, &secrets()));
+        let drivers = Arc::new(LocalDrivers::build(me.clone(), &cell, secrets));
         assert!(
             drivers.unavailable().is_empty(),
             "every driver builds: {:?}",

@@ -125,14 +125,14 @@ async fn a_dead_compute_host_is_fenced_evacuated_powered_on_and_re_enabled() -> 
         "compute-2: host down",
         "command instance-ha overcloud: fence compute-2",
         "compute-2: fenced, read back",
-        "command instance-ha overcloud: disable compute-2: qfence instance-ha: evacuating since",
         "command instance-ha overcloud: force-down compute-2",
+        "command instance-ha overcloud: disable compute-2: qfence instance-ha: evacuating since",
         "compute-2: evacuating 2 server(s)",
         "command instance-ha overcloud: evacuate",
         "compute-2: evacuated: 2 done, 0 unsuccessful",
         "command instance-ha overcloud: power-on compute-2",
-        "command instance-ha overcloud: enable compute-2",
         "command instance-ha overcloud: clear-forced-down compute-2",
+        "command instance-ha overcloud: enable compute-2",
         "compute-2: back in service",
     ] {
         at = position(&events, at, step).unwrap_or_else(|| {

@@ -15,10 +15,15 @@ mod emulators;
 mod instance_ha;
 mod instance_ha_cases;
 mod instance_ha_console;
+mod instance_ha_real_nova;
 mod ipmi_bmc;
 mod lab;
 mod metrics;
 mod nova_cloud;
+// The real Nova test peer (tools/emulators/nova), one per test run, shared with the
+// controller tests' real-Nova module.
+#[path = "../../../qfence-controllers/tests/it/nova_peer.rs"]
+mod nova_peer;
 mod registration;
 mod routing;
 mod scale;
