@@ -13,6 +13,9 @@ use super::types::{Action, EventKind, LOCK_REASON, Target, operator_steps};
 use super::{Cx, Mutation, Settled};
 use crate::types::{Observed, Outcome};
 
+/// Nova's `task_state` of a server while an evacuation rebuilds it.
+const REBUILDING: &str = "rebuilding";
+
 /// What the host's latest fence reading says, for its evacuation.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 enum Proof {
@@ -195,6 +198,14 @@ impl Cx<'_, '_> {
                 if srv.is_none() || (ev.requests > 0 && srv.is_some_and(|s| s.host != *host)) {
                     let now = self.now();
                     self.evac(host, id).state = EvacState::Done { at: now };
+                    return false;
+                }
+                // An earlier request's answer was lost and Nova is still rebuilding it: that
+                // request was accepted. Asking again would be refused (409), and a refusal is
+                // not a failed evacuation; the next poll shows where it went.
+                if ev.requests > 0
+                    && srv.is_some_and(|s| s.task_state.as_deref() == Some(REBUILDING))
+                {
                     return false;
                 }
                 if !may || self.busy(&target) {

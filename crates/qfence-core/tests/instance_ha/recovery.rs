@@ -145,3 +145,50 @@ fn step_9_a_host_is_powered_on_only_once_nova_finished_its_evacuations() {
             .all(|s| *s == MigrationStatus::Completed)
     );
 }
+
+#[test]
+fn a_resumed_loop_waits_for_an_evacuation_nova_still_runs_instead_of_asking_again() {
+    // A loop (or leader) sent the evacuations and was gone before it heard Nova's answers; the
+    // next finds the servers rebuilding. Asking again is refused (409: task_state
+    // rebuilding), and counting that refusal as a failed evacuation left the host out for an
+    // operator though every server was moving (the runtime's restart test caught it).
+    let mut r = run(&[]);
+    r.world.h("dc1-c1").crashed = true;
+    let evacuate_sent = |r: &Run| {
+        r.issued
+            .iter()
+            .any(|(_, c)| matches!(c.action, Action::Evacuate { .. }))
+    };
+    for _ in 0..40 {
+        if evacuate_sent(&r) {
+            break;
+        }
+        r.world.advance(Duration::from_secs(1));
+        r.poll();
+        r.decide();
+        r.execute(&mut Slow);
+    }
+    assert!(evacuate_sent(&r), "{}", r.decide().sentence);
+    // The evacuations ran in Nova; their answers are lost with the loop.
+    r.queue.clear();
+    r.results.clear();
+    let from = r.executed.len();
+    r.run_for(Duration::from_secs(300), POLL, &mut Slow);
+    let refused = r.executed[from..]
+        .iter()
+        .filter(|(c, o, _)| matches!(c.action, Action::Evacuate { .. }) && *o == Outcome::Failed)
+        .count();
+    assert_eq!(refused, 0, "no evacuation asked again while Nova ran it");
+    assert!(
+        r.state.hosts.is_empty(),
+        "back in service: {:?}",
+        r.state.hosts
+    );
+    assert!(
+        r.world
+            .servers
+            .values()
+            .all(|s| s.host.as_str() != "dc1-c1"),
+        "every server moved"
+    );
+}
