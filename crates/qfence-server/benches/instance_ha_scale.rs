@@ -218,10 +218,11 @@ fn settings(o: &Options) -> String {
          empty hosts take them; Nova answers every call {lat} ms late; Nova reads a host down \
          {down} s after its last heartbeat; a simulated rebuild takes {rebuild} ms.\n\
          instance_ha: smart_evacuation true; poll_seconds {poll}; evacuation_poll_seconds \
-         {epoll} (how often a followed evacuation's migration is read: at its floor, so the \
-         bound is not hidden behind it; the default 5 s holds a worker at least 5 s per \
-         server); threshold_percent {thr} ({hosts} of {total} hosts is {pct:.1} %: the least \
-         threshold that lets them through, the default 50 would stop everything); \
+         {epoll} (at its floor: a followed evacuation's migration is read no sooner than this \
+         after its last read, a poll's included; the simulated rebuilds take --rebuild-ms, so \
+         a longer setting would mostly measure itself); threshold_percent {thr} ({hosts} of \
+         {total} hosts is {pct:.1} %: the least threshold that lets them through, the default \
+         50 would stop everything); \
          max_hosts_per_cycle {hosts} (the default 10 would start half the fences a poll \
          later); heartbeat_cliff_percent 100 ({hosts} of {total} heartbeats lost in one instant \
          is what the cliff reads as the network, and it would hold fencing back for \
