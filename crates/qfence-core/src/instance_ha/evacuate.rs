@@ -4,6 +4,7 @@
 //! fresh, and no gate is closed. Then the host goes on to its power-on, or is left for an
 //! operator.
 
+use qfence_model::Generation;
 use qfence_model::config::HostName;
 
 use super::reason::Note;
@@ -259,6 +260,8 @@ impl Cx<'_, '_> {
                 }
                 Settled::Ended(Outcome::Done | Outcome::Unknown) if self.cloud.smart_evacuation => {
                     self.evac(host, id).state = EvacState::Following { since: at, after };
+                    // Read it now if due: no result may wake the loop before its next poll.
+                    self.follow(id, incident);
                 }
                 Settled::Ended(Outcome::Unknown) => {
                     let retry = ev.requests < self.cloud.evacuation_retries;
@@ -284,16 +287,7 @@ impl Cx<'_, '_> {
                 {
                     return self.evacuation_failed(host, id);
                 } else {
-                    let read = nova
-                        .migrations_read_at
-                        .get(id)
-                        .copied()
-                        .unwrap_or(nova.read_at)
-                        .max(nova.read_at);
-                    let follow = Target::Migrations(id.clone());
-                    if self.now().since(read) >= self.cloud.evacuation_poll && !self.busy(&follow) {
-                        self.issue(Action::FollowMigration { server: id.clone() }, incident);
-                    }
+                    self.follow(id, incident);
                 }
             }
         }
@@ -304,6 +298,22 @@ impl Cx<'_, '_> {
             self.evac(host, id).lock = LockState::Unlocking { op };
         }
         false
+    }
+
+    /// Reads a followed server's evacuation records when `evacuation_poll` has passed since
+    /// they were last read (by a poll or by such a read) and no read of them runs.
+    fn follow(&mut self, id: &ServerId, incident: Option<Generation>) {
+        let nova = self.s.nova;
+        let read = nova
+            .migrations_read_at
+            .get(id)
+            .copied()
+            .unwrap_or(nova.read_at)
+            .max(nova.read_at);
+        let follow = Target::Migrations(id.clone());
+        if self.now().since(read) >= self.cloud.evacuation_poll && !self.busy(&follow) {
+            self.issue(Action::FollowMigration { server: id.clone() }, incident);
+        }
     }
 
     /// Judges the server's lock or unlock, once ended. False while it runs.

@@ -699,6 +699,36 @@ fn step_11_smart_evacuation_follows_each_migration_and_retries_a_failed_one() {
 }
 
 #[test]
+fn step_11_smart_evacuation_reads_an_evacuation_in_the_decision_that_sees_it_accepted() {
+    // A read is due (evacuation_poll_seconds passed since the poll); nothing but a result may
+    // wake the runtime's loop before its next poll, so waiting a decision costs up to a poll.
+    let mut r = run(
+        &names("dc1", 4),
+        1,
+        &["smart_evacuation: true", "evacuation_poll_seconds: 1"],
+    );
+    quiet(&mut r);
+    crash(&mut r, "dc1-c1");
+    let mut sent = false;
+    for _ in 0..40 {
+        let d = r.decide();
+        r.execute(&mut NoFaults);
+        if acts(&d).contains(&"evacuate dc1-c1-s0".to_owned()) {
+            sent = true;
+            break;
+        }
+    }
+    assert!(sent, "the evacuation was sent: {}", sentence(&r));
+    // Its answer (accepted) is in: this decision follows it and reads its migration at once.
+    let d = r.decide();
+    assert!(
+        acts(&d).contains(&"follow-migration dc1-c1-s0".to_owned()),
+        "{:?}",
+        acts(&d)
+    );
+}
+
+#[test]
 fn step_11_smart_evacuation_gives_a_host_up_after_five_failures_of_one_server() {
     let mut r = run(
         &names("dc1", 4),
