@@ -25,16 +25,14 @@
 use std::collections::{BTreeMap, BTreeSet};
 use std::fmt::Write as _;
 use std::process::Command as Process;
-use std::sync::Arc;
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use anyhow::{Context, Result, bail};
-use qfence_lab::TlsIdentity;
-use qfence_lab::nova::{self as sim, Host, MigrationStatus, NovaHandle, NovaState, VmState};
-use qfence_lab::redfish::{self, Account, BmcHandle, BmcState, Role, System};
+use qfence_lab::lab::Cloud as LabCloud;
+use qfence_lab::nova::{Host, MigrationStatus, NovaState, VmState};
 use qfence_runtime::InstanceHa;
 use qfence_runtime::events::{Event, EventKind};
-use qfence_server::testing::lab::{BMC_PASSWORD, Orchestrator};
+use qfence_server::testing::lab::Orchestrator;
 
 #[path = "common/procfs.rs"]
 mod procfs;
@@ -375,9 +373,8 @@ fn unix_ms(t: SystemTime) -> u64 {
 
 /// The cloud and its BMC, with each host's power wired to its nova-compute.
 struct Cloud {
-    nova: Arc<NovaHandle>,
-    bmc: BmcHandle,
-    wires: Vec<tokio::task::JoinHandle<()>>,
+    /// Nova and the BMCs, each power line wired to its host (the lab's cloud).
+    lab: LabCloud,
     /// The hosts that fail (`compute-1..=hosts`).
     failing: BTreeSet<String>,
     /// Each server's host before the death (a failed host back in service takes servers of
@@ -421,47 +418,11 @@ impl Cloud {
             .iter()
             .map(|v| (v.id.clone(), v.host.clone()))
             .collect();
-        let nova = sim::start("127.0.0.1:0".parse()?, TlsIdentity::loopback()?, state).await?;
-        let systems = (1..=o.total_hosts())
-            .map(|n| System::new(&host(n), &sim::state::uuid_from(0xb0 + n as u64)))
-            .collect();
-        let accounts = vec![Account::new("qfence", BMC_PASSWORD, Role::Operator)];
-        let bmc = redfish::start(
-            "127.0.0.1:0".parse()?,
-            TlsIdentity::loopback()?,
-            BmcState::new(systems, accounts),
-        )
-        .await?;
-        let mut cloud = Self {
-            nova: Arc::new(nova),
-            bmc,
-            wires: Vec::new(),
+        Ok(Self {
+            lab: LabCloud::start_with(state).await?,
             failing: (1..=o.hosts).map(host).collect(),
             origin,
-        };
-        for n in 1..=o.total_hosts() {
-            cloud.wire(&host(n));
-        }
-        Ok(cloud)
-    }
-
-    /// Follows `name`'s power line: off stops its nova-compute, on starts it again.
-    fn wire(&mut self, name: &str) {
-        let mut line = self.bmc.power_line(name).expect("a system");
-        let nova = self.nova.clone();
-        let name = name.to_owned();
-        self.wires.push(tokio::spawn(async move {
-            while line.changed().await.is_ok() {
-                let powered = *line.borrow_and_update();
-                nova.update(|s| {
-                    if powered {
-                        s.restart_host(&name)
-                    } else {
-                        s.stop_heartbeat(&name)
-                    }
-                });
-            }
-        }));
+        })
     }
 
     /// The configuration: one orchestrator, the Nova controller, the BMC, and the cloud
@@ -486,10 +447,10 @@ impl Cloud {
              evacuation_poll_seconds: {epoll}\n    threshold_percent: {threshold}\n    \
              max_hosts_per_cycle: {failing}\n    heartbeat_cliff_percent: 100\n    hosts:\n\
              {hosts}",
-            keystone = self.nova.keystone_url(),
-            nova_pin = pin(self.nova.fingerprint()),
-            bmc = self.bmc.base_url(),
-            bmc_pin = pin(self.bmc.fingerprint()),
+            keystone = self.lab.nova.keystone_url(),
+            nova_pin = pin(self.lab.nova.fingerprint()),
+            bmc = self.lab.bmc.base_url(),
+            bmc_pin = pin(self.lab.bmc.fingerprint()),
             poll = o.poll_ms as f64 / 1000.0,
             epoll = o.evacuation_poll_ms as f64 / 1000.0,
             threshold = o.threshold_percent(),
@@ -499,7 +460,7 @@ impl Cloud {
 
     /// Every failing host's nova-compute dies in one instant.
     fn kill(&self) {
-        self.nova.update(|s| {
+        self.lab.nova.update(|s| {
             for h in &self.failing {
                 s.stop_heartbeat(h);
             }
@@ -509,7 +470,7 @@ impl Cloud {
     /// Servers ACTIVE, with no task, on another host than before the death (read under the
     /// simulator's lock, without copying its state).
     fn evacuated(&self) -> usize {
-        self.nova.update(|s| {
+        self.lab.nova.update(|s| {
             s.servers
                 .iter()
                 .filter(|v| {
@@ -523,7 +484,7 @@ impl Cloud {
 
     /// Whether every failed host is enabled, reporting and no longer forced down.
     fn all_back(&self) -> bool {
-        self.nova.update(|s| {
+        self.lab.nova.update(|s| {
             s.hosts
                 .iter()
                 .filter(|h| self.failing.contains(&h.name))
@@ -533,7 +494,7 @@ impl Cloud {
 
     /// Evacuation records, and when each finished `done` (ms since the Unix epoch).
     fn migrations(&self) -> (usize, Vec<u64>) {
-        self.nova.update(|s| {
+        self.lab.nova.update(|s| {
             let mut done: Vec<u64> = s
                 .migrations
                 .iter()
@@ -546,14 +507,7 @@ impl Cloud {
     }
 
     async fn stop(self) {
-        for w in self.wires {
-            w.abort();
-            let _ = w.await;
-        }
-        if let Ok(nova) = Arc::try_unwrap(self.nova) {
-            nova.shutdown().await;
-        }
-        self.bmc.shutdown().await;
+        self.lab.stop().await;
     }
 }
 
@@ -613,6 +567,7 @@ fn one(workers: u32, o: &Options) -> Result<Figures> {
     say("starting the simulators and the orchestrator");
     let cloud = sim_rt.block_on(Cloud::start(o))?;
     cloud
+        .lab
         .nova
         .faults()
         .set_latency(Duration::from_millis(o.latency_ms));

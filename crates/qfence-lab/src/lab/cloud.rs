@@ -147,9 +147,18 @@ impl Cloud {
         let mut state = NovaState::new(shape.hosts, shape.servers_per_host);
         state.service_down_time = shape.service_down_time;
         state.evacuation.duration = shape.evacuation_time;
+        Self::start_with(state).await
+    }
+
+    /// Starts a cloud of the given Nova state (a benchmark's own layout of servers), with a
+    /// BMC system for each of its compute hosts, wired as [`Cloud::start`]'s are.
+    pub async fn start_with(state: NovaState) -> Result<Self, LabError> {
+        let hosts: Vec<String> = state.hosts.iter().map(|h| h.name.clone()).collect();
         let nova = nova::start(loopback(), TlsIdentity::loopback()?, state).await?;
-        let systems = (1..=shape.hosts)
-            .map(|n| System::new(&host_name(n), &nova::state::uuid_from(0xb0 + n as u64)))
+        let systems = hosts
+            .iter()
+            .enumerate()
+            .map(|(i, h)| System::new(h, &nova::state::uuid_from(0xb1 + i as u64)))
             .collect();
         let accounts = vec![Account::new("qfence", BMC_PASSWORD, Role::Operator)];
         let bmc = redfish::start(
@@ -163,8 +172,8 @@ impl Cloud {
             bmc,
             wires: Vec::new(),
         };
-        for n in 1..=shape.hosts {
-            cloud.wire(&host_name(n))?;
+        for h in &hosts {
+            cloud.wire(h)?;
         }
         Ok(cloud)
     }
