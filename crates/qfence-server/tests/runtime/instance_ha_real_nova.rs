@@ -22,6 +22,7 @@ use qfence_runtime::{Backend, InstanceHa, RuntimeBackend};
 use serde_json::Value;
 
 use super::lab::{Orchestrator, eventually, phase};
+use super::nova_cloud::{dump, iha_events};
 use super::nova_peer::{Admin, Cloud, cloud};
 
 /// The system id of a one-host BMC (an iDRAC's), the same on every host.
@@ -150,22 +151,6 @@ fn secrets(cloud: &Cloud, bmcs: &Bmcs) -> SecretStore {
         prefix: PREFIX.into(),
         lookup: Arc::new(move |k| values.get(k).cloned()),
     }])
-}
-
-/// The Instance HA records of the event log, as `KIND message` lines.
-fn iha_events(o: &Orchestrator) -> Vec<String> {
-    o.engine
-        .events()
-        .into_iter()
-        .filter(|e| e.data.get("instance_ha").is_some())
-        .map(|e| format!("{} {}", e.kind.as_str(), e.message))
-        .collect()
-}
-
-fn dump(o: &Orchestrator) {
-    for e in iha_events(o) {
-        eprintln!("{e}");
-    }
 }
 
 fn epoch_ms() -> u64 {
